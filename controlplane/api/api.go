@@ -1,0 +1,67 @@
+// Package api owns the controlplane's public gRPC services (auth, tokens,
+// secrets, workspaces): it checks requests, scopes every query to the
+// caller's workspace (another workspace's objects are simply not found),
+// seals secret values, and maps error kinds to gRPC codes at this edge. It
+// never returns a secret value or token hash, and never logs them.
+// API: internal to the controlplane.
+package api
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"regexp"
+	"time"
+
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/levers9/levers9/controlplane/bus"
+	"github.com/levers9/levers9/controlplane/seal"
+	"github.com/levers9/levers9/controlplane/store"
+	"github.com/levers9/levers9/internal/errdefs"
+)
+
+// Deps is what the services need.
+type Deps struct {
+	Store   *store.Store
+	Keyring *seal.Keyring
+	Bus     *bus.Bus
+	Log     *slog.Logger
+	// BootstrapSecret enables bootstrap when non-empty.
+	BootstrapSecret string
+	Now             func() time.Time
+}
+
+var nameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$`)
+
+func checkName(field, v string) error {
+	if !nameRE.MatchString(v) {
+		return fmt.Errorf("%s %q: use 1-63 letters, digits, '.', '_' or '-', starting with a letter or digit: %w", field, v, errdefs.ErrInvalidArgument)
+	}
+	return nil
+}
+
+func ts(t *time.Time) *timestamppb.Timestamp {
+	if t == nil {
+		return nil
+	}
+	return timestamppb.New(*t)
+}
+
+// publish records an event; Redis being down must not fail the RPC whose
+// durable effect already happened in Postgres.
+func (d *Deps) publish(ctx context.Context, e bus.Event) {
+	if d.Bus == nil {
+		return
+	}
+	if err := d.Bus.Publish(ctx, e); err != nil {
+		d.Log.Warn("event not published", "kind", e.Kind, "workspace_id", e.Workspace, "err", err)
+	}
+}
+
+func (d *Deps) now() time.Time {
+	if d.Now != nil {
+		return d.Now().UTC()
+	}
+	return time.Now().UTC()
+}

@@ -1,0 +1,95 @@
+// Package bus owns the controlplane's use of Redis: the client, a health
+// ping, and the workspace event stream (an append-only Redis stream capped
+// in length) that replicas and dashboards read. Later it carries queues and
+// agent presence. Redis is never the durable truth: losing it loses no
+// state, only live events. It never logs the Redis password. API: internal.
+package bus
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/levers9/levers9/internal/errdefs"
+)
+
+// EventStream is the Redis stream of workspace events.
+const EventStream = "levers9:events"
+
+// Bus is a Redis client. Safe for concurrent use.
+type Bus struct {
+	rdb *redis.Client
+}
+
+// Options says how to reach Redis.
+type Options struct {
+	Addr     string
+	Password string
+	DB       int
+}
+
+// New makes a client; it connects lazily and reconnects by itself.
+func New(o Options) *Bus {
+	return &Bus{rdb: redis.NewClient(&redis.Options{
+		Addr:         o.Addr,
+		Password:     o.Password,
+		DB:           o.DB,
+		DialTimeout:  2 * time.Second,
+		ReadTimeout:  2 * time.Second,
+		WriteTimeout: 2 * time.Second,
+		MaxRetries:   1,
+	})}
+}
+
+// Close closes the client.
+func (b *Bus) Close() error { return b.rdb.Close() }
+
+// Ping checks that Redis answers.
+func (b *Bus) Ping(ctx context.Context) error {
+	if err := b.rdb.Ping(ctx).Err(); err != nil {
+		return fmt.Errorf("ping redis: %v: %w", err, errdefs.ErrUnavailable)
+	}
+	return nil
+}
+
+// Event is one workspace event. Fields never carry secrets.
+type Event struct {
+	Workspace string
+	Kind      string // e.g. token.created, secret.deleted
+	Object    string // the object's ID or name
+}
+
+// Publish appends an event to the stream.
+func (b *Bus) Publish(ctx context.Context, e Event) error {
+	err := b.rdb.XAdd(ctx, &redis.XAddArgs{
+		Stream: EventStream,
+		MaxLen: 100000,
+		Approx: true,
+		Values: map[string]any{"workspace": e.Workspace, "kind": e.Kind, "object": e.Object, "at": time.Now().UTC().Format(time.RFC3339Nano)},
+	}).Err()
+	if err != nil {
+		return fmt.Errorf("publish %s: %v: %w", e.Kind, err, errdefs.ErrUnavailable)
+	}
+	return nil
+}
+
+// Recent returns up to n most recent events of a workspace, newest first.
+func (b *Bus) Recent(ctx context.Context, workspace string, n int) ([]Event, error) {
+	msgs, err := b.rdb.XRevRangeN(ctx, EventStream, "+", "-", int64(n*10)).Result()
+	if err != nil {
+		return nil, fmt.Errorf("read events: %v: %w", err, errdefs.ErrUnavailable)
+	}
+	var out []Event
+	for _, m := range msgs {
+		if m.Values["workspace"] != workspace {
+			continue
+		}
+		out = append(out, Event{Workspace: workspace, Kind: fmt.Sprint(m.Values["kind"]), Object: fmt.Sprint(m.Values["object"])})
+		if len(out) == n {
+			break
+		}
+	}
+	return out, nil
+}

@@ -1,0 +1,162 @@
+// Package config owns the controlplane's configuration: the typed struct with
+// the documented keys (controlplane.*, database.postgres.*, database.redis.*,
+// worker.*), the defaults (applied in one place, WithDefaults), the LEVERS9_*
+// environment overrides, and Validate, whose errors name the key. It never
+// opens connections or logs; secrets it holds are never formatted into
+// errors. Keys are stable; new keys may be added.
+package config
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+
+	"gopkg.in/yaml.v3"
+)
+
+// DefaultEncryptionKey is the key shipped with levers9. Running on it is
+// allowed for development (with a warning) and refused when
+// LEVERS9_REFUSE_DEFAULT_ENCRYPTION_KEY=true.
+const DefaultEncryptionKey = "levers9-shipped-default-encryption-key-change-me"
+
+// DefaultPostgresPassword is the password the shipped examples use.
+const DefaultPostgresPassword = "password"
+
+// Config is the whole controlplane configuration.
+type Config struct {
+	Controlplane Controlplane `yaml:"controlplane"`
+	Database     Database     `yaml:"database"`
+	Worker       Worker       `yaml:"worker"`
+	// RefuseDefaultEncryptionKey makes the controlplane refuse to start on
+	// DefaultEncryptionKey. Env: LEVERS9_REFUSE_DEFAULT_ENCRYPTION_KEY.
+	RefuseDefaultEncryptionKey bool `yaml:"refuseDefaultEncryptionKey"`
+}
+
+// Controlplane holds the listeners and authentication settings.
+type Controlplane struct {
+	// GRPCAddr is the gRPC listen address (default ":1993").
+	GRPCAddr string `yaml:"grpcAddr"`
+	// RESTAddr is the REST gateway, health and metrics address (default ":1994").
+	RESTAddr string `yaml:"restAddr"`
+	// TunnelAddr is where agents' tunnels arrive, UDP and TCP (default ":1995").
+	TunnelAddr string `yaml:"tunnelAddr"`
+	TLS        TLS    `yaml:"tls"`
+	Auth       Auth   `yaml:"auth"`
+	// LogLevel is debug, info, warn or error (default info).
+	LogLevel string `yaml:"logLevel"`
+}
+
+// TLS names the controlplane's certificate; both empty means plaintext.
+type TLS struct {
+	CertFile string `yaml:"certFile"`
+	KeyFile  string `yaml:"keyFile"`
+}
+
+// Auth holds authentication settings.
+type Auth struct {
+	// BootstrapSecret lets the first caller create the first workspace.
+	// Env: LEVERS9_BOOTSTRAP_SECRET. Empty turns bootstrap off.
+	BootstrapSecret string `yaml:"bootstrapSecret"`
+}
+
+// Database holds the Postgres and Redis settings.
+type Database struct {
+	Postgres Postgres `yaml:"postgres"`
+	Redis    Redis    `yaml:"redis"`
+}
+
+// Postgres says how to reach Postgres and how rows are sealed.
+type Postgres struct {
+	Host     string `yaml:"host"`
+	Port     int    `yaml:"port"`
+	User     string `yaml:"user"`
+	Password string `yaml:"password"`
+	Database string `yaml:"database"`
+	SSLMode  string `yaml:"sslMode"`
+	// EncryptionKey seals secrets at rest.
+	EncryptionKey string `yaml:"encryptionKey"`
+	// PreviousEncryptionKeys still open rows sealed before a rotation.
+	PreviousEncryptionKeys []string `yaml:"previousEncryptionKeys"`
+}
+
+// Redis says how to reach Redis.
+type Redis struct {
+	Addr     string `yaml:"addr"`
+	Password string `yaml:"password"`
+	DB       int    `yaml:"db"`
+}
+
+// Load reads a YAML configuration, applies the LEVERS9_* overrides from env
+// (nil means none), the defaults, and validates. Unknown keys are errors, so
+// a typo never silently does nothing.
+func Load(r io.Reader, env func(string) (string, bool)) (*Config, error) {
+	data, err := io.ReadAll(r)
+	if err != nil {
+		return nil, fmt.Errorf("read config: %w", err)
+	}
+	var c Config
+	if len(bytes.TrimSpace(data)) > 0 {
+		dec := yaml.NewDecoder(bytes.NewReader(data))
+		dec.KnownFields(true)
+		if err := dec.Decode(&c); err != nil && !errors.Is(err, io.EOF) {
+			return nil, fmt.Errorf("parse config: %w", err)
+		}
+	}
+	if env != nil {
+		if err := ApplyEnv(&c, env); err != nil {
+			return nil, err
+		}
+	}
+	c.WithDefaults()
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	return &c, nil
+}
+
+// LoadFile is Load on a file; an empty path means no file (defaults and env).
+func LoadFile(path string, env func(string) (string, bool)) (*Config, error) {
+	if path == "" {
+		return Load(bytes.NewReader(nil), env)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("open config: %w", err)
+	}
+	defer f.Close()
+	c, err := Load(f, env)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return c, nil
+}
+
+// WithDefaults fills every unset key with its default. It is the only place
+// defaults live.
+func (c *Config) WithDefaults() {
+	cp := &c.Controlplane
+	setDefault(&cp.GRPCAddr, ":1993")
+	setDefault(&cp.RESTAddr, ":1994")
+	setDefault(&cp.TunnelAddr, ":1995")
+	setDefault(&cp.LogLevel, "info")
+	pg := &c.Database.Postgres
+	setDefault(&pg.Host, "127.0.0.1")
+	if pg.Port == 0 {
+		pg.Port = 5432
+	}
+	setDefault(&pg.User, "levers9")
+	setDefault(&pg.Password, DefaultPostgresPassword)
+	setDefault(&pg.Database, "levers9")
+	setDefault(&pg.SSLMode, "disable")
+	setDefault(&pg.EncryptionKey, DefaultEncryptionKey)
+	setDefault(&c.Database.Redis.Addr, "127.0.0.1:6379")
+	c.Worker.withDefaults()
+}
+
+func setDefault(s *string, v string) {
+	if *s == "" {
+		*s = v
+	}
+}

@@ -1,0 +1,198 @@
+package config
+
+import (
+	"errors"
+	"strings"
+	"testing"
+)
+
+func envMap(m map[string]string) func(string) (string, bool) {
+	return func(k string) (string, bool) { v, ok := m[k]; return v, ok }
+}
+
+func TestLoadDefaults(t *testing.T) {
+	t.Parallel()
+	c, err := Load(strings.NewReader(""), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Controlplane.GRPCAddr != ":1993" || c.Controlplane.RESTAddr != ":1994" || c.Controlplane.TunnelAddr != ":1995" {
+		t.Errorf("ports = %+v", c.Controlplane)
+	}
+	if c.Worker.ContainerSecurity.Profile != "hardened" || !*c.Worker.ContainerSecurity.DropNetRaw {
+		t.Errorf("security defaults = %+v", c.Worker.ContainerSecurity)
+	}
+	if _, ok := c.Worker.Pools["default"]; !ok {
+		t.Error("default pool missing")
+	}
+	if got := len(c.ShippedDefaults()); got != 3 {
+		t.Errorf("shipped defaults warnings = %d, want 3", got)
+	}
+}
+
+func TestLoadFileAndEnv(t *testing.T) {
+	t.Parallel()
+	yml := `
+controlplane:
+  grpcAddr: 127.0.0.1:7000
+  auth:
+    bootstrapSecret: from-file
+database:
+  postgres:
+    encryptionKey: aaaaaaaaaaaaaaaaaaaaaaaa
+    previousEncryptionKeys: [bbbbbbbbbbbbbbbbbbbbbbbb]
+  redis:
+    password: r3dis
+worker:
+  containerSecurity:
+    egress:
+      allow: ["10.0.0.0/8:443/tcp", "[fd00::/8]:53"]
+  pools:
+    l40s:
+      runtime: runsc
+      security:
+        seccomp: log
+`
+	c, err := Load(strings.NewReader(yml), envMap(map[string]string{
+		"LEVERS9_BOOTSTRAP_SECRET":              "from-env",
+		"LEVERS9_DATABASE_POSTGRES_PORT":        "6543",
+		"LEVERS9_REFUSE_DEFAULT_ENCRYPTION_KEY": "true",
+		"LEVERS9_DATABASE_POSTGRES_PASSWORD":    "pw",
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Controlplane.Auth.BootstrapSecret != "from-env" {
+		t.Errorf("env must override the file, got %q", c.Controlplane.Auth.BootstrapSecret)
+	}
+	if c.Database.Postgres.Port != 6543 || !c.RefuseDefaultEncryptionKey {
+		t.Errorf("env overrides lost: %+v", c.Database.Postgres.Port)
+	}
+	if w := c.ShippedDefaults(); len(w) != 0 {
+		t.Errorf("no shipped defaults in use, got %v", w)
+	}
+	if err := c.CheckStartable(); err != nil {
+		t.Errorf("own key must start: %v", err)
+	}
+	eff := c.Worker.EffectiveSecurity("l40s")
+	if eff.Seccomp != "log" || eff.Profile != "hardened" || len(eff.Egress.Allow) != 2 {
+		t.Errorf("effective security = %+v", eff)
+	}
+	if c.Worker.Pools["l40s"].Runtime != "runsc" || c.Worker.Pools["default"].Runtime != "runc" {
+		t.Errorf("pool runtimes = %+v", c.Worker.Pools)
+	}
+}
+
+func TestValidateNamesEveryKey(t *testing.T) {
+	t.Parallel()
+	yml := `
+controlplane:
+  grpcAddr: nonsense
+  logLevel: loud
+  tls: {certFile: a.pem}
+database:
+  postgres: {port: 70000, encryptionKey: short}
+worker:
+  volumeMountValidation: maybe
+  containerSecurity:
+    seccomp: sometimes
+    egress:
+      allow: ["10.0.0.0/8", "10.0.0.0/33", "1.2.3.4:99999", "[::1]:53/icmp", "host.example:80"]
+  pools:
+    Bad_Name: {runtime: kata}
+`
+	_, err := Load(strings.NewReader(yml), nil)
+	if err == nil {
+		t.Fatal("want errors")
+	}
+	for _, want := range []string{
+		"controlplane.grpcAddr", "controlplane.logLevel", "controlplane.tls",
+		"database.postgres.port", "database.postgres.encryptionKey",
+		"worker.volumeMountValidation", "worker.containerSecurity.seccomp",
+		"worker.containerSecurity.egress.allow[1]", "worker.containerSecurity.egress.allow[2]",
+		"worker.containerSecurity.egress.allow[3]", "worker.containerSecurity.egress.allow[4]",
+		"worker.pools.Bad_Name", "worker.pools.Bad_Name.runtime",
+	} {
+		if !strings.Contains(err.Error(), want+":") {
+			t.Errorf("error does not name %s:\n%v", want, err)
+		}
+	}
+	if strings.Contains(err.Error(), "allow[0]") {
+		t.Errorf("valid entry reported: %v", err)
+	}
+}
+
+func TestSecretsNeverInErrors(t *testing.T) {
+	t.Parallel()
+	const secret = "hunter2-very-secret-value"
+	_, err := Load(strings.NewReader("database:\n  postgres:\n    encryptionKey: hunter2\n    password: "+secret+"\n    previousEncryptionKeys: [hunter2]\n"), envMap(map[string]string{
+		"LEVERS9_DATABASE_REDIS_DB": secret,
+	}))
+	if err == nil {
+		t.Fatal("want an error")
+	}
+	if strings.Contains(err.Error(), "hunter2") {
+		t.Errorf("secret leaked into error: %v", err)
+	}
+}
+
+func TestUnknownKeyRefused(t *testing.T) {
+	t.Parallel()
+	_, err := Load(strings.NewReader("controlplane:\n  grpcAdr: :1\n"), nil)
+	if err == nil || !strings.Contains(err.Error(), "grpcAdr") {
+		t.Errorf("typo must be refused naming the key, got %v", err)
+	}
+}
+
+func TestRefuseDefaultKey(t *testing.T) {
+	t.Parallel()
+	c, err := Load(strings.NewReader(""), envMap(map[string]string{"LEVERS9_REFUSE_DEFAULT_ENCRYPTION_KEY": "true"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.CheckStartable(); !errors.Is(err, ErrDefaultKeyRefused) {
+		t.Errorf("CheckStartable = %v, want refusal", err)
+	}
+}
+
+func TestConnStringRedacted(t *testing.T) {
+	t.Parallel()
+	p := Postgres{Host: "db", Port: 5432, User: "u", Password: "s3cr3t", Database: "d", SSLMode: "disable"}
+	if !strings.Contains(p.ConnString(), "s3cr3t") {
+		t.Error("conn string needs the password")
+	}
+	if strings.Contains(p.Redacted(), "s3cr3t") {
+		t.Error("redacted form leaks the password")
+	}
+}
+
+func FuzzLoad(f *testing.F) {
+	f.Add([]byte("controlplane:\n  grpcAddr: :1993\n"))
+	f.Add([]byte("worker:\n  containerSecurity:\n    egress:\n      allow: [\"[::1]:53/udp\"]\n"))
+	f.Add([]byte("database: {postgres: {port: 1}}"))
+	f.Add([]byte("\x00\xff: ["))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		c, err := Load(strings.NewReader(string(data)), nil)
+		if err != nil {
+			if c != nil {
+				t.Fatal("config returned with an error")
+			}
+			return
+		}
+		if err := c.Validate(); err != nil {
+			t.Fatalf("loaded config fails Validate: %v", err)
+		}
+		if c.Controlplane.GRPCAddr == "" || c.Database.Postgres.EncryptionKey == "" {
+			t.Fatal("defaults not applied")
+		}
+	})
+}
+
+func FuzzAllowEntry(f *testing.F) {
+	for _, s := range []string{"10.0.0.0/8", "1.2.3.4:443/tcp", "[fd00::/8]:53", "::1", "[::1", "1.2.3.4:"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		_ = validateAllow(s)
+	})
+}

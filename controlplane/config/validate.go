@@ -1,0 +1,97 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"regexp"
+	"slices"
+	"sort"
+)
+
+var poolName = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
+
+// Validate reports every problem at once, each naming its key. Values of
+// secret keys are never included.
+func (c *Config) Validate() error {
+	var errs []error
+	bad := func(key, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%s: %s", key, fmt.Sprintf(format, args...)))
+	}
+	addr := func(key, v string) {
+		if _, port, err := net.SplitHostPort(v); err != nil || port == "" {
+			bad(key, "%q is not HOST:PORT", v)
+		}
+	}
+	cp := c.Controlplane
+	addr("controlplane.grpcAddr", cp.GRPCAddr)
+	addr("controlplane.restAddr", cp.RESTAddr)
+	addr("controlplane.tunnelAddr", cp.TunnelAddr)
+	if (cp.TLS.CertFile == "") != (cp.TLS.KeyFile == "") {
+		bad("controlplane.tls", "certFile and keyFile go together")
+	}
+	oneOf(bad, "controlplane.logLevel", cp.LogLevel, "debug", "info", "warn", "error")
+
+	pg := c.Database.Postgres
+	if pg.Port < 1 || pg.Port > 65535 {
+		bad("database.postgres.port", "%d is not a port", pg.Port)
+	}
+	oneOf(bad, "database.postgres.sslMode", pg.SSLMode, "disable", "allow", "prefer", "require", "verify-ca", "verify-full")
+	if len(pg.EncryptionKey) < 16 {
+		bad("database.postgres.encryptionKey", "must be at least 16 characters")
+	}
+	for i, k := range pg.PreviousEncryptionKeys {
+		if len(k) < 16 {
+			bad(fmt.Sprintf("database.postgres.previousEncryptionKeys[%d]", i), "must be at least 16 characters")
+		}
+		if k == pg.EncryptionKey {
+			bad(fmt.Sprintf("database.postgres.previousEncryptionKeys[%d]", i), "is the current encryptionKey")
+		}
+	}
+	addr("database.redis.addr", c.Database.Redis.Addr)
+	if c.Database.Redis.DB < 0 {
+		bad("database.redis.db", "%d is negative", c.Database.Redis.DB)
+	}
+
+	w := c.Worker
+	validateSecurity(bad, "worker.containerSecurity", w.ContainerSecurity)
+	oneOf(bad, "worker.volumeMountValidation", w.VolumeMountValidation, "log", "enforce")
+	names := make([]string, 0, len(w.Pools))
+	for n := range w.Pools {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		key := "worker.pools." + n
+		if !poolName.MatchString(n) {
+			bad(key, "pool names are lower-case letters, digits and dashes")
+		}
+		p := w.Pools[n]
+		oneOf(bad, key+".runtime", p.Runtime, "runc", "runsc")
+		validateSecurity(bad, key+".security", p.Security)
+	}
+	return errors.Join(errs...)
+}
+
+func validateSecurity(bad func(string, string, ...any), key string, s ContainerSecurity) {
+	if s.Profile != "" {
+		oneOf(bad, key+".profile", s.Profile, "legacy", "hardened")
+	}
+	if s.Seccomp != "" {
+		oneOf(bad, key+".seccomp", s.Seccomp, "off", "log", "enforce")
+	}
+	if s.Egress.Mode != "" {
+		oneOf(bad, key+".egress.mode", s.Egress.Mode, "off", "observe", "enforce")
+	}
+	for i, a := range s.Egress.Allow {
+		if err := validateAllow(a); err != nil {
+			bad(fmt.Sprintf("%s.egress.allow[%d]", key, i), "%q: %v", a, err)
+		}
+	}
+}
+
+func oneOf(bad func(string, string, ...any), key, v string, allowed ...string) {
+	if !slices.Contains(allowed, v) {
+		bad(key, "%q is not one of %v", v, allowed)
+	}
+}

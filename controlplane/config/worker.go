@@ -1,0 +1,110 @@
+package config
+
+// Worker holds what agents apply to containers. Pools may override any key
+// of ContainerSecurity.
+type Worker struct {
+	ContainerSecurity ContainerSecurity `yaml:"containerSecurity"`
+	// ContainerServerAuth requires authentication on servers tasks expose.
+	ContainerServerAuth bool `yaml:"containerServerAuth"`
+	// VolumeMountValidation is log or enforce (default log).
+	VolumeMountValidation string `yaml:"volumeMountValidation"`
+	// JobResourcesEnforced applies CPU and memory limits to containers.
+	JobResourcesEnforced *bool `yaml:"jobResourcesEnforced"`
+	// ImageRegistry is where task images are pulled from by default.
+	ImageRegistry string `yaml:"imageRegistry"`
+	// DefaultImage runs tasks that name no image.
+	DefaultImage string `yaml:"defaultImage"`
+	// Pools are the named worker pools.
+	Pools map[string]Pool `yaml:"pools"`
+}
+
+// ContainerSecurity is the hardening applied before a container starts.
+type ContainerSecurity struct {
+	// Profile is legacy or hardened (default hardened).
+	Profile string `yaml:"profile"`
+	// Seccomp is off, log or enforce (default enforce).
+	Seccomp string `yaml:"seccomp"`
+	// DropNetRaw removes CAP_NET_RAW (default true).
+	DropNetRaw *bool `yaml:"dropNetRaw"`
+	// BridgePortIsolation isolates container veths from each other (default true).
+	BridgePortIsolation *bool  `yaml:"bridgePortIsolation"`
+	Egress              Egress `yaml:"egress"`
+}
+
+// Egress is the container egress policy.
+type Egress struct {
+	// Mode is off, observe or enforce (default observe).
+	Mode string `yaml:"mode"`
+	// Allow entries: CIDR, CIDR:port, CIDR:port/proto, [v6CIDR]:port.
+	Allow []string `yaml:"allow"`
+}
+
+// Pool is one named pool of machines.
+type Pool struct {
+	// Runtime is runc or runsc (default runc).
+	Runtime      string            `yaml:"runtime"`
+	GPUType      string            `yaml:"gpuType"`
+	NodeSelector map[string]string `yaml:"nodeSelector"`
+	// Security overrides keys of worker.containerSecurity for this pool;
+	// unset keys inherit.
+	Security ContainerSecurity `yaml:"security"`
+}
+
+func boolPtr(b bool) *bool { return &b }
+
+func (w *Worker) withDefaults() {
+	cs := &w.ContainerSecurity
+	setDefault(&cs.Profile, "hardened")
+	setDefault(&cs.Seccomp, "enforce")
+	if cs.DropNetRaw == nil {
+		cs.DropNetRaw = boolPtr(true)
+	}
+	if cs.BridgePortIsolation == nil {
+		cs.BridgePortIsolation = boolPtr(true)
+	}
+	setDefault(&cs.Egress.Mode, "observe")
+	setDefault(&w.VolumeMountValidation, "log")
+	if w.JobResourcesEnforced == nil {
+		w.JobResourcesEnforced = boolPtr(true)
+	}
+	if w.Pools == nil {
+		w.Pools = map[string]Pool{}
+	}
+	if _, ok := w.Pools["default"]; !ok {
+		w.Pools["default"] = Pool{}
+	}
+	for name, p := range w.Pools {
+		setDefault(&p.Runtime, "runc")
+		w.Pools[name] = p
+	}
+}
+
+// EffectiveSecurity is the pool's security: the worker's settings with the
+// pool's overrides applied on top.
+func (w *Worker) EffectiveSecurity(pool string) ContainerSecurity {
+	eff := w.ContainerSecurity
+	p, ok := w.Pools[pool]
+	if !ok {
+		return eff
+	}
+	o := p.Security
+	if o.Profile != "" {
+		eff.Profile = o.Profile
+	}
+	if o.Seccomp != "" {
+		eff.Seccomp = o.Seccomp
+	}
+	if o.DropNetRaw != nil {
+		eff.DropNetRaw = o.DropNetRaw
+	}
+	if o.BridgePortIsolation != nil {
+		eff.BridgePortIsolation = o.BridgePortIsolation
+	}
+	if o.Egress.Mode != "" {
+		eff.Egress.Mode = o.Egress.Mode
+	}
+	if o.Egress.Allow != nil {
+		eff.Egress.Allow = o.Egress.Allow
+	}
+	return eff
+}

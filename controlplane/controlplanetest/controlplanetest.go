@@ -1,0 +1,211 @@
+// Package controlplanetest runs a real controlplane inside a test process:
+// private Postgres and Redis servers (from internal/devstack), a fresh
+// database per test, and a server on free 127.0.0.1 ports whose JSON logs
+// tests can read. Test-only; never imported by production code.
+package controlplanetest
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/levers9/levers9/controlplane/config"
+	"github.com/levers9/levers9/controlplane/server"
+	"github.com/levers9/levers9/internal/devstack"
+	"github.com/levers9/levers9/internal/testenv"
+)
+
+// Env is the shared services of one test binary.
+type Env struct {
+	Dir   string
+	PG    *devstack.Postgres
+	Redis *devstack.Redis
+	dbs   atomic.Int64
+}
+
+// StartEnv starts Postgres and Redis for a test binary (call from
+// TestMain). The Redis password is set so the no-password warning can be
+// tested both ways.
+func StartEnv(ctx context.Context) (*Env, error) {
+	dir, err := os.MkdirTemp("", "l9cp-")
+	if err != nil {
+		return nil, err
+	}
+	// The postgres user must reach the data dir under it.
+	if err := os.Chmod(dir, 0o755); err != nil {
+		return nil, err
+	}
+	e := &Env{Dir: dir}
+	if e.PG, err = devstack.StartPostgres(ctx, filepath.Join(dir, "pg"), devstack.PostgresOptions{}); err != nil {
+		os.RemoveAll(dir)
+		return nil, fmt.Errorf("start postgres: %w", err)
+	}
+	if e.Redis, err = devstack.StartRedis(ctx, filepath.Join(dir, "redis"), 0, "redis-test-pw"); err != nil {
+		_ = e.PG.Stop()
+		os.RemoveAll(dir)
+		return nil, fmt.Errorf("start redis: %w", err)
+	}
+	return e, nil
+}
+
+// Main is a TestMain body: start the env, run, stop. When the services
+// cannot start it fails under CI and skips the package elsewhere.
+func Main(m *testing.M, envOut **Env) int {
+	e, err := StartEnv(context.Background())
+	if err != nil {
+		if testenv.InCI() {
+			fmt.Fprintln(os.Stderr, "controlplanetest:", err)
+			return 1
+		}
+		fmt.Fprintln(os.Stderr, "controlplanetest: skipping, services unavailable:", err)
+		return 0
+	}
+	*envOut = e
+	code := m.Run()
+	e.Stop()
+	return code
+}
+
+// Stop stops the services and removes their files.
+func (e *Env) Stop() {
+	_ = e.Redis.Stop()
+	_ = e.PG.Stop()
+	os.RemoveAll(e.Dir)
+}
+
+// NewDatabase creates an empty database for one test.
+func (e *Env) NewDatabase(t testing.TB) string {
+	t.Helper()
+	name := fmt.Sprintf("l9t_%d_%d", os.Getpid(), e.dbs.Add(1))
+	if err := e.PG.CreateDatabase(context.Background(), name); err != nil {
+		t.Fatal(err)
+	}
+	return name
+}
+
+// Config returns a config pointing at the env's services and a new
+// database, listening on free ports.
+func (e *Env) Config(t testing.TB) *config.Config {
+	t.Helper()
+	c := &config.Config{}
+	c.Controlplane.GRPCAddr = "127.0.0.1:0"
+	c.Controlplane.RESTAddr = "127.0.0.1:0"
+	c.Controlplane.TunnelAddr = "127.0.0.1:0"
+	c.Controlplane.LogLevel = "debug"
+	c.Controlplane.Auth.BootstrapSecret = "test-bootstrap-secret"
+	pg := &c.Database.Postgres
+	pg.Host, pg.Port, pg.User, pg.Password = e.PG.Host, e.PG.Port, e.PG.User, e.PG.Password
+	pg.Database = e.NewDatabase(t)
+	pg.EncryptionKey = "test-encryption-key-aaaaaaaaaaaa"
+	c.Database.Redis.Addr = e.Redis.Addr()
+	c.Database.Redis.Password = e.Redis.Password
+	c.WithDefaults()
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// Instance is a running controlplane.
+type Instance struct {
+	Server *server.Server
+	Config *config.Config
+	Logs   *Logs
+	Conn   *grpc.ClientConn
+}
+
+// Start runs a controlplane on cfg until the test ends and waits until it
+// is healthy (unless the dependencies are down on purpose: wait=false).
+func Start(t testing.TB, cfg *config.Config, wait bool) *Instance {
+	t.Helper()
+	logs := &Logs{}
+	log := slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	srv, err := server.New(cfg, server.Options{Logger: log, DependencyInterval: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Stop)
+	conn, err := grpc.NewClient(srv.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	in := &Instance{Server: srv, Config: cfg, Logs: logs, Conn: conn}
+	if wait {
+		Eventually(t, 30*time.Second, "controlplane healthy", srv.Healthy)
+	}
+	return in
+}
+
+// Eventually polls cond until it holds or the deadline passes.
+func Eventually(t testing.TB, within time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for: %s", within, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// Logs collects JSON log lines. Safe for concurrent use.
+type Logs struct {
+	// mu guards buf.
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (l *Logs) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.Write(p)
+}
+
+// String is everything logged so far.
+func (l *Logs) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.String()
+}
+
+// Records parses the log lines.
+func (l *Logs) Records() []map[string]any {
+	var out []map[string]any
+	sc := bufio.NewScanner(strings.NewReader(l.String()))
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		var m map[string]any
+		if json.Unmarshal(sc.Bytes(), &m) == nil {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// Find returns the records whose msg contains substr.
+func (l *Logs) Find(substr string) []map[string]any {
+	var out []map[string]any
+	for _, r := range l.Records() {
+		if msg, _ := r["msg"].(string); strings.Contains(msg, substr) {
+			out = append(out, r)
+		}
+	}
+	return out
+}

@@ -1,0 +1,114 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"net/textproto"
+	"sync"
+
+	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	v1 "github.com/levers9/levers9/api/levers9/v1"
+	"github.com/levers9/levers9/controlplane/auth"
+)
+
+// restHandler serves the REST gateway under /api/, health on /healthz and
+// metrics on /metrics. The gateway talks to the in-memory gRPC server, so
+// REST and gRPC share every interceptor, authentication included.
+func (s *Server) restHandler(ctx context.Context) (http.Handler, error) {
+	conn, err := grpc.NewClient("passthrough:///levers9-internal",
+		grpc.WithContextDialer(func(context.Context, string) (net.Conn, error) { return s.memLn.dial() }),
+		grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nil, fmt.Errorf("gateway connection: %w", err)
+	}
+	gw := runtime.NewServeMux(runtime.WithIncomingHeaderMatcher(headerMatcher))
+	for _, reg := range []func(context.Context, *runtime.ServeMux, *grpc.ClientConn) error{
+		v1.RegisterAuthServiceHandler,
+		v1.RegisterTokenServiceHandler,
+		v1.RegisterSecretServiceHandler,
+		v1.RegisterWorkspaceServiceHandler,
+	} {
+		if err := reg(ctx, gw, conn); err != nil {
+			return nil, fmt.Errorf("register REST gateway: %w", err)
+		}
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/api/", gw)
+	mux.Handle("/metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/healthz", s.serveHealth)
+	return mux, nil
+}
+
+// headerMatcher forwards the one custom header the API reads (the bootstrap
+// secret) besides the gateway's defaults; other Grpc-Metadata- headers are
+// dropped so REST callers cannot forge metadata an interceptor might trust.
+func headerMatcher(key string) (string, bool) {
+	if textproto.CanonicalMIMEHeaderKey(key) == bootstrapRESTHeader {
+		return auth.BootstrapHeader, true
+	}
+	return runtime.DefaultHeaderMatcher(key)
+}
+
+const bootstrapRESTHeader = "Grpc-Metadata-X-Levers9-Bootstrap-Secret"
+
+func (s *Server) serveHealth(w http.ResponseWriter, _ *http.Request) {
+	s.mu.Lock()
+	body := map[string]bool{"postgres": s.pgUp, "redis": s.redisUp, "migrated": s.migrated}
+	healthy := s.migrated && s.pgUp && s.redisUp
+	s.mu.Unlock()
+	body["healthy"] = healthy
+	w.Header().Set("Content-Type", "application/json")
+	if !healthy {
+		w.WriteHeader(http.StatusServiceUnavailable)
+	}
+	_ = json.NewEncoder(w).Encode(body)
+}
+
+// memListener is an in-memory net.Listener for the gateway's connection.
+type memListener struct {
+	conns chan net.Conn
+	once  sync.Once
+	done  chan struct{}
+}
+
+func newMemListener() *memListener {
+	return &memListener{conns: make(chan net.Conn), done: make(chan struct{})}
+}
+
+func (l *memListener) Accept() (net.Conn, error) {
+	select {
+	case c := <-l.conns:
+		return c, nil
+	case <-l.done:
+		return nil, net.ErrClosed
+	}
+}
+
+func (l *memListener) Close() error {
+	l.once.Do(func() { close(l.done) })
+	return nil
+}
+
+func (l *memListener) Addr() net.Addr { return memAddr{} }
+
+func (l *memListener) dial() (net.Conn, error) {
+	a, b := net.Pipe()
+	select {
+	case l.conns <- b:
+		return a, nil
+	case <-l.done:
+		return nil, net.ErrClosed
+	}
+}
+
+type memAddr struct{}
+
+func (memAddr) Network() string { return "mem" }
+func (memAddr) String() string  { return "levers9-internal" }

@@ -1,0 +1,61 @@
+package server
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+
+	"github.com/levers9/levers9/controlplane/config"
+)
+
+// Main runs the controlplane until ctx ends: it parses args, loads the
+// config (file plus LEVERS9_* from getenv), starts and waits.
+func Main(ctx context.Context, args []string, getenv func(string) (string, bool), stderr io.Writer) error {
+	fs := flag.NewFlagSet("levers9-controlplane", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	cfgPath := fs.String("config", "", "path to the YAML config (keys: controlplane.*, database.*, worker.*); LEVERS9_* variables override it")
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "Usage: levers9-controlplane [--config FILE]\n\nRuns a levers9 controlplane replica: gRPC (default :1993), REST, health and /metrics (:1994).\n\n")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *cfgPath == "" {
+		if v, ok := getenv("LEVERS9_CONFIG"); ok {
+			*cfgPath = v
+		}
+	}
+	cfg, err := config.LoadFile(*cfgPath, getenv)
+	if err != nil {
+		return err
+	}
+	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: parseLevel(cfg.Controlplane.LogLevel)}))
+	srv, err := New(cfg, Options{Logger: log})
+	if err != nil {
+		return err
+	}
+	if err := srv.Start(ctx); err != nil {
+		return err
+	}
+	<-ctx.Done()
+	log.Info("shutting down")
+	srv.Stop()
+	return nil
+}
+
+func parseLevel(s string) slog.Level {
+	switch strings.ToLower(s) {
+	case "debug":
+		return slog.LevelDebug
+	case "warn":
+		return slog.LevelWarn
+	case "error":
+		return slog.LevelError
+	}
+	return slog.LevelInfo
+}
+

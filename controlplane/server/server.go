@@ -1,0 +1,232 @@
+// Package server owns the running controlplane: it wires config, store,
+// bus, sealing and the API services into a gRPC server (TLS when given a
+// certificate), a REST gateway with the same authentication, health and
+// /metrics, and a dependency loop that migrates Postgres when it first
+// answers, re-seals rows onto the current key, and reports unhealthy while
+// Postgres or Redis is down (recovering by itself when they return). It
+// never logs secrets. Start/Stop follow the repo's start-stop contract.
+package server
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/levers9/levers9/controlplane/api"
+	"github.com/levers9/levers9/controlplane/auth"
+	"github.com/levers9/levers9/controlplane/bus"
+	"github.com/levers9/levers9/controlplane/config"
+	"github.com/levers9/levers9/controlplane/seal"
+	"github.com/levers9/levers9/controlplane/store"
+)
+
+// Options are the parts a caller may inject.
+type Options struct {
+	Logger *slog.Logger
+	// DependencyInterval is how often Postgres and Redis are checked
+	// (default 2s).
+	DependencyInterval time.Duration
+}
+
+// Server is one controlplane replica.
+type Server struct {
+	cfg  *config.Config
+	log  *slog.Logger
+	opts Options
+
+	reg     *prometheus.Registry
+	metrics *metrics
+	store   *store.Store
+	bus     *bus.Bus
+	keyring *seal.Keyring
+	health  *health.Server
+
+	public   *grpc.Server // TLS (when configured) on controlplane.grpcAddr
+	internal *grpc.Server // plaintext, in memory, for the REST gateway
+	grpcLn   net.Listener
+	restLn   net.Listener
+	memLn    *memListener
+	http     *http.Server
+
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	// mu guards the fields below.
+	mu       sync.Mutex
+	started  bool
+	stopped  bool
+	migrated bool
+	pgUp     bool
+	redisUp  bool
+}
+
+// New checks cfg and builds a server; nothing listens until Start.
+func New(cfg *config.Config, opts Options) (*Server, error) {
+	if err := cfg.CheckStartable(); err != nil {
+		return nil, err
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.DependencyInterval == 0 {
+		opts.DependencyInterval = 2 * time.Second
+	}
+	kr, err := seal.NewKeyring(cfg.Database.Postgres.EncryptionKey, cfg.Database.Postgres.PreviousEncryptionKeys...)
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{cfg: cfg, log: opts.Logger, opts: opts, keyring: kr, reg: prometheus.NewRegistry()}
+	s.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	s.metrics = newMetrics(s.reg)
+	return s, nil
+}
+
+// Start opens the listeners and starts serving; it returns once they are
+// bound. Postgres and Redis need not be up: the dependency loop waits for
+// them.
+func (s *Server) Start(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.started {
+		return errors.New("controlplane server: already started")
+	}
+	s.started = true
+	for _, w := range s.cfg.ShippedDefaults() {
+		s.log.Warn(w.Message, "key", w.Key, "shipped_default", true)
+	}
+	st, err := store.Open(ctx, s.cfg.Database.Postgres.ConnString(), s.log.With("component", "store"))
+	if err != nil {
+		return err
+	}
+	s.store = st
+	r := s.cfg.Database.Redis
+	s.bus = bus.New(bus.Options{Addr: r.Addr, Password: r.Password, DB: r.DB})
+
+	deps := &api.Deps{Store: s.store, Keyring: s.keyring, Bus: s.bus, Log: s.log.With("component", "api"),
+		BootstrapSecret: s.cfg.Controlplane.Auth.BootstrapSecret}
+	authn := &auth.Authenticator{Store: s.store, Public: map[string]bool{api.AuthMethod: true}}
+	s.health = health.NewServer()
+	s.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
+
+	var creds []grpc.ServerOption
+	var tlsCfg *tls.Config
+	if c := s.cfg.Controlplane.TLS; c.CertFile != "" {
+		cert, err := tls.LoadX509KeyPair(c.CertFile, c.KeyFile)
+		if err != nil {
+			return fmt.Errorf("load controlplane certificate %s: %w", c.CertFile, err)
+		}
+		tlsCfg = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+		creds = append(creds, grpc.Creds(credentials.NewTLS(tlsCfg)))
+	}
+	s.public = s.newGRPC(deps, authn, creds...)
+	s.internal = s.newGRPC(deps, authn)
+
+	if s.grpcLn, err = net.Listen("tcp", s.cfg.Controlplane.GRPCAddr); err != nil {
+		return fmt.Errorf("listen for gRPC on %s: %w", s.cfg.Controlplane.GRPCAddr, err)
+	}
+	if s.restLn, err = net.Listen("tcp", s.cfg.Controlplane.RESTAddr); err != nil {
+		s.grpcLn.Close()
+		return fmt.Errorf("listen for REST on %s: %w", s.cfg.Controlplane.RESTAddr, err)
+	}
+	s.memLn = newMemListener()
+	handler, err := s.restHandler(ctx)
+	if err != nil {
+		s.grpcLn.Close()
+		s.restLn.Close()
+		return err
+	}
+	s.http = &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, TLSConfig: tlsCfg}
+
+	loopCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	s.cancel = cancel
+	s.wg.Add(4)
+	go func() { defer s.wg.Done(); _ = s.public.Serve(s.grpcLn) }()
+	go func() { defer s.wg.Done(); _ = s.internal.Serve(s.memLn) }()
+	go func() {
+		defer s.wg.Done()
+		var err error
+		if tlsCfg != nil {
+			err = s.http.ServeTLS(s.restLn, "", "")
+		} else {
+			err = s.http.Serve(s.restLn)
+		}
+		if err != nil && !errors.Is(err, http.ErrServerClosed) {
+			s.log.Error("REST server stopped", "err", err)
+		}
+	}()
+	go func() { defer s.wg.Done(); s.dependencyLoop(loopCtx) }()
+	s.log.Info("controlplane listening", "grpc", s.grpcLn.Addr().String(), "rest", s.restLn.Addr().String(),
+		"tls", tlsCfg != nil, "postgres", s.cfg.Database.Postgres.Redacted(), "redis", r.Addr)
+	return nil
+}
+
+func (s *Server) newGRPC(deps *api.Deps, authn *auth.Authenticator, opts ...grpc.ServerOption) *grpc.Server {
+	opts = append(opts,
+		grpc.ChainUnaryInterceptor(s.metrics.unary(), s.readyUnary(), authn.Unary()),
+		grpc.ChainStreamInterceptor(s.readyStream(), authn.Stream()),
+		grpc.MaxRecvMsgSize(4<<20),
+	)
+	g := grpc.NewServer(opts...)
+	healthpb.RegisterHealthServer(g, s.health)
+	registerServices(g, deps, authn)
+	return g
+}
+
+// Stop stops serving and waits for every goroutine. Safe twice or before
+// Start.
+func (s *Server) Stop() {
+	s.mu.Lock()
+	if !s.started || s.stopped {
+		s.stopped = true
+		s.mu.Unlock()
+		return
+	}
+	s.stopped = true
+	s.mu.Unlock()
+	s.cancel()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = s.http.Shutdown(ctx)
+	stopGRPC(s.public, 5*time.Second)
+	stopGRPC(s.internal, 5*time.Second)
+	s.wg.Wait()
+	s.store.Close()
+	_ = s.bus.Close()
+}
+
+func stopGRPC(g *grpc.Server, grace time.Duration) {
+	done := make(chan struct{})
+	go func() { g.GracefulStop(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(grace):
+		g.Stop()
+		<-done
+	}
+}
+
+// GRPCAddr is the bound gRPC address.
+func (s *Server) GRPCAddr() string { return s.grpcLn.Addr().String() }
+
+// RESTAddr is the bound REST address.
+func (s *Server) RESTAddr() string { return s.restLn.Addr().String() }
+
+// Healthy reports whether Postgres and Redis answer and migrations ran.
+func (s *Server) Healthy() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.migrated && s.pgUp && s.redisUp
+}

@@ -1,0 +1,18 @@
+package server
+
+import (
+	"google.golang.org/grpc"
+
+	v1 "github.com/levers9/levers9/api/levers9/v1"
+	"github.com/levers9/levers9/controlplane/api"
+	"github.com/levers9/levers9/controlplane/auth"
+)
+
+// registerServices is the one list of public services; the REST gateway
+// registers the same list in rest.go.
+func registerServices(g *grpc.Server, deps *api.Deps, authn *auth.Authenticator) {
+	v1.RegisterAuthServiceServer(g, &api.AuthService{Deps: deps, Auth: authn})
+	v1.RegisterTokenServiceServer(g, &api.TokenService{Deps: deps})
+	v1.RegisterSecretServiceServer(g, &api.SecretService{Deps: deps})
+	v1.RegisterWorkspaceServiceServer(g, &api.WorkspaceService{Deps: deps})
+}

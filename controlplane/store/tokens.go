@@ -1,0 +1,76 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+)
+
+// Token is a row of tokens. Hash is the SHA-256 of the token's secret.
+type Token struct {
+	ID          string
+	WorkspaceID string
+	Name        string
+	Hash        []byte
+	CreatedAt   time.Time
+	LastUsedAt  *time.Time
+	RevokedAt   *time.Time
+}
+
+const tokenColumns = `id, workspace_id, name, hash, created_at, last_used_at, revoked_at`
+
+func scanToken(row interface{ Scan(...any) error }) (Token, error) {
+	var t Token
+	err := row.Scan(&t.ID, &t.WorkspaceID, &t.Name, &t.Hash, &t.CreatedAt, &t.LastUsedAt, &t.RevokedAt)
+	return t, err
+}
+
+func insertToken(ctx context.Context, db dbtx, t Token) error {
+	_, err := db.Exec(ctx, `INSERT INTO tokens (id, workspace_id, name, hash, created_at) VALUES ($1, $2, $3, $4, $5)`,
+		t.ID, t.WorkspaceID, t.Name, t.Hash, t.CreatedAt)
+	return wrap("create token "+t.ID, err)
+}
+
+// CreateToken inserts a token.
+func (s *Store) CreateToken(ctx context.Context, t Token) error {
+	return insertToken(ctx, s.pool, t)
+}
+
+// UseToken returns token id for authentication and records its use.
+func (s *Store) UseToken(ctx context.Context, id string) (Token, error) {
+	t, err := scanToken(s.pool.QueryRow(ctx,
+		`UPDATE tokens SET last_used_at = now() WHERE id = $1 RETURNING `+tokenColumns, id))
+	return t, wrap("look up token "+id, err)
+}
+
+// ListTokens lists a workspace's tokens, newest first.
+func (s *Store) ListTokens(ctx context.Context, wsID string, includeRevoked bool) ([]Token, error) {
+	rows, err := s.pool.Query(ctx, `SELECT `+tokenColumns+` FROM tokens
+		WHERE workspace_id = $1 AND ($2 OR revoked_at IS NULL) ORDER BY created_at DESC, id`, wsID, includeRevoked)
+	if err != nil {
+		return nil, wrap("list tokens", err)
+	}
+	defer rows.Close()
+	var out []Token
+	for rows.Next() {
+		t, err := scanToken(rows)
+		if err != nil {
+			return nil, wrap("list tokens", err)
+		}
+		out = append(out, t)
+	}
+	return out, wrap("list tokens", rows.Err())
+}
+
+// RevokeToken revokes token id of workspace wsID. Revoking twice keeps the
+// first time. A token of another workspace is not found.
+func (s *Store) RevokeToken(ctx context.Context, wsID, id string) (Token, error) {
+	t, err := scanToken(s.pool.QueryRow(ctx, `UPDATE tokens SET revoked_at = coalesce(revoked_at, now())
+		WHERE id = $1 AND workspace_id = $2 RETURNING `+tokenColumns, id, wsID))
+	if err != nil {
+		return t, fmt.Errorf("revoke token: %w", wrap("token "+id, err))
+	}
+	return t, nil
+}
+

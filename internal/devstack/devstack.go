@@ -1,0 +1,144 @@
+// Package devstack starts private Postgres and Redis servers from Debian's
+// packages, each in its own data directory on a free 127.0.0.1 port. Tests
+// and the local stack (`make up`) use it; production never does. It never
+// touches the system-wide clusters, and passwords reach the servers through
+// files or stdin, never argv. Its API is internal and may change.
+package devstack
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"time"
+)
+
+// FreePort asks the kernel for a free TCP port on 127.0.0.1.
+func FreePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, fmt.Errorf("find a free port: %w", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// serviceUser is who runs the servers: Postgres refuses to run as root, so
+// root runs them as the "postgres" user the Debian package creates.
+type serviceUser struct {
+	cred     *syscall.Credential
+	uid, gid int
+}
+
+func postgresUser() (serviceUser, error) {
+	if os.Geteuid() != 0 {
+		return serviceUser{uid: os.Getuid(), gid: os.Getgid()}, nil
+	}
+	u, err := user.Lookup("postgres")
+	if err != nil {
+		return serviceUser{}, fmt.Errorf("look up the postgres user (install the postgresql package): %w", err)
+	}
+	uid, _ := strconv.Atoi(u.Uid)
+	gid, _ := strconv.Atoi(u.Gid)
+	return serviceUser{cred: &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}, uid: uid, gid: gid}, nil
+}
+
+func (s serviceUser) command(ctx context.Context, name string, args ...string) *exec.Cmd {
+	cmd := exec.CommandContext(ctx, name, args...)
+	if s.cred != nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: s.cred}
+	}
+	cmd.Env = append(os.Environ(), "LC_ALL=C.UTF-8")
+	return cmd
+}
+
+// mkdir makes dir and gives it to the service user.
+func (s serviceUser) mkdir(dir string) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	return os.Chown(dir, s.uid, s.gid)
+}
+
+func findBin(name string) (string, error) {
+	if p, err := exec.LookPath(name); err == nil {
+		return p, nil
+	}
+	matches, _ := filepath.Glob("/usr/lib/postgresql/*/bin/" + name)
+	if len(matches) > 0 {
+		return matches[len(matches)-1], nil
+	}
+	return "", fmt.Errorf("%s not found (install the postgresql package)", name)
+}
+
+func waitTCP(ctx context.Context, addr string, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
+		if err == nil {
+			c.Close()
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s did not answer within %s: %w", addr, timeout, err)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+func run(cmd *exec.Cmd, what string) error {
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("%s: %w: %s", what, err, lastLines(out, 8))
+	}
+	return nil
+}
+
+func lastLines(b []byte, n int) string {
+	lines := 0
+	for i := len(b) - 1; i >= 0; i-- {
+		if b[i] == '\n' {
+			lines++
+			if lines > n {
+				return string(b[i+1:])
+			}
+		}
+	}
+	return string(b)
+}
+
+// canReach checks that every parent of dir is searchable by others, which
+// the service user needs when it is not the caller.
+func (s serviceUser) canReach(dir string) error {
+	if s.cred == nil {
+		return nil
+	}
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return err
+	}
+	for p := filepath.Dir(abs); ; p = filepath.Dir(p) {
+		st, err := os.Stat(p)
+		if err != nil {
+			return err
+		}
+		if st.Mode().Perm()&0o001 == 0 {
+			return fmt.Errorf("%s is not searchable by the postgres user (mode %v): choose a data dir whose parents are mode 0711 or wider", p, st.Mode().Perm())
+		}
+		if p == "/" {
+			return nil
+		}
+	}
+}
+
+var errNotRunning = errors.New("not running")
