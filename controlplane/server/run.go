@@ -58,4 +58,3 @@ func parseLevel(s string) slog.Level {
 	}
 	return slog.LevelInfo
 }
-

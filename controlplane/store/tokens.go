@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"time"
-
 )
 
 // Token is a row of tokens. Hash is the SHA-256 of the token's secret.
@@ -73,4 +72,3 @@ func (s *Store) RevokeToken(ctx context.Context, wsID, id string) (Token, error)
 	}
 	return t, nil
 }
-
