@@ -43,6 +43,9 @@ func Open(ctx context.Context, connString string, log *slog.Logger) (*Store, err
 		// The parse error may quote the connection string; do not wrap it.
 		return nil, fmt.Errorf("postgres connection settings do not parse: %w", errdefs.ErrInvalidArgument)
 	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
 	cfg.MaxConns = 20
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
@@ -129,4 +132,13 @@ func wrap(op string, err error) error {
 	}
 	// Anything else is the connection: refused, reset, timed out.
 	return fmt.Errorf("%s: postgres unreachable: %w", op, errdefs.ErrUnavailable)
+}
+
+// QueryStringsForTest runs a query returning one text column.
+func (s *Store) QueryStringsForTest(ctx context.Context, q string) ([]string, error) {
+	rows, err := s.pool.Query(ctx, q)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[string])
 }
