@@ -8,6 +8,8 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"fmt"
 	"log/slog"
@@ -20,6 +22,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/levers9/levers9/controlplane/config"
@@ -141,7 +144,17 @@ func Start(t testing.TB, cfg *config.Config, wait bool) *Instance {
 		t.Fatal(err)
 	}
 	t.Cleanup(srv.Stop)
-	conn, err := grpc.NewClient(srv.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	creds := insecure.NewCredentials()
+	if cfg.Controlplane.TLS.CertFile != "" {
+		pool := x509.NewCertPool()
+		pem, err := os.ReadFile(cfg.Controlplane.TLS.CertFile)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pool.AppendCertsFromPEM(pem)
+		creds = credentials.NewTLS(&tls.Config{RootCAs: pool})
+	}
+	conn, err := grpc.NewClient(srv.GRPCAddr(), grpc.WithTransportCredentials(creds))
 	if err != nil {
 		t.Fatal(err)
 	}
