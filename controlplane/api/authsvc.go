@@ -16,6 +16,8 @@ import (
 const AuthMethod = "/levers9.v1.AuthService/Authorize"
 
 // ErrBootstrapOff is returned when no bootstrap secret is configured.
+//
+//lint:ignore ST1005 the documented message starts with a capital.
 var ErrBootstrapOff = fmt.Errorf("Bootstrap is off on this controlplane: set LEVERS9_BOOTSTRAP_SECRET (or controlplane.auth.bootstrapSecret) on the controlplane to create the first workspace: %w", errdefs.ErrFailedPrecondition)
 
 // AuthService implements levers9.v1.AuthService.

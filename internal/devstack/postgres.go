@@ -132,3 +132,18 @@ func (p *Postgres) CreateDatabase(ctx context.Context, name string) error {
 	cmd.Env = append(cmd.Env, "PGPASSWORD="+p.Password)
 	return run(cmd, "create database "+name)
 }
+
+// AttachForStop prepares a Postgres value built from a Dir alone (a
+// cluster started by an earlier process) so StopServer works.
+func (p *Postgres) AttachForStop() error {
+	as, err := postgresUser()
+	if err != nil {
+		return err
+	}
+	pgCtl, err := findBin("pg_ctl")
+	if err != nil {
+		return err
+	}
+	p.as, p.pgCtl = as, pgCtl
+	return nil
+}

@@ -1,0 +1,37 @@
+# levers9 — see README.md. Two commands matter: `make up` and `make test`.
+SHELL := /bin/bash
+export GOFLAGS ?= -mod=mod
+
+.PHONY: all deps build up down test proto lint bench
+
+all: build
+
+deps:
+	@bash packaging/dev/deps.sh
+
+build:
+	@mkdir -p bin
+	go build -o bin/ ./cmd/...
+
+# Brings up Postgres, Redis and the controlplane on free local ports under
+# .levers9-dev/, bootstraps the first workspace and saves the CLI context
+# "local".
+up: deps build
+	@go run ./packaging/dev/stack up
+
+down:
+	@go run ./packaging/dev/stack down
+
+test: deps
+	@bash packaging/dev/test.sh
+
+proto:
+	@bash api/generate.sh
+
+lint:
+	@test -z "$$(gofmt -l . | tee /dev/stderr)" || (echo "gofmt: the files above need formatting" >&2; exit 1)
+	go vet ./...
+	go tool staticcheck ./...
+
+bench:
+	@for b in bench/*/; do [ -f "$$b/main.go" ] && { echo "== $$b"; go run "./$$b" -quick || exit 1; }; done; true

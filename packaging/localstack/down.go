@@ -1,0 +1,51 @@
+package localstack
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"syscall"
+	"time"
+
+	"github.com/levers9/levers9/internal/devstack"
+)
+
+// Down stops what Up started and keeps the data, so the next Up resumes.
+func Down(ctx context.Context, p Paths, out io.Writer) error {
+	say := func(format string, args ...any) { fmt.Fprintf(out, "==> "+format+"\n", args...) }
+	st, err := loadState(p)
+	if err != nil {
+		return err
+	}
+	if pid, err := readPid(p.file("controlplane.pid")); err == nil && syscall.Kill(pid, 0) == nil {
+		say("stopping the controlplane (pid %d)", pid)
+		_ = syscall.Kill(pid, syscall.SIGTERM)
+		deadline := time.Now().Add(15 * time.Second)
+		for syscall.Kill(pid, 0) == nil && time.Now().Before(deadline) {
+			time.Sleep(50 * time.Millisecond)
+		}
+		if syscall.Kill(pid, 0) == nil {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
+	os.Remove(p.file("controlplane.pid"))
+	if fileExists(p.file("redis/redis.pid")) {
+		say("stopping Redis")
+		r := &devstack.Redis{Dir: p.file("redis"), Port: st.RedisPort}
+		_ = r.Stop()
+		os.Remove(p.file("redis/redis.pid"))
+	}
+	if fileExists(p.file("pg/data/postmaster.pid")) {
+		say("stopping Postgres")
+		pg := &devstack.Postgres{Dir: p.file("pg")}
+		if err := pg.AttachForStop(); err != nil {
+			return err
+		}
+		if err := pg.StopServer(ctx); err != nil {
+			return err
+		}
+	}
+	say("stopped; data kept in %s (remove it to start from scratch)", p.Dir)
+	return nil
+}

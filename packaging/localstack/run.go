@@ -1,0 +1,37 @@
+package localstack
+
+import (
+	"context"
+	"fmt"
+	"io"
+)
+
+// Run dispatches `up` or `down`.
+func Run(ctx context.Context, args []string, p Paths, out io.Writer) error {
+	if len(args) != 1 {
+		return fmt.Errorf("usage: stack up|down")
+	}
+	switch args[0] {
+	case "up":
+		if err := Up(ctx, p, out); err != nil {
+			return err
+		}
+		printNext(out)
+		return nil
+	case "down":
+		return Down(ctx, p, out)
+	}
+	return fmt.Errorf("unknown command %q: usage: stack up|down", args[0])
+}
+
+func printNext(out io.Writer) {
+	fmt.Fprint(out, `
+levers9 is up. Try:
+  export PATH="$PWD/bin:$PATH"
+  levers9 whoami
+  levers9 token create --name laptop
+  levers9 token list
+  printf 'USER=app\nPASSWORD=hunter2\n' | levers9 secret put db
+Stop it with: make down   (data stays in .levers9-dev/)
+`)
+}

@@ -1,0 +1,321 @@
+package localstack
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"io"
+	"math/big"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/metadata"
+
+	v1 "github.com/levers9/levers9/api/levers9/v1"
+	"github.com/levers9/levers9/cli"
+	"github.com/levers9/levers9/internal/devstack"
+)
+
+// Up brings the stack up (or finds it up) and saves the "local" CLI
+// context. Progress goes to out.
+func Up(ctx context.Context, p Paths, out io.Writer) error {
+	say := func(format string, args ...any) { fmt.Fprintf(out, "==> "+format+"\n", args...) }
+	if err := os.MkdirAll(p.Dir, 0o711); err != nil {
+		return err
+	}
+	// Postgres runs as the postgres user and must traverse into its dir.
+	if err := os.Chmod(p.Dir, 0o711); err != nil {
+		return err
+	}
+	st, err := loadState(p)
+	if err != nil {
+		return err
+	}
+
+	pgRunning := answers(st.PostgresPort) && fileExists(p.file("pg/data/postmaster.pid"))
+	if st.PostgresPort, err = pickPort(st.PostgresPort, 0, pgRunning); err != nil {
+		return err
+	}
+	pg := &devstack.Postgres{}
+	if pgRunning {
+		say("Postgres already running on 127.0.0.1:%d", st.PostgresPort)
+	} else {
+		say("starting Postgres on 127.0.0.1:%d (data in %s)", st.PostgresPort, p.file("pg"))
+		pg, err = devstack.StartPostgres(ctx, p.file("pg"), devstack.PostgresOptions{Port: st.PostgresPort, User: "levers9", Password: st.PostgresPassword})
+		if err != nil {
+			return fmt.Errorf("start Postgres: %w (log: %s)", err, p.file("pg/postgres.log"))
+		}
+		if err := pg.CreateDatabase(ctx, "levers9"); err != nil && !strings.Contains(err.Error(), "already exists") {
+			return err
+		}
+	}
+
+	redisRunning := answers(st.RedisPort) && fileExists(p.file("redis/redis.pid"))
+	if st.RedisPort, err = pickPort(st.RedisPort, 0, redisRunning); err != nil {
+		return err
+	}
+	if redisRunning {
+		say("Redis already running on 127.0.0.1:%d", st.RedisPort)
+	} else {
+		say("starting Redis on 127.0.0.1:%d", st.RedisPort)
+		if _, err := devstack.StartRedis(ctx, p.file("redis"), st.RedisPort, st.RedisPassword); err != nil {
+			return fmt.Errorf("start Redis: %w", err)
+		}
+	}
+
+	if err := ensureCert(p); err != nil {
+		return err
+	}
+	cpRunning := pidAlive(p.file("controlplane.pid")) && answers(st.GRPCPort)
+	for _, port := range []struct {
+		v    *int
+		pref int
+	}{{&st.GRPCPort, 1993}, {&st.RESTPort, 1994}, {&st.TunnelPort, 1995}} {
+		if *port.v, err = pickPort(*port.v, port.pref, cpRunning); err != nil {
+			return err
+		}
+	}
+	if err := st.save(p); err != nil {
+		return err
+	}
+	if err := writeControlplaneConfig(p, st); err != nil {
+		return err
+	}
+	if cpRunning {
+		say("controlplane already running (gRPC 127.0.0.1:%d)", st.GRPCPort)
+	} else {
+		say("starting the controlplane: gRPC 127.0.0.1:%d, REST 127.0.0.1:%d (log: %s)", st.GRPCPort, st.RESTPort, p.file("controlplane.log"))
+		if err := startControlplane(p); err != nil {
+			return err
+		}
+	}
+	if err := waitHealthy(ctx, p, st); err != nil {
+		return err
+	}
+	say("controlplane healthy")
+	if err := ensureContext(ctx, p, st, say); err != nil {
+		return err
+	}
+	return st.save(p)
+}
+
+func fileExists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
+}
+
+func pidAlive(pidFile string) bool {
+	pid, err := readPid(pidFile)
+	return err == nil && syscall.Kill(pid, 0) == nil
+}
+
+func readPid(pidFile string) (int, error) {
+	b, err := os.ReadFile(pidFile)
+	if err != nil {
+		return 0, err
+	}
+	return strconv.Atoi(strings.TrimSpace(string(b)))
+}
+
+func ensureCert(p Paths) error {
+	if fileExists(p.file("tls/cert.pem")) && fileExists(p.file("tls/key.pem")) {
+		return nil
+	}
+	if err := os.MkdirAll(p.file("tls"), 0o700); err != nil {
+		return err
+	}
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return err
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber:          big.NewInt(time.Now().UnixNano()),
+		Subject:               pkix.Name{CommonName: "levers9 local stack"},
+		NotBefore:             time.Now().Add(-time.Hour),
+		NotAfter:              time.Now().AddDate(2, 0, 0),
+		KeyUsage:              x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
+		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		BasicConstraintsValid: true,
+		IsCA:                  true,
+		IPAddresses:           []net.IP{net.ParseIP("127.0.0.1"), net.ParseIP("::1")},
+		DNSNames:              []string{"localhost"},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		return err
+	}
+	kb, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		return err
+	}
+	if err := writeSecretFile(p.file("tls/key.pem"), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kb})); err != nil {
+		return err
+	}
+	return os.WriteFile(p.file("tls/cert.pem"), pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o644)
+}
+
+func writeControlplaneConfig(p Paths, st *State) error {
+	yml := fmt.Sprintf(`# Written by make up; holds secrets (mode 0600).
+controlplane:
+  grpcAddr: 127.0.0.1:%d
+  restAddr: 127.0.0.1:%d
+  tunnelAddr: 127.0.0.1:%d
+  tls:
+    certFile: %s
+    keyFile: %s
+  auth:
+    bootstrapSecret: %q
+database:
+  postgres:
+    host: 127.0.0.1
+    port: %d
+    user: levers9
+    password: %q
+    database: levers9
+    encryptionKey: %q
+  redis:
+    addr: 127.0.0.1:%d
+    password: %q
+`, st.GRPCPort, st.RESTPort, st.TunnelPort, p.file("tls/cert.pem"), p.file("tls/key.pem"), st.BootstrapSecret,
+		st.PostgresPort, st.PostgresPassword, st.EncryptionKey, st.RedisPort, st.RedisPassword)
+	return writeSecretFile(p.file("controlplane.yaml"), []byte(yml))
+}
+
+func startControlplane(p Paths) error {
+	logf, err := os.OpenFile(p.file("controlplane.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return err
+	}
+	defer logf.Close()
+	cmd := exec.Command(p.Bin+"/levers9-controlplane", "--config", p.file("controlplane.yaml"))
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start %s (run make build first): %w", cmd.Path, err)
+	}
+	if err := os.WriteFile(p.file("controlplane.pid"), []byte(strconv.Itoa(cmd.Process.Pid)), 0o644); err != nil {
+		return err
+	}
+	return cmd.Process.Release()
+}
+
+func tlsConfig(p Paths) (*tls.Config, error) {
+	pemBytes, err := os.ReadFile(p.file("tls/cert.pem"))
+	if err != nil {
+		return nil, err
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(pemBytes)
+	return &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}, nil
+}
+
+func waitHealthy(ctx context.Context, p Paths, st *State) error {
+	tc, err := tlsConfig(p)
+	if err != nil {
+		return err
+	}
+	client := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{TLSClientConfig: tc}}
+	url := fmt.Sprintf("https://127.0.0.1:%d/healthz", st.RESTPort)
+	deadline := time.Now().Add(60 * time.Second)
+	var last string
+	for time.Now().Before(deadline) {
+		resp, err := client.Get(url)
+		if err == nil {
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+			last = strings.TrimSpace(string(b))
+		} else {
+			last = err.Error()
+		}
+		if !pidAlive(p.file("controlplane.pid")) {
+			return fmt.Errorf("the controlplane exited; see %s:\n%s", p.file("controlplane.log"), tail(p.file("controlplane.log"), 15))
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+	return fmt.Errorf("controlplane not healthy after 60s (%s); see %s", last, p.file("controlplane.log"))
+}
+
+func tail(path string, n int) string {
+	b, _ := os.ReadFile(path)
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// ensureContext bootstraps once (keeping the admin token in the state) and
+// writes the "local" CLI context.
+func ensureContext(ctx context.Context, p Paths, st *State, say func(string, ...any)) error {
+	tc, err := tlsConfig(p)
+	if err != nil {
+		return err
+	}
+	addr := fmt.Sprintf("127.0.0.1:%d", st.GRPCPort)
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(credentials.NewTLS(tc)))
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	ac := v1.NewAuthServiceClient(conn)
+	cctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	if st.AdminToken == "" {
+		resp, err := ac.Authorize(metadata.AppendToOutgoingContext(cctx, "x-levers9-bootstrap-secret", st.BootstrapSecret), &v1.AuthorizeRequest{})
+		if err != nil {
+			return fmt.Errorf("bootstrap the first workspace: %w", err)
+		}
+		st.AdminToken = resp.Token
+		say("bootstrapped workspace %q (%s)", resp.WorkspaceName, resp.WorkspaceId)
+		if err := st.save(p); err != nil {
+			return err
+		}
+	} else if _, err := ac.Authorize(metadata.AppendToOutgoingContext(cctx, "authorization", "Bearer "+st.AdminToken), &v1.AuthorizeRequest{}); err != nil {
+		return fmt.Errorf("the saved admin token no longer works (%v): remove .levers9-dev to start over", err)
+	}
+	dir, err := cli.Dir(os.Getenv)
+	if err != nil {
+		return err
+	}
+	f, err := cli.LoadFile(dir)
+	if errors.Is(err, cli.ErrNoConfig) {
+		f, err = &cli.File{Contexts: map[string]cli.Context{}}, nil
+	}
+	if err != nil {
+		return err
+	}
+	f.Contexts["local"] = cli.Context{Controlplane: addr, Token: st.AdminToken, TLS: true, CAFile: p.file("tls/cert.pem")}
+	if f.Current == "" {
+		f.Current = "local"
+	}
+	if err := f.Save(dir); err != nil {
+		return err
+	}
+	say("CLI context \"local\" saved in %s/config.toml", dir)
+	if f.Current != "local" {
+		say("your current context is %q; switch with: levers9 config use local", f.Current)
+	}
+	return nil
+}
