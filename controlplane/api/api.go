@@ -15,7 +15,9 @@ import (
 
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/levers9/levers9/controlplane/agentdist"
 	"github.com/levers9/levers9/controlplane/bus"
+	"github.com/levers9/levers9/controlplane/config"
 	"github.com/levers9/levers9/controlplane/seal"
 	"github.com/levers9/levers9/controlplane/store"
 	"github.com/levers9/levers9/internal/errdefs"
@@ -27,9 +29,33 @@ type Deps struct {
 	Keyring *seal.Keyring
 	Bus     *bus.Bus
 	Log     *slog.Logger
+	Config  *config.Config
+	// CA returns the agent CA (available once Postgres is ready).
+	CA CAProvider
+	// Dist hands agent binaries to joining machines.
+	Dist *agentdist.Dist
+	// Public is how machines reach this controlplane.
+	Public PublicEndpoints
+	// Presence is the tunnel registry; nil falls back to heartbeats.
+	Presence Presence
+	Metrics  Metrics
 	// BootstrapSecret enables bootstrap when non-empty.
 	BootstrapSecret string
 	Now             func() time.Time
+}
+
+// PublicEndpoints are what join scripts and enrollment tell machines.
+type PublicEndpoints struct {
+	GRPC   string // HOST:PORT
+	REST   string // https://HOST:PORT
+	Tunnel string // HOST:PORT
+	CAPEM  string // CA for the controlplane's TLS certificate, if private
+}
+
+// Metrics are the counters the services bump.
+type Metrics interface {
+	Enrolled()
+	RefusedJoin()
 }
 
 var nameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$`)

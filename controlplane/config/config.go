@@ -46,12 +46,29 @@ type Controlplane struct {
 	Auth       Auth   `yaml:"auth"`
 	// LogLevel is debug, info, warn or error (default info).
 	LogLevel string `yaml:"logLevel"`
+	// PublicHost is the name or address machines use to reach this
+	// controlplane; it goes into join scripts (default 127.0.0.1).
+	PublicHost string `yaml:"publicHost"`
+	// AgentBinariesDir holds prebuilt agents, levers9-agent-linux-amd64 and
+	// so on (default: the controlplane executable's directory).
+	AgentBinariesDir string `yaml:"agentBinariesDir"`
+	// AgentDevBuilds lets the controlplane build the agent from source for a
+	// platform with no prebuilt binary. Env: LEVERS9_AGENT_DEV_BUILDS.
+	AgentDevBuilds bool `yaml:"agentDevBuilds"`
+	// AgentCertTTL is how long agent certificates live (default 24h); agents
+	// renew them before expiry.
+	AgentCertTTL string `yaml:"agentCertTTL"`
+	// JoinTTL is the default lifetime of join tokens (default 1h).
+	JoinTTL string `yaml:"joinTTL"`
 }
 
 // TLS names the controlplane's certificate; both empty means plaintext.
 type TLS struct {
 	CertFile string `yaml:"certFile"`
 	KeyFile  string `yaml:"keyFile"`
+	// CAFile is the CA join scripts tell machines to trust; when empty and
+	// the certificate is self-signed, the certificate itself.
+	CAFile string `yaml:"caFile"`
 }
 
 // Auth holds authentication settings.
@@ -141,6 +158,9 @@ func (c *Config) WithDefaults() {
 	setDefault(&cp.RESTAddr, ":1994")
 	setDefault(&cp.TunnelAddr, ":1995")
 	setDefault(&cp.LogLevel, "info")
+	setDefault(&cp.PublicHost, "127.0.0.1")
+	setDefault(&cp.AgentCertTTL, "24h")
+	setDefault(&cp.JoinTTL, "1h")
 	pg := &c.Database.Postgres
 	setDefault(&pg.Host, "127.0.0.1")
 	if pg.Port == 0 {

@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/url"
 	"strconv"
+	"time"
 )
 
 // DefaultWarning names a shipped default the controlplane is running on.
@@ -57,6 +58,18 @@ func (p Postgres) ConnString() string {
 		RawQuery: url.Values{"sslmode": {p.SSLMode}}.Encode(),
 	}
 	return u.String()
+}
+
+// CertTTL is controlplane.agentCertTTL parsed (Validate checked it).
+func (c Controlplane) CertTTL() time.Duration {
+	d, _ := time.ParseDuration(c.AgentCertTTL)
+	return d
+}
+
+// JoinTokenTTL is controlplane.joinTTL parsed (Validate checked it).
+func (c Controlplane) JoinTokenTTL() time.Duration {
+	d, _ := time.ParseDuration(c.JoinTTL)
+	return d
 }
 
 // Redacted describes where Postgres is without the password.

@@ -18,6 +18,7 @@ var envAliases = map[string]string{
 	"LEVERS9_PREVIOUS_ENCRYPTION_KEYS":      "database.postgres.previousEncryptionKeys",
 	"LEVERS9_POSTGRES_PASSWORD":             "database.postgres.password",
 	"LEVERS9_REDIS_PASSWORD":                "database.redis.password",
+	"LEVERS9_AGENT_DEV_BUILDS":              "controlplane.agentDevBuilds",
 }
 
 // EnvName is the long-form environment variable for a key path.

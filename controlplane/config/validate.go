@@ -7,6 +7,8 @@ import (
 	"regexp"
 	"slices"
 	"sort"
+	"strings"
+	"time"
 )
 
 var poolName = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
@@ -31,6 +33,14 @@ func (c *Config) Validate() error {
 		bad("controlplane.tls", "certFile and keyFile go together")
 	}
 	oneOf(bad, "controlplane.logLevel", cp.LogLevel, "debug", "info", "warn", "error")
+	for key, v := range map[string]string{"controlplane.agentCertTTL": cp.AgentCertTTL, "controlplane.joinTTL": cp.JoinTTL} {
+		if d, err := time.ParseDuration(v); err != nil || d < time.Minute {
+			bad(key, "%q is not a duration of at least 1m (like 24h)", v)
+		}
+	}
+	if cp.PublicHost == "" || strings.ContainsAny(cp.PublicHost, " /'\"$`") {
+		bad("controlplane.publicHost", "%q is not a host name or address", cp.PublicHost)
+	}
 
 	pg := c.Database.Postgres
 	if pg.Port < 1 || pg.Port > 65535 {

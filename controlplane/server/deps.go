@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"time"
 
@@ -9,6 +10,8 @@ import (
 	"google.golang.org/grpc/codes"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
+
+	"github.com/levers9/levers9/controlplane/seal"
 )
 
 // dependencyLoop checks Postgres and Redis every interval. The first time
@@ -83,6 +86,15 @@ func (s *Server) migrateAndReseal(ctx context.Context) bool {
 	rep, err := s.store.Reseal(ctx, s.keyring)
 	if err != nil {
 		s.log.Error("re-sealing rows onto the current key failed; will retry", "err", err)
+		return false
+	}
+	if err := s.loadAgentCA(ctx); errors.Is(err, seal.ErrUnknownKey) || errors.Is(err, seal.ErrOpen) {
+		// Serve anyway: everything but enrolling new machines works, and
+		// Enroll says why it cannot.
+		s.caErr.Store(&err)
+		s.log.Error("the agent CA key does not open with the configured keys: enrolling machines is off until its key is listed in database.postgres.previousEncryptionKeys", "err", err)
+	} else if err != nil {
+		s.log.Error("loading the agent CA failed; will retry", "err", err)
 		return false
 	}
 	s.log.Info("sealed rows checked", "key_id", s.keyring.CurrentID(), "resealed", rep.Resealed,

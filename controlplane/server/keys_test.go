@@ -78,8 +78,8 @@ func TestKeyRotation(t *testing.T) {
 	cfgB.Database.Postgres.PreviousEncryptionKeys = []string{keyA}
 	inB := controlplanetest.Start(t, &cfgB, true)
 	rec := lastSealLog(t, inB)
-	if rec["all_rows_on_current_key"] != true || rec["resealed"] != float64(4) {
-		t.Errorf("rotation log = %v, want all_rows_on_current_key true and 4 resealed", rec)
+	if rec["all_rows_on_current_key"] != true || rec["resealed"] != float64(5) {
+		t.Errorf("rotation log = %v, want all_rows_on_current_key true and 5 resealed (3 secrets, storage, agent CA)", rec)
 	}
 	for _, id := range sealedKeyIDs(t, cfg) {
 		if id != seal.KeyID(keyB) {
@@ -130,8 +130,11 @@ func TestRotationWithoutPreviousKeyReportsFalse(t *testing.T) {
 	cfgB := *cfg
 	cfgB.Database.Postgres.EncryptionKey = keyB
 	inB := controlplanetest.Start(t, &cfgB, true)
-	if rec := lastSealLog(t, inB); rec["all_rows_on_current_key"] != false || rec["stranded"] != float64(1) {
-		t.Errorf("rotation without the old key: %v, want false with 1 stranded", rec)
+	if rec := lastSealLog(t, inB); rec["all_rows_on_current_key"] != false || rec["stranded"] != float64(2) {
+		t.Errorf("rotation without the old key: %v, want false with 2 stranded (the secret and the agent CA)", rec)
+	}
+	if len(inB.Logs.Find("the agent CA key does not open")) != 1 {
+		t.Error("no error log about the stranded agent CA")
 	}
 	if ids := sealedKeyIDs(t, cfg); len(ids) != 1 || ids[0] != seal.KeyID(keyA) {
 		t.Errorf("the stranded row must stay untouched on A, got %v", ids)

@@ -9,8 +9,10 @@ import (
 )
 
 type metrics struct {
-	rpcs *prometheus.CounterVec
-	up   *prometheus.GaugeVec
+	rpcs        *prometheus.CounterVec
+	up          *prometheus.GaugeVec
+	enrollments prometheus.Counter
+	refusedJoin prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -22,7 +24,13 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "controlplane_dependency_up", Help: "1 when the dependency answers its health check.",
 		}, []string{"dependency"}),
 	}
-	reg.MustRegister(m.rpcs, m.up)
+	m.enrollments = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "controlplane_enrollments_total", Help: "Machines enrolled with a join token.",
+	})
+	m.refusedJoin = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "controlplane_join_tokens_refused_total", Help: "Enrollments refused: bad, reused, expired or forged join tokens, bad CSRs.",
+	})
+	reg.MustRegister(m.rpcs, m.up, m.enrollments, m.refusedJoin)
 	return m
 }
 
@@ -41,3 +49,6 @@ func (m *metrics) unary() grpc.UnaryServerInterceptor {
 		return resp, err
 	}
 }
+
+func (m *metrics) Enrolled()    { m.enrollments.Inc() }
+func (m *metrics) RefusedJoin() { m.refusedJoin.Inc() }

@@ -34,6 +34,9 @@ func (s *Server) restHandler(ctx context.Context) (http.Handler, error) {
 		v1.RegisterTokenServiceHandler,
 		v1.RegisterSecretServiceHandler,
 		v1.RegisterWorkspaceServiceHandler,
+		v1.RegisterPoolServiceHandler,
+		v1.RegisterMachineServiceHandler,
+		v1.RegisterEnrollServiceHandler,
 	} {
 		if err := reg(ctx, gw, conn); err != nil {
 			return nil, fmt.Errorf("register REST gateway: %w", err)
@@ -43,6 +46,7 @@ func (s *Server) restHandler(ctx context.Context) (http.Handler, error) {
 	mux.Handle("/api/", gw)
 	mux.Handle("/metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("/healthz", s.serveHealth)
+	mux.Handle("/agent/v1/download/", s.deps.Dist)
 	return mux, nil
 }
 

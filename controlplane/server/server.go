@@ -15,7 +15,9 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -25,12 +27,14 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	"github.com/levers9/levers9/controlplane/agentdist"
 	"github.com/levers9/levers9/controlplane/api"
 	"github.com/levers9/levers9/controlplane/auth"
 	"github.com/levers9/levers9/controlplane/bus"
 	"github.com/levers9/levers9/controlplane/config"
 	"github.com/levers9/levers9/controlplane/seal"
 	"github.com/levers9/levers9/controlplane/store"
+	"github.com/levers9/levers9/enroll"
 )
 
 // Options are the parts a caller may inject.
@@ -53,6 +57,9 @@ type Server struct {
 	bus     *bus.Bus
 	keyring *seal.Keyring
 	health  *health.Server
+	ca      atomic.Pointer[enroll.CA]
+	caErr   atomic.Pointer[error]
+	deps    *api.Deps
 
 	public   *grpc.Server // TLS (when configured) on controlplane.grpcAddr
 	internal *grpc.Server // plaintext, in memory, for the REST gateway
@@ -115,9 +122,19 @@ func (s *Server) Start(ctx context.Context) error {
 	r := s.cfg.Database.Redis
 	s.bus = bus.New(bus.Options{Addr: r.Addr, Password: r.Password, DB: r.DB})
 
+	binDir := s.cfg.Controlplane.AgentBinariesDir
+	if binDir == "" {
+		binDir = agentdist.DefaultDir()
+	}
+	src, _ := agentdist.FindSource(binDir)
+	if wd, err := os.Getwd(); err == nil && src == "" {
+		src, _ = agentdist.FindSource(wd)
+	}
 	deps := &api.Deps{Store: s.store, Keyring: s.keyring, Bus: s.bus, Log: s.log.With("component", "api"),
-		BootstrapSecret: s.cfg.Controlplane.Auth.BootstrapSecret}
-	authn := &auth.Authenticator{Store: s.store, Public: map[string]bool{api.AuthMethod: true}}
+		BootstrapSecret: s.cfg.Controlplane.Auth.BootstrapSecret, Config: s.cfg, CA: s.agentCA, Metrics: s.metrics,
+		Dist: agentdist.New(binDir, s.cfg.Controlplane.AgentDevBuilds, src, s.log.With("component", "agentdist"))}
+	s.deps = deps
+	authn := &auth.Authenticator{Store: s.store, Public: map[string]bool{api.AuthMethod: true, api.EnrollMethod: true}}
 	s.health = health.NewServer()
 	s.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
 
@@ -140,6 +157,11 @@ func (s *Server) Start(ctx context.Context) error {
 	if s.restLn, err = net.Listen("tcp", s.cfg.Controlplane.RESTAddr); err != nil {
 		s.grpcLn.Close()
 		return fmt.Errorf("listen for REST on %s: %w", s.cfg.Controlplane.RESTAddr, err)
+	}
+	if deps.Public, err = s.publicEndpoints(tlsCfg != nil); err != nil {
+		s.grpcLn.Close()
+		s.restLn.Close()
+		return err
 	}
 	s.memLn = newMemListener()
 	handler, err := s.restHandler(ctx)

@@ -15,4 +15,7 @@ func registerServices(g *grpc.Server, deps *api.Deps, authn *auth.Authenticator)
 	v1.RegisterTokenServiceServer(g, &api.TokenService{Deps: deps})
 	v1.RegisterSecretServiceServer(g, &api.SecretService{Deps: deps})
 	v1.RegisterWorkspaceServiceServer(g, &api.WorkspaceService{Deps: deps})
+	v1.RegisterPoolServiceServer(g, &api.PoolService{Deps: deps})
+	v1.RegisterMachineServiceServer(g, &api.MachineService{Deps: deps})
+	v1.RegisterEnrollServiceServer(g, &api.EnrollService{Deps: deps})
 }

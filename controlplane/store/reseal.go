@@ -51,6 +51,13 @@ func (s *Store) Reseal(ctx context.Context, kr *seal.Keyring) (ResealReport, err
 			update:    `UPDATE workspaces SET storage_key_id = $2, storage_sealed = $3 WHERE id = $1`,
 			aad:       func(ws, _ string) []byte { return StorageAAD(ws) },
 		},
+		{
+			table:     "agent_ca",
+			selectOld: `SELECT id FROM agent_ca WHERE key_id <> $1`,
+			selectRow: `SELECT id, '', key_id, key_sealed FROM agent_ca WHERE id = $1 FOR UPDATE`,
+			update:    `UPDATE agent_ca SET key_id = $2, key_sealed = $3 WHERE id = $1`,
+			aad:       func(id, _ string) []byte { return CAAAD(id) },
+		},
 	} {
 		rows, err := s.pool.Query(ctx, t.selectOld, cur)
 		if err != nil {
@@ -97,7 +104,8 @@ func (s *Store) Reseal(ctx context.Context, kr *seal.Keyring) (ResealReport, err
 	}
 	var remaining int
 	err := s.pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM secrets WHERE key_id <> $1)
-		+ (SELECT count(*) FROM workspaces WHERE storage_key_id <> $1)`, cur).Scan(&remaining)
+		+ (SELECT count(*) FROM workspaces WHERE storage_key_id <> $1)
+		+ (SELECT count(*) FROM agent_ca WHERE key_id <> $1)`, cur).Scan(&remaining)
 	if err != nil {
 		return rep, wrap("reseal: count", err)
 	}

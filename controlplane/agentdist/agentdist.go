@@ -1,0 +1,232 @@
+// Package agentdist owns handing the agent binary to machines that join:
+// it finds prebuilt binaries (levers9-agent-linux-amd64, …, or a plain
+// levers9-agent for the controlplane's own platform) in one directory,
+// computes their checksums for join scripts, and serves them over HTTP
+// without a token (a binary is not a secret; the script verifies the
+// checksum it was written with). Only when dev builds are on does it build
+// the agent from source for a platform with no prebuilt binary. It never
+// serves anything outside that directory or its own build cache.
+package agentdist
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/levers9/levers9/internal/errdefs"
+)
+
+// Platforms are the platforms join scripts know.
+var Platforms = []string{"linux-amd64", "linux-arm64"}
+
+var platformRE = regexp.MustCompile(`^linux-(amd64|arm64)$`)
+
+// Dist finds, builds and serves agent binaries. Safe for concurrent use.
+type Dist struct {
+	dir       string
+	devBuilds bool
+	sourceDir string
+	cacheDir  string
+	log       *slog.Logger
+
+	// mu guards sums and builds.
+	mu     sync.Mutex
+	sums   map[string]cachedSum // by path
+	builds map[string]string    // platform -> built path
+}
+
+type cachedSum struct {
+	size    int64
+	modTime time.Time
+	sum     string
+}
+
+// New makes a Dist over dir. devBuilds with sourceDir (a levers9 checkout)
+// allows building missing platforms.
+func New(dir string, devBuilds bool, sourceDir string, log *slog.Logger) *Dist {
+	return &Dist{dir: dir, devBuilds: devBuilds, sourceDir: sourceDir, log: log,
+		sums: map[string]cachedSum{}, builds: map[string]string{}}
+}
+
+// DefaultDir is the directory of the running executable.
+func DefaultDir() string {
+	exe, err := os.Executable()
+	if err != nil {
+		return "."
+	}
+	return filepath.Dir(exe)
+}
+
+// FindSource walks up from dir looking for the levers9 module's go.mod.
+func FindSource(dir string) (string, bool) {
+	for d := dir; ; d = filepath.Dir(d) {
+		b, err := os.ReadFile(filepath.Join(d, "go.mod"))
+		if err == nil && strings.HasPrefix(string(b), "module github.com/levers9/levers9\n") {
+			return d, true
+		}
+		if filepath.Dir(d) == d {
+			return "", false
+		}
+	}
+}
+
+// prebuilt returns the prebuilt binary for platform, if there is one.
+func (d *Dist) prebuilt(platform string) (string, bool) {
+	candidates := []string{filepath.Join(d.dir, "levers9-agent-"+platform)}
+	if platform == runtime.GOOS+"-"+runtime.GOARCH {
+		candidates = append(candidates, filepath.Join(d.dir, "levers9-agent"))
+	}
+	for _, c := range candidates {
+		if st, err := os.Stat(c); err == nil && st.Mode().IsRegular() {
+			return c, true
+		}
+	}
+	return "", false
+}
+
+// Path returns the binary for platform, building it when dev builds are on
+// and no prebuilt one exists.
+func (d *Dist) Path(ctx context.Context, platform string) (string, error) {
+	if !platformRE.MatchString(platform) {
+		return "", fmt.Errorf("platform %q is not one of %v: %w", platform, Platforms, errdefs.ErrInvalidArgument)
+	}
+	if p, ok := d.prebuilt(platform); ok {
+		return p, nil
+	}
+	if !d.devBuilds || d.sourceDir == "" {
+		return "", fmt.Errorf("no prebuilt agent for %s in %s (set LEVERS9_AGENT_DEV_BUILDS=true to build from source): %w", platform, d.dir, errdefs.ErrNotFound)
+	}
+	return d.build(ctx, platform)
+}
+
+func (d *Dist) build(ctx context.Context, platform string) (string, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if p, ok := d.builds[platform]; ok {
+		return p, nil
+	}
+	if d.cacheDir == "" {
+		dir, err := os.MkdirTemp("", "levers9-agent-builds-")
+		if err != nil {
+			return "", err
+		}
+		d.cacheDir = dir
+	}
+	out := filepath.Join(d.cacheDir, "levers9-agent-"+platform)
+	goos, goarch, _ := strings.Cut(platform, "-")
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", out, "./cmd/levers9-agent")
+	cmd.Dir = d.sourceDir
+	cmd.Env = append(os.Environ(), "GOOS="+goos, "GOARCH="+goarch, "CGO_ENABLED=0")
+	start := time.Now()
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("dev build of the agent for %s: %v: %s", platform, err, b)
+	}
+	d.log.Info("built the agent from source (dev builds are on)", "platform", platform, "took", time.Since(start).Round(time.Millisecond))
+	d.builds[platform] = out
+	return out, nil
+}
+
+// Checksums returns the SHA-256 of every platform's agent that is
+// available (building the controlplane's own platform in dev mode).
+func (d *Dist) Checksums(ctx context.Context) (map[string]string, error) {
+	out := map[string]string{}
+	host := runtime.GOOS + "-" + runtime.GOARCH
+	for _, pl := range Platforms {
+		var (
+			p   string
+			err error
+		)
+		if pl == host {
+			p, err = d.Path(ctx, pl)
+		} else if pp, ok := d.prebuilt(pl); ok {
+			p = pp
+		} else {
+			continue
+		}
+		if errdefs.IsNotFound(err) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		sum, err := d.checksum(p)
+		if err != nil {
+			return nil, err
+		}
+		out[pl] = sum
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("no agent binary to hand to machines: put levers9-agent-linux-amd64 in %s, or set LEVERS9_AGENT_DEV_BUILDS=true: %w", d.dir, errdefs.ErrFailedPrecondition)
+	}
+	return out, nil
+}
+
+func (d *Dist) checksum(path string) (string, error) {
+	st, err := os.Stat(path)
+	if err != nil {
+		return "", err
+	}
+	d.mu.Lock()
+	c, ok := d.sums[path]
+	d.mu.Unlock()
+	if ok && c.size == st.Size() && c.modTime.Equal(st.ModTime()) {
+		return c.sum, nil
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return "", fmt.Errorf("checksum %s: %w", path, err)
+	}
+	sum := hex.EncodeToString(h.Sum(nil))
+	d.mu.Lock()
+	d.sums[path] = cachedSum{size: st.Size(), modTime: st.ModTime(), sum: sum}
+	d.mu.Unlock()
+	return sum, nil
+}
+
+// ServeHTTP serves GET /agent/v1/download/{platform}.
+func (d *Dist) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
+		return
+	}
+	platform := strings.TrimPrefix(r.URL.Path, "/agent/v1/download/")
+	p, err := d.Path(r.Context(), platform)
+	switch {
+	case errdefs.IsInvalidArgument(err):
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	case errdefs.IsNotFound(err):
+		http.Error(w, err.Error(), http.StatusNotFound)
+		return
+	case err != nil:
+		d.log.Error("agent download failed", "platform", platform, "err", err)
+		http.Error(w, "agent build failed; see the controlplane log", http.StatusInternalServerError)
+		return
+	}
+	f, err := os.Open(p)
+	if err != nil {
+		http.Error(w, "agent binary unreadable", http.StatusInternalServerError)
+		return
+	}
+	defer f.Close()
+	st, _ := f.Stat()
+	w.Header().Set("Content-Type", "application/octet-stream")
+	http.ServeContent(w, r, "levers9-agent-"+platform, st.ModTime(), f)
+}

@@ -1,0 +1,55 @@
+package api
+
+import (
+	"context"
+
+	v1 "github.com/levers9/levers9/api/levers9/v1"
+	"github.com/levers9/levers9/controlplane/auth"
+	"github.com/levers9/levers9/internal/errdefs"
+)
+
+// PoolService implements levers9.v1.PoolService.
+type PoolService struct {
+	v1.UnimplementedPoolServiceServer
+	*Deps
+}
+
+// ListPools lists the configured pools with the caller's machines in them.
+func (s *PoolService) ListPools(ctx context.Context, _ *v1.ListPoolsRequest) (*v1.ListPoolsResponse, error) {
+	p, err := auth.MustPrincipal(ctx)
+	if err != nil {
+		return nil, errdefs.ToGRPC(err)
+	}
+	machines, err := s.Store.ListMachines(ctx, p.WorkspaceID, "")
+	if err != nil {
+		return nil, errdefs.ToGRPC(err)
+	}
+	resp := &v1.ListPoolsResponse{}
+	byName := map[string]*v1.Pool{}
+	for _, name := range s.poolNames() {
+		cfg := s.Config.Worker.Pools[name]
+		sec := s.Config.Worker.EffectiveSecurity(name)
+		pool := &v1.Pool{Name: name, GpuType: cfg.GPUType, NodeSelector: cfg.NodeSelector, Security: &v1.SecuritySettings{
+			Profile: sec.Profile, Seccomp: sec.Seccomp, DropNetRaw: *sec.DropNetRaw, BridgePortIsolation: *sec.BridgePortIsolation,
+			EgressMode: sec.Egress.Mode, EgressAllow: sec.Egress.Allow, Runtime: cfg.Runtime}}
+		byName[name] = pool
+		resp.Pools = append(resp.Pools, pool)
+	}
+	for _, m := range machines {
+		pool, ok := byName[m.Pool]
+		if !ok {
+			continue
+		}
+		pool.Machines++
+		if _, online := s.online(m); online {
+			pool.MachinesOnline++
+			pb := s.machinePB(m)
+			gpus := int32(len(pb.GetInventory().GetGpus()))
+			pool.GpusTotal += gpus
+			// Free GPUs are total minus those held by running tasks; tasks
+			// come with the scheduler, so all are free until then.
+			pool.GpusFree += gpus
+		}
+	}
+	return resp, nil
+}

@@ -1,0 +1,211 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/levers9/levers9/internal/errdefs"
+)
+
+// Machine is a row of machines.
+type Machine struct {
+	ID            string
+	WorkspaceID   string
+	Name          string
+	Pool          string
+	CreatedAt     time.Time
+	EnrolledAt    *time.Time
+	DeletedAt     *time.Time
+	CertSerial    string
+	CertNotAfter  *time.Time
+	AgentVersion  string
+	Hostname      string
+	LastHeartbeat *time.Time
+	Transport     string
+	// Inventory is the agent's last report, as JSON.
+	Inventory []byte
+	// JoinExpiresAt is the expiry of the machine's unused join token, if any.
+	JoinExpiresAt *time.Time
+}
+
+const machineColumns = `m.id, m.workspace_id, m.name, m.pool, m.created_at, m.enrolled_at, m.deleted_at,
+	coalesce(m.cert_serial, ''), m.cert_not_after, m.agent_version, m.hostname, m.last_heartbeat, m.transport, m.inventory,
+	(SELECT max(j.expires_at) FROM join_tokens j WHERE j.machine_id = m.id AND j.used_at IS NULL)`
+
+func scanMachine(row interface{ Scan(...any) error }) (Machine, error) {
+	var m Machine
+	err := row.Scan(&m.ID, &m.WorkspaceID, &m.Name, &m.Pool, &m.CreatedAt, &m.EnrolledAt, &m.DeletedAt,
+		&m.CertSerial, &m.CertNotAfter, &m.AgentVersion, &m.Hostname, &m.LastHeartbeat, &m.Transport, &m.Inventory, &m.JoinExpiresAt)
+	return m, err
+}
+
+// JoinTokenRow is a row of join_tokens.
+type JoinTokenRow struct {
+	ID        string
+	MachineID string
+	Hash      []byte
+	ExpiresAt time.Time
+}
+
+// CreateMachine inserts a pending machine and its join token.
+func (s *Store) CreateMachine(ctx context.Context, m Machine, jt JoinTokenRow) error {
+	return s.tx(ctx, func(tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, `INSERT INTO machines (id, workspace_id, name, pool, created_at) VALUES ($1, $2, $3, $4, $5)`,
+			m.ID, m.WorkspaceID, m.Name, m.Pool, m.CreatedAt)
+		if err != nil {
+			return wrap("create machine "+m.Name, err)
+		}
+		_, err = tx.Exec(ctx, `INSERT INTO join_tokens (id, machine_id, hash, expires_at) VALUES ($1, $2, $3, $4)`,
+			jt.ID, m.ID, jt.Hash, jt.ExpiresAt)
+		return wrap("create join token for "+m.ID, err)
+	})
+}
+
+// ListMachines lists a workspace's machines that are not deleted, by name;
+// pool filters when not empty.
+func (s *Store) ListMachines(ctx context.Context, wsID, pool string) ([]Machine, error) {
+	rows, err := s.pool.Query(ctx, `SELECT `+machineColumns+` FROM machines m
+		WHERE m.workspace_id = $1 AND m.deleted_at IS NULL AND ($2 = '' OR m.pool = $2) ORDER BY m.name, m.id`, wsID, pool)
+	if err != nil {
+		return nil, wrap("list machines", err)
+	}
+	defer rows.Close()
+	var out []Machine
+	for rows.Next() {
+		m, err := scanMachine(rows)
+		if err != nil {
+			return nil, wrap("list machines", err)
+		}
+		out = append(out, m)
+	}
+	return out, wrap("list machines", rows.Err())
+}
+
+// GetMachine returns a machine of the workspace (deleted ones are not found).
+func (s *Store) GetMachine(ctx context.Context, wsID, id string) (Machine, error) {
+	m, err := scanMachine(s.pool.QueryRow(ctx, `SELECT `+machineColumns+` FROM machines m
+		WHERE m.id = $1 AND m.workspace_id = $2 AND m.deleted_at IS NULL`, id, wsID))
+	return m, wrap("machine "+id, err)
+}
+
+// MachineByID returns any machine, deleted or not, for credential checks.
+func (s *Store) MachineByID(ctx context.Context, id string) (Machine, error) {
+	m, err := scanMachine(s.pool.QueryRow(ctx, `SELECT `+machineColumns+` FROM machines m WHERE m.id = $1`, id))
+	return m, wrap("machine "+id, err)
+}
+
+// DeleteMachine marks a machine deleted and returns it.
+func (s *Store) DeleteMachine(ctx context.Context, wsID, id string) (Machine, error) {
+	var deleted string
+	err := s.pool.QueryRow(ctx, `UPDATE machines SET deleted_at = now()
+		WHERE id = $1 AND workspace_id = $2 AND deleted_at IS NULL RETURNING id`, id, wsID).Scan(&deleted)
+	if err != nil {
+		return Machine{}, wrap("delete machine "+id, err)
+	}
+	return s.MachineByID(ctx, id)
+}
+
+// ErrJoinRefused is the kind of every refused join token; the message says
+// why (used, expired, machine deleted, pool gone).
+var ErrJoinRefused = errdefs.ErrPermissionDenied
+
+// Enrollment is what Enroll records.
+type Enrollment struct {
+	Serial       string
+	NotAfter     time.Time
+	AgentVersion string
+	Hostname     string
+}
+
+// Enroll consumes join token tokenID (single use) in one transaction: it
+// checks the hash with match, that the token is unused and unexpired and the
+// machine not deleted, calls issue to sign the certificate, and records the
+// enrollment. Two concurrent uses of one token enroll at most once.
+func (s *Store) Enroll(ctx context.Context, tokenID string, match func(hash []byte) bool, issue func(Machine) (Enrollment, error)) (Machine, error) {
+	var out Machine
+	err := s.tx(ctx, func(tx pgx.Tx) error {
+		var (
+			hash      []byte
+			expiresAt time.Time
+			usedAt    *time.Time
+			machineID string
+		)
+		err := tx.QueryRow(ctx, `SELECT hash, expires_at, used_at, machine_id FROM join_tokens WHERE id = $1 FOR UPDATE`, tokenID).
+			Scan(&hash, &expiresAt, &usedAt, &machineID)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return fmt.Errorf("join token %s is not known: %w", tokenID, ErrJoinRefused)
+		}
+		if err != nil {
+			return wrap("read join token", err)
+		}
+		if !match(hash) {
+			return fmt.Errorf("join token %s is forged: %w", tokenID, ErrJoinRefused)
+		}
+		if usedAt != nil {
+			return fmt.Errorf("join token %s was already used at %s: create a new one with `levers9 machine create`: %w", tokenID, usedAt.UTC().Format(time.RFC3339), ErrJoinRefused)
+		}
+		if time.Now().After(expiresAt) {
+			return fmt.Errorf("join token %s expired at %s: create a new one with `levers9 machine create`: %w", tokenID, expiresAt.UTC().Format(time.RFC3339), ErrJoinRefused)
+		}
+		m, err := scanMachine(tx.QueryRow(ctx, `SELECT `+machineColumns+` FROM machines m WHERE m.id = $1 FOR UPDATE`, machineID))
+		if err != nil {
+			return wrap("read machine "+machineID, err)
+		}
+		if m.DeletedAt != nil {
+			return fmt.Errorf("machine %s was deleted: %w", m.ID, ErrJoinRefused)
+		}
+		e, err := issue(m)
+		if err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `UPDATE join_tokens SET used_at = now() WHERE id = $1`, tokenID); err != nil {
+			return wrap("consume join token", err)
+		}
+		out, err = scanMachine(tx.QueryRow(ctx, `UPDATE machines m SET enrolled_at = coalesce(enrolled_at, now()), cert_serial = $2,
+			cert_not_after = $3, agent_version = $4, hostname = $5 WHERE id = $1 RETURNING `+machineColumns,
+			m.ID, e.Serial, e.NotAfter, e.AgentVersion, e.Hostname))
+		return wrap("record enrollment of "+m.ID, err)
+	})
+	return out, err
+}
+
+// RenewCertificate records a machine's new certificate.
+func (s *Store) RenewCertificate(ctx context.Context, machineID, serial string, notAfter time.Time) error {
+	tag, err := s.pool.Exec(ctx, `UPDATE machines SET cert_serial = $2, cert_not_after = $3 WHERE id = $1 AND deleted_at IS NULL`,
+		machineID, serial, notAfter)
+	if err != nil {
+		return wrap("renew certificate of "+machineID, err)
+	}
+	if tag.RowsAffected() == 0 {
+		return fmt.Errorf("machine %s: %w", machineID, errdefs.ErrNotFound)
+	}
+	return nil
+}
+
+// Heartbeat records a heartbeat with the agent's inventory (nil keeps the
+// last one) and transport.
+func (s *Store) Heartbeat(ctx context.Context, machineID, transport, agentVersion string, inventory any) error {
+	var inv []byte
+	if inventory != nil {
+		b, err := json.Marshal(inventory)
+		if err != nil {
+			return err
+		}
+		inv = b
+	}
+	tag, err := s.pool.Exec(ctx, `UPDATE machines SET last_heartbeat = now(), transport = $2,
+		agent_version = CASE WHEN $3 = '' THEN agent_version ELSE $3 END,
+		inventory = coalesce($4, inventory) WHERE id = $1 AND deleted_at IS NULL`, machineID, transport, agentVersion, inv)
+	if err != nil {
+		return wrap("heartbeat of "+machineID, err)
+	}
+	if tag.RowsAffected() == 0 {
+		return fmt.Errorf("machine %s: %w", machineID, errdefs.ErrNotFound)
+	}
+	return nil
+}
