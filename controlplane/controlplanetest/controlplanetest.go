@@ -21,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
@@ -221,4 +222,17 @@ func (l *Logs) Find(substr string) []map[string]any {
 		}
 	}
 	return out
+}
+
+// Exec runs SQL against the instance's database (to age rows and the like).
+func Exec(t testing.TB, in *Instance, sql string, args ...any) {
+	t.Helper()
+	conn, err := pgx.Connect(context.Background(), in.Config.Database.Postgres.ConnString())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	if _, err := conn.Exec(context.Background(), sql, args...); err != nil {
+		t.Fatal(err)
+	}
 }
