@@ -1,0 +1,80 @@
+package cli
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/levers9/levers9/controlplane/controlplanetest"
+)
+
+func TestMachineCreateWritesPrivateScript(t *testing.T) {
+	t.Parallel()
+	cert, key := controlplanetest.SelfSignedTLS(t)
+	cfg := env.Config(t)
+	cfg.Controlplane.TLS.CertFile, cfg.Controlplane.TLS.KeyFile = cert, key
+	cfg.Controlplane.AgentBinariesDir = t.TempDir()
+	if err := os.WriteFile(filepath.Join(cfg.Controlplane.AgentBinariesDir, "levers9-agent-linux-amd64"), []byte("agent"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	in := controlplanetest.Start(t, cfg, true)
+	b := &cliBundle{home: filepath.Join(t.TempDir(), "h"), cert: cert, addr: in.Server.GRPCAddr(), inst: in}
+	b.envvar = map[string]string{"LEVERS9_HOME": b.home}
+	if _, errOut, code := b.run(t, "\n", map[string]string{"LEVERS9_BOOTSTRAP_SECRET": "test-bootstrap-secret"},
+		"config", "create", "p", "--controlplane", b.addr, "--tls", "--ca", cert); code != 0 {
+		t.Fatal(errOut)
+	}
+
+	out, errOut, code := b.run(t, "", nil, "machine", "create", "--pool", "default", "--name", "box-1")
+	if code != 0 {
+		t.Fatalf("machine create: %s", errOut)
+	}
+	id := regexp.MustCompile(`machine (m_[a-z2-7]+)`).FindStringSubmatch(out)
+	if id == nil {
+		t.Fatalf("no machine id in %q", out)
+	}
+	path := filepath.Join(b.home, "machines", id[1]+".sh")
+	st, err := os.Stat(path)
+	if err != nil || st.Mode().Perm() != 0o600 {
+		t.Fatalf("script %s: %v %v", path, st, err)
+	}
+	script, _ := os.ReadFile(path)
+	tok := regexp.MustCompile(`l9join_[a-z2-7]{16}_[a-z2-7]{52}`).FindString(string(script))
+	if tok == "" {
+		t.Fatal("script lacks the token")
+	}
+	if strings.Contains(out+errOut, tok) || strings.Contains(out, tok[len(tok)-52:]) {
+		t.Error("the printed command shows the token")
+	}
+	if !strings.Contains(out, path) {
+		t.Error("the file's path is not printed")
+	}
+
+	out, _, code = b.run(t, "", nil, "machine", "list", "-o", "json")
+	var list struct {
+		Machines []struct{ ID, Name, State, Pool string }
+	}
+	if code != 0 || json.Unmarshal([]byte(out), &list) != nil || len(list.Machines) != 1 || list.Machines[0].State != "MACHINE_STATE_PENDING" {
+		t.Fatalf("machine list -o json: %s", out)
+	}
+	out, _, code = b.run(t, "", nil, "machine", "show", id[1])
+	if code != 0 || !strings.Contains(out, "pending") || !strings.Contains(out, "Join token expires") {
+		t.Errorf("machine show: %s", out)
+	}
+	out, _, code = b.run(t, "", nil, "pool", "list")
+	if code != 0 || !regexp.MustCompile(`default\s+1\s+0`).MatchString(out) {
+		t.Errorf("pool list: %s", out)
+	}
+	if _, errOut, code = b.run(t, "", nil, "machine", "delete", id[1]); code != 0 {
+		t.Fatal(errOut)
+	}
+	if _, err := os.Stat(path); !os.IsNotExist(err) {
+		t.Error("the join script outlives the machine")
+	}
+	if _, errOut, code = b.run(t, "", nil, "machine", "create", "--pool", "nope"); code == 0 || !strings.Contains(errOut, "not declared") {
+		t.Errorf("unknown pool: %s", errOut)
+	}
+}

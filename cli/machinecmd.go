@@ -1,0 +1,235 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	v1 "github.com/levers9/levers9/api/levers9/v1"
+	"github.com/levers9/levers9/enroll"
+)
+
+func machineState(s v1.MachineState) string {
+	return strings.ToLower(strings.TrimPrefix(s.String(), "MACHINE_STATE_"))
+}
+
+func ago(m *v1.Machine) string {
+	if m.LastHeartbeat == nil {
+		return "-"
+	}
+	return time.Since(m.LastHeartbeat.AsTime()).Round(time.Second).String() + " ago"
+}
+
+func (a *app) machineCmd() *cobra.Command {
+	cmd := &cobra.Command{Use: "machine", Short: "Join machines to pools and manage them"}
+	var (
+		pool, name string
+		joinTTL    time.Duration
+	)
+	create := &cobra.Command{
+		Use:   "create --pool NAME [--name NAME] [--join-ttl 1h]",
+		Short: "Create a machine and the join script that enrolls it",
+		Long: `Create a machine record with a single-use join token (1 hour by default) and write the
+join script, token inside, to ~/.levers9/machines/ID.sh with mode 0600. Copy that file to the
+machine and run it there as root; the printed command hides the token.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			s, err := a.connect(true)
+			if err != nil {
+				return err
+			}
+			defer s.Close()
+			var resp *v1.CreateMachineResponse
+			err = a.call(s, func(ctx context.Context) error {
+				resp, err = v1.NewMachineServiceClient(s.conn).CreateMachine(ctx, &v1.CreateMachineRequest{
+					Pool: pool, Name: name, JoinTtlSeconds: int64(joinTTL / time.Second)})
+				return err
+			})
+			if err != nil {
+				return err
+			}
+			dir, err := Dir(a.getenv)
+			if err != nil {
+				return err
+			}
+			path := filepath.Join(dir, "machines", resp.Machine.Id+".sh")
+			if err := enroll.WriteSecretFile(path, []byte(resp.JoinScript)); err != nil {
+				return fmt.Errorf("save the join script: %w", err)
+			}
+			if a.output == "json" {
+				resp.JoinToken, resp.JoinScript = "", path
+				return a.printJSON(resp)
+			}
+			m := resp.Machine
+			fmt.Fprintf(a.io.Out, "machine %s (%s) created in pool %s\n", m.Id, m.Name, m.Pool)
+			fmt.Fprintf(a.io.Out, "join script: %s (mode 0600: it holds the token %s, single use, expires %s)\n",
+				path, enroll.MaskJoinToken(resp.JoinToken), when(m.JoinExpiresAt))
+			fmt.Fprintf(a.io.Out, "run it on the machine as root:\n  sudo sh %s.sh            # add --foreground to run without systemd\n", m.Id)
+			fmt.Fprintf(a.io.Out, "e.g.  scp %s HOST: && ssh HOST sudo sh %s.sh\n", path, m.Id)
+			return nil
+		},
+	}
+	create.Flags().StringVar(&pool, "pool", "", "pool to join (see `levers9 pool list`)")
+	create.Flags().StringVar(&name, "name", "", "machine name (made up when empty)")
+	create.Flags().DurationVar(&joinTTL, "join-ttl", 0, "how long the join token stays valid (default: the controlplane's, 1h)")
+	_ = create.MarkFlagRequired("pool")
+
+	var listPool string
+	list := &cobra.Command{
+		Use:   "list [--pool NAME]",
+		Short: "List machines: state, last heartbeat, agent version, transport, GPUs, pool",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			s, err := a.connect(true)
+			if err != nil {
+				return err
+			}
+			defer s.Close()
+			var resp *v1.ListMachinesResponse
+			err = a.call(s, func(ctx context.Context) error {
+				resp, err = v1.NewMachineServiceClient(s.conn).ListMachines(ctx, &v1.ListMachinesRequest{Pool: listPool})
+				return err
+			})
+			if err != nil {
+				return err
+			}
+			if a.output == "json" {
+				return a.printJSON(resp)
+			}
+			w := newTab(a)
+			fmt.Fprintln(w, "ID\tNAME\tPOOL\tSTATE\tLAST HEARTBEAT\tAGENT\tTRANSPORT\tCPUS\tGPUS")
+			for _, m := range resp.Machines {
+				inv := m.GetInventory()
+				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\n", m.Id, m.Name, m.Pool, machineState(m.State), ago(m),
+					dash(m.AgentVersion), dash(m.Transport), inv.GetCpus(), len(inv.GetGpus()))
+			}
+			return w.Flush()
+		},
+	}
+	list.Flags().StringVar(&listPool, "pool", "", "only machines of this pool")
+
+	show := &cobra.Command{
+		Use:   "show ID",
+		Short: "Show a machine with its inventory",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			s, err := a.connect(true)
+			if err != nil {
+				return err
+			}
+			defer s.Close()
+			var resp *v1.GetMachineResponse
+			err = a.call(s, func(ctx context.Context) error {
+				resp, err = v1.NewMachineServiceClient(s.conn).GetMachine(ctx, &v1.GetMachineRequest{Id: args[0]})
+				return err
+			})
+			if err != nil {
+				return err
+			}
+			if a.output == "json" {
+				return a.printJSON(resp)
+			}
+			m := resp.Machine
+			inv := m.GetInventory()
+			w := newTab(a)
+			for _, kv := range [][2]string{
+				{"ID", m.Id}, {"Name", m.Name}, {"Pool", m.Pool}, {"State", machineState(m.State)},
+				{"Transport", dash(m.Transport)}, {"Last heartbeat", ago(m)}, {"Agent", dash(m.AgentVersion)},
+				{"Enrolled", when(m.EnrolledAt)}, {"Certificate expires", when(m.CertificateExpiresAt)},
+				{"Hostname", dash(inv.GetHostname())}, {"Kernel", dash(inv.GetKernel())},
+				{"CPUs", fmt.Sprintf("%d %s", inv.GetCpus(), inv.GetCpuModel())},
+				{"Memory", fmt.Sprintf("%.1f GiB", float64(inv.GetMemoryBytes())/(1<<30))},
+				{"Disk", fmt.Sprintf("%.1f GiB free of %.1f GiB", float64(inv.GetDiskFreeBytes())/(1<<30), float64(inv.GetDiskBytes())/(1<<30))},
+				{"runc", dash(inv.GetRuncVersion())}, {"runsc", dash(inv.GetRunscVersion())},
+				{"AppArmor", fmt.Sprint(inv.GetApparmor())},
+			} {
+				fmt.Fprintf(w, "%s:\t%s\n", kv[0], kv[1])
+			}
+			for _, g := range inv.GetGpus() {
+				fmt.Fprintf(w, "GPU %d:\t%s %s, %.0f GiB, driver %s, CUDA %s\n", g.Index, g.Name, g.Uuid, float64(g.MemoryBytes)/(1<<30), g.DriverVersion, g.CudaVersion)
+			}
+			if m.State == v1.MachineState_MACHINE_STATE_PENDING {
+				fmt.Fprintf(w, "Join token expires:\t%s\n", when(m.JoinExpiresAt))
+			}
+			return w.Flush()
+		},
+	}
+	del := &cobra.Command{
+		Use:   "delete ID",
+		Short: "Delete a machine: its certificate is revoked and its tunnel dropped at once",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			s, err := a.connect(true)
+			if err != nil {
+				return err
+			}
+			defer s.Close()
+			if err := a.call(s, func(ctx context.Context) error {
+				_, err := v1.NewMachineServiceClient(s.conn).DeleteMachine(ctx, &v1.DeleteMachineRequest{Id: args[0]})
+				return err
+			}); err != nil {
+				return err
+			}
+			if dir, err := Dir(a.getenv); err == nil {
+				os.Remove(filepath.Join(dir, "machines", args[0]+".sh"))
+			}
+			fmt.Fprintf(a.io.Out, "machine %s deleted\n", args[0])
+			return nil
+		},
+	}
+	cmd.AddCommand(create, list, show, del)
+	return cmd
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func (a *app) poolCmd() *cobra.Command {
+	cmd := &cobra.Command{Use: "pool", Short: "Pools of machines (declared in the controlplane config)"}
+	list := &cobra.Command{
+		Use:   "list",
+		Short: "List pools with their machines, GPUs and effective security",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			s, err := a.connect(true)
+			if err != nil {
+				return err
+			}
+			defer s.Close()
+			var resp *v1.ListPoolsResponse
+			err = a.call(s, func(ctx context.Context) error {
+				resp, err = v1.NewPoolServiceClient(s.conn).ListPools(ctx, &v1.ListPoolsRequest{})
+				return err
+			})
+			if err != nil {
+				return err
+			}
+			if a.output == "json" {
+				return a.printJSON(resp)
+			}
+			w := newTab(a)
+			fmt.Fprintln(w, "POOL\tMACHINES\tONLINE\tGPUS FREE/TOTAL\tRUNTIME\tPROFILE\tSECCOMP\tNET_RAW\tISOLATION\tEGRESS")
+			for _, p := range resp.Pools {
+				sec := p.GetSecurity()
+				netRaw := "kept"
+				if sec.GetDropNetRaw() {
+					netRaw = "dropped"
+				}
+				fmt.Fprintf(w, "%s\t%d\t%d\t%d/%d\t%s\t%s\t%s\t%s\t%v\t%s\n", p.Name, p.Machines, p.MachinesOnline, p.GpusFree, p.GpusTotal,
+					sec.GetRuntime(), sec.GetProfile(), sec.GetSeccomp(), netRaw, sec.GetBridgePortIsolation(), sec.GetEgressMode())
+			}
+			return w.Flush()
+		},
+	}
+	cmd.AddCommand(list)
+	return cmd
+}
