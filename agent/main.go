@@ -1,0 +1,70 @@
+package agent
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+)
+
+// Version is the agent's version, set at build time.
+var Version = "dev"
+
+// Main runs the levers9-agent command line.
+func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		usage(stderr)
+		return fmt.Errorf("missing command")
+	}
+	switch args[0] {
+	case "join":
+		return joinCmd(ctx, args[1:], stdout, stderr)
+	case "run":
+		return runCmd(ctx, args[1:], stdout, stderr)
+	case "version":
+		fmt.Fprintln(stdout, Version)
+		return nil
+	case "-h", "--help", "help":
+		usage(stdout)
+		return nil
+	}
+	usage(stderr)
+	return fmt.Errorf("unknown command %q", args[0])
+}
+
+func usage(w io.Writer) {
+	fmt.Fprint(w, `Usage: levers9-agent COMMAND [flags]
+
+The levers9 agent runs tasks on this machine for a levers9 controlplane. It dials out to the
+controlplane and never listens on a port. A machine joins with the script from
+'levers9 machine create --pool NAME'.
+
+Commands:
+  join     enroll this machine with a join token (the join script runs this)
+  run      connect to the controlplane and run tasks
+  version  print the agent's version
+`)
+}
+
+func joinCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("join", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	cp := fs.String("controlplane", "", "controlplane gRPC address, HOST:PORT")
+	ca := fs.String("ca-file", "", "PEM CA of the controlplane's certificate (empty: the system's)")
+	tokenFile := fs.String("token-file", "", "file holding the join token (deleted after a successful join)")
+	stateDir := fs.String("state-dir", "/var/lib/levers9-agent", "where the agent keeps its key and certificate")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *cp == "" || *tokenFile == "" {
+		return fmt.Errorf("join needs --controlplane and --token-file (the token is never taken on the command line)")
+	}
+	host, _ := os.Hostname()
+	st, err := Join(ctx, JoinOptions{Controlplane: *cp, CAFile: *ca, TokenFile: *tokenFile, State: State{Dir: *stateDir}, Version: Version, Hostname: host})
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "joined as machine %s in pool %s\n", st.MachineID, st.Pool)
+	return nil
+}
