@@ -2,7 +2,6 @@ package api
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"sort"
 	"time"
@@ -184,12 +183,4 @@ func (s *MachineService) DeleteMachine(ctx context.Context, req *v1.DeleteMachin
 	s.Log.Info("machine deleted; its certificate is refused from now on", "workspace_id", p.WorkspaceID, "machine_id", m.ID, "pool", m.Pool)
 	s.publish(ctx, bus.Event{Workspace: p.WorkspaceID, Kind: "machine.deleted", Object: m.ID})
 	return &v1.DeleteMachineResponse{}, nil
-}
-
-// inventoryJSON encodes an inventory for the store.
-func inventoryJSON(inv *v1.Inventory) (json.RawMessage, error) {
-	if inv == nil {
-		return nil, nil
-	}
-	return protoJSON.Marshal(inv)
 }
