@@ -1,0 +1,3 @@
+package tunnel_test
+
+func reconcileNetns() {}

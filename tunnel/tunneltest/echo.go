@@ -1,0 +1,47 @@
+package tunneltest
+
+import (
+	"context"
+
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+)
+
+// EchoHandler answers an echo call; nil echoes the payload back.
+type EchoHandler func(ctx context.Context, in []byte) ([]byte, error)
+
+const echoMethod = "/levers9.tunneltest.Echo/Echo"
+
+// RegisterEcho registers the echo service on s.
+func RegisterEcho(s *grpc.Server, h EchoHandler) {
+	if h == nil {
+		h = func(_ context.Context, in []byte) ([]byte, error) { return in, nil }
+	}
+	s.RegisterService(&grpc.ServiceDesc{
+		ServiceName: "levers9.tunneltest.Echo",
+		HandlerType: (*any)(nil),
+		Methods: []grpc.MethodDesc{{
+			MethodName: "Echo",
+			Handler: func(_ any, ctx context.Context, dec func(any) error, _ grpc.UnaryServerInterceptor) (any, error) {
+				in := new(wrapperspb.BytesValue)
+				if err := dec(in); err != nil {
+					return nil, err
+				}
+				out, err := h(ctx, in.Value)
+				if err != nil {
+					return nil, err
+				}
+				return wrapperspb.Bytes(out), nil
+			},
+		}},
+	}, struct{}{})
+}
+
+// Echo calls the echo service on cc.
+func Echo(ctx context.Context, cc grpc.ClientConnInterface, in []byte) ([]byte, error) {
+	out := new(wrapperspb.BytesValue)
+	if err := cc.Invoke(ctx, echoMethod, wrapperspb.Bytes(in), out); err != nil {
+		return nil, err
+	}
+	return out.Value, nil
+}
