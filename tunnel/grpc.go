@@ -2,7 +2,6 @@ package tunnel
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"sync"
@@ -10,6 +9,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/peer"
+
+	"github.com/levers9/levers9/internal/errdefs"
 )
 
 // streamListener turns a session's accepted streams into a net.Listener so
@@ -178,7 +179,7 @@ func (h *Hub) HandleSession(ctx context.Context, s Session) {
 }
 
 // ErrAgentNotConnected: no session for that identity on this hub.
-var ErrAgentNotConnected = errors.New("agent not connected to this controlplane replica")
+var ErrAgentNotConnected = fmt.Errorf("agent not connected to this controlplane replica: %w", errdefs.ErrUnavailable)
 
 // Conn returns the push ClientConn of a connected agent.
 func (h *Hub) Conn(identity string) (*grpc.ClientConn, error) {

@@ -3,11 +3,10 @@ package tunnel_test
 import (
 	"context"
 	"crypto/x509"
-	"net/url"
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
+	"net/url"
 	"strings"
 	"sync"
 	"testing"
@@ -54,14 +53,13 @@ type cpEnv struct {
 }
 
 type cpOpts struct {
-	addr     string
-	live     tunnel.Liveness
-	rate     float64
-	burst    int
-	startFn  func(func() error) error // wraps Start (e.g. inside a netns)
-	ca       *tunneltest.CA
-	limits   tunnel.Limits
-	noGlobal bool
+	addr    string
+	live    tunnel.Liveness
+	rate    float64
+	burst   int
+	startFn func(func() error) error // wraps Start (e.g. inside a netns)
+	ca      *tunneltest.CA
+	limits  tunnel.Limits
 }
 
 // setupCP starts a controlplane side: server + hub with an echo service that
@@ -279,9 +277,4 @@ func (e *cpEnv) waitPush(t testing.TB, d time.Duration, identity, msg string) {
 		return err == nil
 	})
 	_ = last
-}
-
-func dialerTCP() func(ctx context.Context, network, addr string) (net.Conn, error) {
-	var d net.Dialer
-	return d.DialContext
 }

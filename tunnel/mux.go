@@ -153,9 +153,9 @@ func (m *yamuxMux) accept(ctx context.Context) (net.Conn, error) {
 	return m.s.AcceptStreamWithContext(ctx)
 }
 
-func (m *yamuxMux) closeWith(string) error           { return m.s.Close() }
-func (m *yamuxMux) done() <-chan struct{}            { return m.s.CloseChan() }
-func (m *yamuxMux) tlsState() tls.ConnectionState    { return m.conn.ConnectionState() }
-func (m *yamuxMux) transport() Transport             { return TransportTCP }
-func (m *yamuxMux) localAddr() net.Addr              { return m.conn.LocalAddr() }
-func (m *yamuxMux) remoteAddr() net.Addr             { return m.conn.RemoteAddr() }
+func (m *yamuxMux) closeWith(string) error        { return m.s.Close() }
+func (m *yamuxMux) done() <-chan struct{}         { return m.s.CloseChan() }
+func (m *yamuxMux) tlsState() tls.ConnectionState { return m.conn.ConnectionState() }
+func (m *yamuxMux) transport() Transport          { return TransportTCP }
+func (m *yamuxMux) localAddr() net.Addr           { return m.conn.LocalAddr() }
+func (m *yamuxMux) remoteAddr() net.Addr          { return m.conn.RemoteAddr() }

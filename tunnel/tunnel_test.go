@@ -272,4 +272,15 @@ func TestIdleTunnelSurvivesNATExpiry(t *testing.T) {
 			e.waitPush(t, time.Second, "m-idle", "still there")
 		})
 	}
+	// Control: heartbeats slower than the relay's idle timeout do lose the
+	// flow, so the relay really expires idle flows.
+	t.Run("control", func(t *testing.T) {
+		t.Parallel()
+		slow := tunnel.Liveness{HeartbeatInterval: 1500 * time.Millisecond, HeartbeatTimeout: 4 * time.Second, HandshakeTimeout: time.Second}
+		e := setupCP(t, cpOpts{live: slow})
+		r := newRelay(t, e.addr, time.Second)
+		setupAgent(t, e, "m-idle", func(c *tunnel.ClientConfig) { c.DisableQUIC = true; c.Addrs = []string{r.addr}; c.Liveness = slow })
+		e.waitPush(t, 5*time.Second, "m-idle", "x")
+		waitFor(t, 5*time.Second, "relay expires the flow", func() bool { return r.expired.Load() > 0 })
+	})
 }
