@@ -11,9 +11,12 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/pem"
 	"fmt"
 	"math/big"
 	"net"
+	"os"
+	"path/filepath"
 	"time"
 )
 
@@ -103,4 +106,45 @@ func (ca *CA) ClientTLS(cn string) (*tls.Config, error) {
 		return nil, err
 	}
 	return &tls.Config{Certificates: []tls.Certificate{c}, RootCAs: ca.Pool}, nil
+}
+
+// WritePEM stores the CA certificate and key in dir (key mode 0600) so a
+// re-executed process can LoadCA it.
+func (ca *CA) WritePEM(dir string) error {
+	kb, err := x509.MarshalECPrivateKey(ca.key)
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "ca.pem"), pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ca.Cert.Raw}), 0o644); err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, "ca-key.pem"), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kb}), 0o600)
+}
+
+// LoadCA reads a CA written by WritePEM.
+func LoadCA(dir string) (*CA, error) {
+	cb, err := os.ReadFile(filepath.Join(dir, "ca.pem"))
+	if err != nil {
+		return nil, err
+	}
+	kb, err := os.ReadFile(filepath.Join(dir, "ca-key.pem"))
+	if err != nil {
+		return nil, err
+	}
+	c, _ := pem.Decode(cb)
+	k, _ := pem.Decode(kb)
+	if c == nil || k == nil {
+		return nil, fmt.Errorf("CA in %s: not PEM", dir)
+	}
+	cert, err := x509.ParseCertificate(c.Bytes)
+	if err != nil {
+		return nil, err
+	}
+	key, err := x509.ParseECPrivateKey(k.Bytes)
+	if err != nil {
+		return nil, err
+	}
+	pool := x509.NewCertPool()
+	pool.AddCert(cert)
+	return &CA{Cert: cert, key: key, Pool: pool}, nil
 }

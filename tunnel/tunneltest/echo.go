@@ -2,6 +2,7 @@ package tunneltest
 
 import (
 	"context"
+	"io"
 
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/types/known/wrapperspb"
@@ -34,6 +35,23 @@ func RegisterEcho(s *grpc.Server, h EchoHandler) {
 				return wrapperspb.Bytes(out), nil
 			},
 		}},
+		Streams: []grpc.StreamDesc{{
+			StreamName:    "Sink",
+			ClientStreams: true,
+			Handler: func(_ any, ss grpc.ServerStream) error {
+				var n int64
+				for {
+					in := new(wrapperspb.BytesValue)
+					if err := ss.RecvMsg(in); err != nil {
+						if err == io.EOF {
+							return ss.SendMsg(wrapperspb.Int64(n))
+						}
+						return err
+					}
+					n += int64(len(in.Value))
+				}
+			},
+		}},
 	}, struct{}{})
 }
 
@@ -44,4 +62,22 @@ func Echo(ctx context.Context, cc grpc.ClientConnInterface, in []byte) ([]byte, 
 		return nil, err
 	}
 	return out.Value, nil
+}
+
+// Sink streams chunks to the sink service (think: logs) until ctx ends or
+// a send fails; it returns how many bytes were sent.
+func Sink(ctx context.Context, cc grpc.ClientConnInterface, chunk []byte) (int64, error) {
+	st, err := cc.NewStream(ctx, &grpc.StreamDesc{StreamName: "Sink", ClientStreams: true}, "/levers9.tunneltest.Echo/Sink")
+	if err != nil {
+		return 0, err
+	}
+	msg := wrapperspb.Bytes(chunk)
+	var n int64
+	for ctx.Err() == nil {
+		if err := st.SendMsg(msg); err != nil {
+			return n, err
+		}
+		n += int64(len(chunk))
+	}
+	return n, ctx.Err()
 }
