@@ -1,0 +1,345 @@
+// Command tunnel benchmarks the levers9 tunnel: throughput against plain
+// TLS, push latency with many idle agents, memory and goroutines per agent,
+// a reconnect storm after a controlplane SIGKILL, and control latency under
+// packet loss. The controlplane and the load generators run as separate
+// processes (this binary re-executed with -role). The last line prints the
+// figures issue 3 names; NaN marks one that was not measured.
+package main
+
+import (
+	"bufio"
+	"crypto/rand"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/levers9/levers9/tunnel/tunneltest"
+)
+
+func main() {
+	quick := flag.Bool("quick", false, "smaller run, at most ~2 minutes")
+	role := flag.String("role", "", "internal: cp or agents")
+	dir := flag.String("dir", "", "internal: CA directory")
+	addr := flag.String("addr", "127.0.0.1:0", "internal: tunnel address")
+	n := flag.Int("n", 0, "internal: agents in this process")
+	prefix := flag.String("prefix", "agent", "internal: agent name prefix")
+	busy := flag.Bool("busy", false, "internal: agent 0 streams logs at full speed")
+	flag.Parse()
+	var err error
+	switch *role {
+	case "cp":
+		err = runCP(*dir, *addr)
+	case "agents":
+		err = runAgents(*dir, *addr, *prefix, *n, *busy)
+	case "":
+		err = orchestrate(*quick)
+	default:
+		err = fmt.Errorf("unknown role %q", *role)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench/tunnel:", err)
+		os.Exit(1)
+	}
+}
+
+type child struct {
+	name string
+	cmd  *exec.Cmd
+	in   io.WriteCloser
+	out  *bufio.Scanner
+}
+
+func spawn(dir, name string, args ...string) (*child, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(exe, append([]string{"-dir", dir}, args...)...)
+	logf, err := os.Create(filepath.Join(dir, name+".log"))
+	if err != nil {
+		return nil, err
+	}
+	cmd.Stderr = logf
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, err
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	sc := bufio.NewScanner(out)
+	sc.Buffer(make([]byte, 1<<20), 64<<20)
+	return &child{name: name, cmd: cmd, in: in, out: sc}, nil
+}
+
+func (c *child) read(v any) error {
+	if !c.out.Scan() {
+		return fmt.Errorf("%s: no answer (exited? see its log): %v", c.name, c.out.Err())
+	}
+	return json.Unmarshal(c.out.Bytes(), v)
+}
+
+func (c *child) call(cmd command, v any) error {
+	b, _ := json.Marshal(cmd)
+	if _, err := c.in.Write(append(b, '\n')); err != nil {
+		return fmt.Errorf("%s: %w", c.name, err)
+	}
+	return c.read(v)
+}
+
+func (c *child) stop() {
+	_ = c.in.Close()
+	done := make(chan struct{})
+	go func() { _ = c.cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(20 * time.Second):
+		_ = c.cmd.Process.Kill()
+		<-done
+	}
+}
+
+func (c *child) kill() {
+	_ = c.cmd.Process.Signal(syscall.SIGKILL)
+	_ = c.cmd.Wait()
+}
+
+type cpStats struct {
+	Agents     int     `json:"agents"`
+	RSSKiB     int64   `json:"rss_kib"`
+	Goroutines int     `json:"goroutines"`
+	Failed     float64 `json:"failed"`
+	Refused    float64 `json:"refused"`
+}
+
+type pushResult struct {
+	P50   float64 `json:"p50"`
+	P99   float64 `json:"p99"`
+	Fails int64   `json:"fails"`
+	Error string  `json:"error"`
+}
+
+func waitConnected(cp *child, want int, d time.Duration) error {
+	deadline := time.Now().Add(d)
+	for {
+		var st cpStats
+		if err := cp.call(command{Cmd: "stats"}, &st); err != nil {
+			return err
+		}
+		if st.Agents >= want {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("only %d of %d agents connected after %s", st.Agents, want, d)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+func orchestrate(quick bool) error {
+	nan := math.NaN()
+	fig := map[string]float64{}
+	names := []string{"yamux_vs_tls", "quic_vs_tls", "push_p99_ms_1k", "push_p99_ms_5k", "push_p99_ms_busy",
+		"kib_per_agent", "goroutines_per_agent", "reconnect_s_p99", "reconnect_s_all", "handshake_failures",
+		"ctrl_p99_ms_loss1_quic", "ctrl_p99_ms_loss1_yamux"}
+	for _, n := range names {
+		fig[n] = nan
+	}
+	defer func() {
+		var b strings.Builder
+		for i, n := range names {
+			if i > 0 {
+				b.WriteByte(' ')
+			}
+			fmt.Fprintf(&b, "%s=%.3g", n, fig[n])
+		}
+		fmt.Println(strings.ReplaceAll(b.String(), "=NaN", "=NaN"))
+	}()
+	begin := time.Now()
+
+	t, err := measureThroughput(quick)
+	if err != nil {
+		fmt.Println("throughput:", err)
+	} else {
+		fmt.Printf("throughput: tls x1 %.0f MB/s, x8 %.0f MB/s; ratios yamux x1 %.2f x8 %.2f, quic x1 %.2f x8 %.2f\n", t.tls1, t.tls8, t.yamux1, t.yamux8, t.quic1, t.quic8)
+		// One figure per transport: the geometric mean of 1 and 8 streams.
+		fig["yamux_vs_tls"] = math.Sqrt(t.yamux1 * t.yamux8)
+		fig["quic_vs_tls"] = math.Sqrt(t.quic1 * t.quic8)
+	}
+
+	dir, err := os.MkdirTemp("", "l9t-bench-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	ca, err := tunneltest.NewCA("bench")
+	if err != nil {
+		return err
+	}
+	if err := ca.WritePEM(dir); err != nil {
+		return err
+	}
+	key := make([]byte, 32)
+	_, _ = rand.Read(key)
+	if err := os.WriteFile(filepath.Join(dir, "reset.key"), key, 0o600); err != nil {
+		return err
+	}
+
+	pushes, rate, size := 10000, 1000, 4096
+	if quick {
+		pushes, rate = 1500, 500
+	}
+	cp, err := spawn(dir, "cp", "-role", "cp")
+	if err != nil {
+		return err
+	}
+	var hello struct{ Addr string }
+	if err := cp.read(&hello); err != nil {
+		return err
+	}
+	addr := hello.Addr
+	var children []*child
+	defer func() {
+		for _, c := range children {
+			c.stop()
+		}
+		cp.stop()
+	}()
+	var base cpStats
+	if err := cp.call(command{Cmd: "stats"}, &base); err != nil {
+		return err
+	}
+
+	// 1,000 idle agents.
+	a1, err := spawn(dir, "agents1", "-role", "agents", "-addr", addr, "-n", "1000", "-prefix", "a")
+	if err != nil {
+		return err
+	}
+	children = append(children, a1)
+	if err := waitConnected(cp, 1000, 60*time.Second); err != nil {
+		return err
+	}
+	var pr pushResult
+	if err := cp.call(command{Cmd: "push", N: pushes, Rate: rate, Size: size}, &pr); err != nil {
+		return err
+	}
+	fmt.Printf("push 1k agents: p50 %.2f ms p99 %.2f ms fails %d\n", pr.P50, pr.P99, pr.Fails)
+	fig["push_p99_ms_1k"] = pr.P99
+
+	// One agent streaming logs at full speed; half the pushes go to it.
+	b1, err := spawn(dir, "busy", "-role", "agents", "-addr", addr, "-n", "1", "-prefix", "busy", "-busy")
+	if err != nil {
+		return err
+	}
+	if err := waitConnected(cp, 1001, 30*time.Second); err != nil {
+		return err
+	}
+	time.Sleep(time.Second) // let the log stream reach full speed
+	if err := cp.call(command{Cmd: "push", N: pushes, Rate: rate, Size: size, Busy: "busy-0"}, &pr); err != nil {
+		return err
+	}
+	fmt.Printf("push with a busy agent: p50 %.2f ms p99 %.2f ms fails %d\n", pr.P50, pr.P99, pr.Fails)
+	fig["push_p99_ms_busy"] = pr.P99
+	b1.stop()
+
+	// 5,000 idle agents.
+	a2, err := spawn(dir, "agents2", "-role", "agents", "-addr", addr, "-n", "4000", "-prefix", "b")
+	if err != nil {
+		return err
+	}
+	children = append(children, a2)
+	if err := waitConnected(cp, 5000, 90*time.Second); err != nil {
+		return err
+	}
+	if err := cp.call(command{Cmd: "push", N: pushes, Rate: rate, Size: size}, &pr); err != nil {
+		return err
+	}
+	fmt.Printf("push 5k agents: p50 %.2f ms p99 %.2f ms fails %d\n", pr.P50, pr.P99, pr.Fails)
+	fig["push_p99_ms_5k"] = pr.P99
+	total := 5000
+	if !quick {
+		a3, err := spawn(dir, "agents3", "-role", "agents", "-addr", addr, "-n", "5000", "-prefix", "c")
+		if err != nil {
+			return err
+		}
+		children = append(children, a3)
+		if err := waitConnected(cp, 10000, 120*time.Second); err != nil {
+			return err
+		}
+		total = 10000
+	}
+	var st cpStats
+	if err := cp.call(command{Cmd: "stats"}, &st); err != nil {
+		return err
+	}
+	fig["kib_per_agent"] = float64(st.RSSKiB-base.RSSKiB) / float64(st.Agents)
+	fig["goroutines_per_agent"] = float64(st.Goroutines-base.Goroutines) / float64(st.Agents)
+	fmt.Printf("controlplane with %d agents: rss %d KiB, %d goroutines (baseline %d KiB, %d)\n", st.Agents, st.RSSKiB, st.Goroutines, base.RSSKiB, base.Goroutines)
+
+	// Reconnect storm: SIGKILL the controlplane, start a new one at once.
+	cp.kill()
+	t0 := time.Now()
+	cp, err = spawn(dir, "cp2", "-role", "cp", "-addr", addr)
+	if err != nil {
+		return err
+	}
+	if err := cp.read(&hello); err != nil {
+		return err
+	}
+	limit := 60 * time.Second
+	if quick {
+		limit = 30 * time.Second
+	}
+	var back []float64
+	for {
+		back = back[:0]
+		for _, c := range children {
+			var r struct{ Ms []float64 }
+			if err := c.call(command{Cmd: "since", T0: t0.UnixNano()}, &r); err != nil {
+				return err
+			}
+			back = append(back, r.Ms...)
+		}
+		if !slices.Contains(back, -1) || time.Since(t0) > limit {
+			break
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	missing := 0
+	for i, v := range back {
+		if v < 0 {
+			missing++
+			back[i] = math.Inf(1)
+		}
+	}
+	slices.Sort(back)
+	fig["reconnect_s_p99"] = pct(back, 0.99) / 1000
+	fig["reconnect_s_all"] = back[len(back)-1] / 1000
+	if err := cp.call(command{Cmd: "stats"}, &st); err != nil {
+		return err
+	}
+	fig["handshake_failures"] = st.Failed
+	fmt.Printf("reconnect storm (%d agents): p99 %.2f s, all %.2f s, %d missing, %v refused (retry-after), %v failed handshakes\n", total, fig["reconnect_s_p99"], fig["reconnect_s_all"], missing, st.Refused, st.Failed)
+
+	if l, err := measureLoss(quick); err != nil {
+		fmt.Println("loss:", err)
+	} else {
+		fig["ctrl_p99_ms_loss1_quic"] = l.quic
+		fig["ctrl_p99_ms_loss1_yamux"] = l.yamux
+	}
+	fmt.Printf("bench took %s\n", time.Since(begin).Round(time.Second))
+	return nil
+}

@@ -1,0 +1,50 @@
+// Package tunnel owns levers9's transport between agents and the
+// controlplane: a multiplexed, mutually authenticated Session carried over
+// QUIC (UDP, TLS 1.3, ALPN "levers9-tunnel/1") or over TLS 1.3 on TCP with
+// hashicorp/yamux, and gRPC running both ways over it.
+//
+// Direction. Agents always dial out; the controlplane never dials in. The
+// controlplane's Server listens on one port (":1995" by default) for both UDP
+// (QUIC) and TCP (TLS+yamux). Once a session is up either side opens streams:
+// the controlplane pushes (gRPC ClientConn whose connections are streams it
+// opens on the agent's session) and the agent calls back (a ClientConn whose
+// streams go to the controlplane). The agent has no listening socket.
+//
+// Identity. The agent presents a client certificate that must chain to the
+// server's CA pool; then an injected Authorizer maps it to an identity (a
+// machine) or refuses it (unknown, expired, revoked) before any stream is
+// served. A server over its handshake admission rate refuses with a
+// retry-after hint instead of doing the work.
+//
+// Dialling. Direct makes one session: a happy-eyeballs race per address,
+// QUIC first and TCP after a short head start, the first to complete wins and
+// the loser is closed; TCP may go through an HTTP CONNECT proxy
+// (HTTPS_PROXY). Auto keeps one session up: on loss it redials with
+// exponential backoff and full jitter (Config.Backoff*), capped, reset once a
+// session stayed up for Config.StableAfter; a refusal's retry-after is
+// honoured as a lower bound. While on TCP, Auto probes QUIC every
+// Config.ReprobeInterval and moves to it when it works.
+//
+// Reconnects. A session is never resumed. When it ends (peer dead, network
+// change, move from TCP back to QUIC) every open stream on it fails with an
+// error, in-flight RPCs fail with codes.Unavailable, and callers retry on the
+// next session; gRPC ClientConns created by this package redial on the new
+// session by themselves.
+//
+// Liveness and keepalive. Each side writes a heartbeat on the session's
+// control stream every Config.HeartbeatInterval (3 s) and closes the session
+// when nothing arrived for Config.HeartbeatTimeout (12 s), so a dead or
+// half-open peer is detected within 15 s on both sides and a push to it fails
+// instead of hanging. The heartbeat also keeps NAT and load-balancer bindings
+// warm (UDP ones often expire after 30 s, TCP ones after 350 s). yamux runs
+// with a connection write timeout and a stream close timeout so no write can
+// hang; QUIC runs with a keepalive and an idle timeout tied to the heartbeat.
+//
+// What it must never do: know about tasks, machines' state or any other
+// levers9 part (it imports only internal/errdefs); dial from the controlplane
+// towards an agent; keep state in package globals; log secrets.
+//
+// Stability: the API is young and may change while the controlplane and agent
+// are wired to it; the wire protocol (ALPN "levers9-tunnel/1" and the control
+// stream framing) is versioned by its ALPN.
+package tunnel

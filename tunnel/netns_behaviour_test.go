@@ -1,0 +1,144 @@
+package tunnel_test
+
+import (
+	"context"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/levers9/levers9/tunnel"
+	"github.com/levers9/levers9/tunnel/tunneltest"
+)
+
+func setupNetnsCP(t *testing.T, live tunnel.Liveness) (*nsPair, *cpEnv) {
+	p := setupNetns(t)
+	e := setupCP(t, cpOpts{addr: p.addr("0"), live: live, startFn: p.serverStart})
+	return p, e
+}
+
+func TestNetnsUDPBlockedFallsBackToTCPAndMovesBack(t *testing.T) {
+	t.Parallel()
+	p, e := setupNetnsCP(t, fast)
+	// A middlebox that silently drops UDP towards the controlplane.
+	p.iptables(t, p.srv, "-A", "INPUT", "-p", "udp", "-j", "DROP")
+	start := time.Now()
+	a := setupAgent(t, e, "m-udp", func(c *tunnel.ClientConfig) {
+		p.clientSockets(c)
+		// Defaults for the race, so the 10 s bound is the real one.
+		c.QUICHeadStart, c.DialTimeout = 0, 0
+		c.ReprobeInterval = time.Second
+	})
+	waitFor(t, 10*time.Second, "agent on TCP", func() bool {
+		s := a.last()
+		return s != nil && s.Transport() == tunnel.TransportTCP
+	})
+	t.Logf("on TCP after %s with UDP blocked", time.Since(start))
+	e.waitPush(t, 2*time.Second, "m-udp", "over tcp")
+
+	p.iptables(t, p.srv, "-D", "INPUT", "-p", "udp", "-j", "DROP")
+	waitFor(t, 10*time.Second, "agent back on QUIC", func() bool {
+		s := a.last()
+		return s != nil && s.Transport() == tunnel.TransportQUIC && s.Err() == nil
+	})
+	waitFor(t, 5*time.Second, "hub sees QUIC", func() bool {
+		ag := e.hub.Agents()
+		return len(ag) == 1 && ag[0].Transport == tunnel.TransportQUIC
+	})
+	e.waitPush(t, 2*time.Second, "m-udp", "over quic")
+}
+
+func TestNetnsRPCsCompleteUnder5PercentLoss(t *testing.T) {
+	for _, tr := range transports {
+		t.Run(tr.name, func(t *testing.T) {
+			t.Parallel()
+			live := tunnel.Liveness{HeartbeatInterval: 500 * time.Millisecond, HeartbeatTimeout: 5 * time.Second, HandshakeTimeout: 5 * time.Second}
+			p, e := setupNetnsCP(t, live)
+			a := setupAgent(t, e, "m-loss", func(c *tunnel.ClientConfig) { tr.mod(c); p.clientSockets(c); c.Liveness = live })
+			e.waitPush(t, 10*time.Second, "m-loss", "x")
+			// 5% loss each way, on the wire (INPUT of the receiving side).
+			p.both(t, "-A", "INPUT", "-m", "statistic", "--mode", "random", "--probability", "0.05", "-j", "DROP")
+			payload := strings.Repeat("t", 32<<10)
+			var wg sync.WaitGroup
+			errs := make(chan error, 200)
+			for i := range 40 {
+				wg.Add(2)
+				go func() {
+					defer wg.Done()
+					ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+					defer cancel()
+					got, err := e.push(ctx, "m-loss", payload)
+					if err == nil && got != "agent:m-loss:"+payload {
+						err = errBadAnswer
+					}
+					if err != nil {
+						errs <- err
+					}
+				}()
+				go func() {
+					defer wg.Done()
+					ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+					defer cancel()
+					if _, err := tunneltest.Echo(ctx, a.cc, []byte(payload)); err != nil {
+						errs <- err
+					}
+				}()
+				if i%10 == 9 {
+					wg.Wait()
+				}
+			}
+			wg.Wait()
+			close(errs)
+			for err := range errs {
+				t.Errorf("RPC under 5%% loss: %v", err)
+			}
+		})
+	}
+}
+
+var errBadAnswer = net.UnknownNetworkError("bad echo answer")
+
+// The default liveness settings (3 s heartbeats, 12 s timeout) detect an
+// iptables DROP blackhole within 15 s on both sides.
+func TestNetnsBlackholeDetectedAtDefaults(t *testing.T) {
+	if testing.Short() {
+		t.Skip("takes 15 s")
+	}
+	for _, tr := range transports {
+		t.Run(tr.name, func(t *testing.T) {
+			t.Parallel()
+			var def tunnel.Liveness
+			def = def.WithDefaults()
+			p, e := setupNetnsCP(t, def)
+			a := setupAgent(t, e, "m-dead", func(c *tunnel.ClientConfig) {
+				tr.mod(c)
+				p.clientSockets(c)
+				c.Liveness = tunnel.Liveness{}
+				c.BackoffBase, c.BackoffMax = time.Minute, time.Minute
+			})
+			e.waitPush(t, 10*time.Second, "m-dead", "x")
+			s := a.last()
+			p.both(t, "-A", "INPUT", "-j", "DROP")
+			start := time.Now()
+			pushErr := make(chan error, 1)
+			go func() {
+				_, err := e.push(context.Background(), "m-dead", "into the void")
+				pushErr <- err
+			}()
+			const limit = 15 * time.Second
+			waitFor(t, limit, "agent detects the blackhole", func() bool { return s.Err() != nil })
+			t.Logf("agent detected after %s: %v", time.Since(start), s.Err())
+			waitFor(t, limit-time.Since(start), "controlplane detects the blackhole", func() bool { return e.srv.SessionsForTest() == 0 })
+			t.Logf("controlplane detected after %s", time.Since(start))
+			select {
+			case err := <-pushErr:
+				if err == nil {
+					t.Fatal("push into the blackhole succeeded")
+				}
+			case <-time.After(limit - time.Since(start)):
+				t.Fatal("push into the blackhole still hanging at 15 s")
+			}
+		})
+	}
+}

@@ -1,0 +1,101 @@
+package tunnel
+
+import (
+	"encoding/binary"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/levers9/levers9/internal/errdefs"
+)
+
+// The control stream is the first stream the agent opens. Its framing:
+//
+//	agent  -> server: hello   = "L9T" version(1)
+//	server -> agent:  verdict = status(1) retryAfterMillis(4, BE) reasonLen(2, BE) reason
+//	then both ways:   heartbeat bytes ('h'), one per HeartbeatInterval
+//
+//	status: 0 admitted, 1 refused (retry later), 2 refused (permanent)
+
+var helloMagic = [4]byte{'L', '9', 'T', 1}
+
+const (
+	verdictAdmitted  byte = 0
+	verdictRetry     byte = 1
+	verdictPermanent byte = 2
+
+	heartbeatByte byte = 'h'
+
+	maxReasonLen = 512
+)
+
+// readHello reads and checks the agent's hello.
+func readHello(r io.Reader) error {
+	var b [4]byte
+	if _, err := io.ReadFull(r, b[:]); err != nil {
+		return fmt.Errorf("reading tunnel hello: %w", err)
+	}
+	if b != helloMagic {
+		return fmt.Errorf("tunnel hello: bad magic/version %q: %w", b[:], errdefs.ErrInvalidArgument)
+	}
+	return nil
+}
+
+type verdict struct {
+	status     byte
+	retryAfter time.Duration
+	reason     string
+}
+
+func (v verdict) encode() []byte {
+	reason := v.reason
+	if len(reason) > maxReasonLen {
+		reason = reason[:maxReasonLen]
+	}
+	ms := v.retryAfter.Milliseconds()
+	if ms < 0 {
+		ms = 0
+	}
+	if ms > 1<<31 {
+		ms = 1 << 31
+	}
+	b := make([]byte, 7+len(reason))
+	b[0] = v.status
+	binary.BigEndian.PutUint32(b[1:5], uint32(ms))
+	binary.BigEndian.PutUint16(b[5:7], uint16(len(reason)))
+	copy(b[7:], reason)
+	return b
+}
+
+// readVerdict reads the server's answer to the hello.
+func readVerdict(r io.Reader) (verdict, error) {
+	var h [7]byte
+	if _, err := io.ReadFull(r, h[:]); err != nil {
+		return verdict{}, fmt.Errorf("reading tunnel verdict: %w", err)
+	}
+	v := verdict{status: h[0], retryAfter: time.Duration(binary.BigEndian.Uint32(h[1:5])) * time.Millisecond}
+	if v.status > verdictPermanent {
+		return verdict{}, fmt.Errorf("tunnel verdict: unknown status %d: %w", v.status, errdefs.ErrInvalidArgument)
+	}
+	n := binary.BigEndian.Uint16(h[5:7])
+	if n > maxReasonLen {
+		return verdict{}, fmt.Errorf("tunnel verdict: reason length %d over %d: %w", n, maxReasonLen, errdefs.ErrInvalidArgument)
+	}
+	reason := make([]byte, n)
+	if _, err := io.ReadFull(r, reason); err != nil {
+		return verdict{}, fmt.Errorf("reading tunnel verdict reason: %w", err)
+	}
+	v.reason = string(reason)
+	return v, nil
+}
+
+func (v verdict) err() error {
+	switch v.status {
+	case verdictAdmitted:
+		return nil
+	case verdictPermanent:
+		return &RefusedError{Reason: v.reason, Permanent: true}
+	default:
+		return &RefusedError{Reason: v.reason, RetryAfter: v.retryAfter}
+	}
+}

@@ -1,0 +1,230 @@
+package tunnel
+
+import (
+	"context"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// session implements Session over a mux and its control stream.
+type session struct {
+	m        mux
+	side     string
+	identity string
+	cert     *x509.Certificate
+	ctrl     net.Conn
+	live     Liveness
+	lim      Limits
+	log      *slog.Logger
+	metrics  *Metrics
+	rx, tx   prometheus.Counter
+	addr     *Addr
+	doneCh   chan struct{}
+	wg       sync.WaitGroup
+
+	// mu guards err, closed and streams.
+	mu      sync.Mutex
+	err     error
+	closed  bool
+	streams map[*countedStream]struct{}
+}
+
+var _ Session = (*session)(nil)
+
+func newSession(m mux, side, identity string, ctrl net.Conn, live Liveness, lim Limits, log *slog.Logger, metrics *Metrics) *session {
+	s := &session{
+		m: m, side: side, identity: identity, ctrl: ctrl, live: live, lim: lim,
+		cert:    peerCert(m.tlsState()),
+		log:     log.With("identity", identity, "transport", string(m.transport()), "remote", m.remoteAddr().String()),
+		metrics: metrics,
+		rx:      metrics.bytes.WithLabelValues(side, "rx"),
+		tx:      metrics.bytes.WithLabelValues(side, "tx"),
+		addr:    &Addr{Identity: identity, Transport: m.transport(), Remote: m.remoteAddr()},
+		doneCh:  make(chan struct{}),
+		streams: make(map[*countedStream]struct{}),
+	}
+	metrics.sessions.WithLabelValues(side, string(m.transport())).Inc()
+	s.wg.Add(2)
+	go s.readHeartbeats()
+	go s.writeHeartbeats()
+	return s
+}
+
+func (s *session) readHeartbeats() {
+	defer s.wg.Done()
+	buf := make([]byte, 64)
+	for {
+		_ = s.ctrl.SetReadDeadline(time.Now().Add(s.live.HeartbeatTimeout))
+		n, err := s.ctrl.Read(buf)
+		for _, b := range buf[:n] {
+			if b != heartbeatByte {
+				s.fail(fmt.Errorf("control stream: unexpected byte 0x%02x from %s", b, s.identity))
+				return
+			}
+		}
+		if err != nil {
+			var ne net.Error
+			switch {
+			case errors.As(err, &ne) && ne.Timeout():
+				s.fail(fmt.Errorf("session with %s: %w", s.identity, ErrPeerDead))
+			default:
+				s.fail(fmt.Errorf("session with %s ended: %w", s.identity, err))
+			}
+			return
+		}
+	}
+}
+
+func (s *session) writeHeartbeats() {
+	defer s.wg.Done()
+	t := time.NewTicker(s.live.HeartbeatInterval)
+	defer t.Stop()
+	hb := []byte{heartbeatByte}
+	for {
+		select {
+		case <-s.doneCh:
+			return
+		case <-t.C:
+		}
+		_ = s.ctrl.SetWriteDeadline(time.Now().Add(s.live.HeartbeatTimeout))
+		if _, err := s.ctrl.Write(hb); err != nil {
+			s.fail(fmt.Errorf("writing heartbeat to %s: %w", s.identity, err))
+			return
+		}
+	}
+}
+
+// fail ends the session once, recording why.
+func (s *session) fail(err error) {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return
+	}
+	s.closed = true
+	s.err = err
+	streams := s.streams
+	s.streams = nil
+	s.mu.Unlock()
+
+	close(s.doneCh)
+	if errors.Is(err, ErrClosed) {
+		s.log.Debug("tunnel session closed")
+	} else {
+		s.log.Info("tunnel session ended", "err", err)
+	}
+	_ = s.ctrl.Close()
+	_ = s.m.closeWith(err.Error())
+	for c := range streams {
+		_ = c.Conn.Close()
+		s.metrics.streamsClosed.WithLabelValues(s.side).Inc()
+	}
+	s.metrics.sessions.WithLabelValues(s.side, string(s.m.transport())).Dec()
+}
+
+func (s *session) track(c net.Conn) (net.Conn, error) {
+	cs := &countedStream{Conn: c, s: s, rx: s.rx, tx: s.tx, addr: s.addr}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		_ = c.Close()
+		return nil, s.errLocked()
+	}
+	if len(s.streams) >= s.lim.MaxStreams {
+		_ = c.Close()
+		return nil, fmt.Errorf("session with %s has %d streams: %w", s.identity, len(s.streams), ErrTooManyStreams)
+	}
+	s.streams[cs] = struct{}{}
+	s.metrics.streamsOpened.WithLabelValues(s.side).Inc()
+	return cs, nil
+}
+
+func (s *session) streamClosed(c *countedStream) {
+	s.mu.Lock()
+	_, ok := s.streams[c]
+	delete(s.streams, c)
+	s.mu.Unlock()
+	if ok {
+		s.metrics.streamsClosed.WithLabelValues(s.side).Inc()
+	}
+}
+
+func (s *session) errLocked() error {
+	if s.err != nil {
+		return s.err
+	}
+	return ErrClosed
+}
+
+func (s *session) OpenStream(ctx context.Context) (net.Conn, error) {
+	select {
+	case <-s.doneCh:
+		return nil, s.Err()
+	default:
+	}
+	c, err := s.m.open(ctx)
+	if err != nil {
+		if e := s.Err(); e != nil {
+			return nil, fmt.Errorf("opening stream to %s: %w", s.identity, e)
+		}
+		return nil, fmt.Errorf("opening stream to %s: %w", s.identity, err)
+	}
+	return s.track(c)
+}
+
+// AcceptStream returns the next stream the peer opened. Streams over
+// MaxStreams are reset with a log line and skipped.
+func (s *session) AcceptStream(ctx context.Context) (net.Conn, error) {
+	for {
+		c, err := s.m.accept(ctx)
+		if err != nil {
+			if e := s.Err(); e != nil {
+				return nil, fmt.Errorf("accepting stream from %s: %w", s.identity, e)
+			}
+			return nil, fmt.Errorf("accepting stream from %s: %w", s.identity, err)
+		}
+		tc, err := s.track(c)
+		if errors.Is(err, ErrTooManyStreams) {
+			s.log.Warn("refusing stream over the limit", "max_streams", s.lim.MaxStreams)
+			continue
+		}
+		return tc, err
+	}
+}
+
+func (s *session) Close() error {
+	s.fail(ErrClosed)
+	s.wg.Wait()
+	return nil
+}
+
+func (s *session) Done() <-chan struct{} { return s.doneCh }
+
+func (s *session) Err() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.closed {
+		return nil
+	}
+	return s.errLocked()
+}
+
+func (s *session) Identity() string                   { return s.identity }
+func (s *session) PeerCertificate() *x509.Certificate { return s.cert }
+func (s *session) Transport() Transport               { return s.m.transport() }
+func (s *session) LocalAddr() net.Addr                { return s.m.localAddr() }
+func (s *session) RemoteAddr() net.Addr               { return s.m.remoteAddr() }
+
+// OpenStreamsForTest returns how many streams the session tracks as open.
+func (s *session) OpenStreamsForTest() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.streams)
+}

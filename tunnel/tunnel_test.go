@@ -1,0 +1,286 @@
+package tunnel_test
+
+import (
+	"context"
+	"errors"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/levers9/levers9/internal/errdefs"
+	"github.com/levers9/levers9/tunnel"
+	"github.com/levers9/levers9/tunnel/tunneltest"
+)
+
+var transports = []struct {
+	name string
+	want tunnel.Transport
+	mod  func(*tunnel.ClientConfig)
+}{
+	{"quic", tunnel.TransportQUIC, func(c *tunnel.ClientConfig) { c.DisableTCP = true }},
+	{"tcp", tunnel.TransportTCP, func(c *tunnel.ClientConfig) { c.DisableQUIC = true }},
+}
+
+func TestGRPCBothWays(t *testing.T) {
+	for _, tr := range transports {
+		t.Run(tr.name, func(t *testing.T) {
+			t.Parallel()
+			e := setupCP(t, cpOpts{})
+			a := setupAgent(t, e, "m-"+tr.name, tr.mod)
+			e.waitPush(t, 5*time.Second, "m-"+tr.name, "run task")
+
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			got, err := tunneltest.Echo(ctx, a.cc, []byte("status"))
+			if err != nil {
+				t.Fatalf("agent -> controlplane call: %v", err)
+			}
+			if want := "cp:m-" + tr.name + ":status"; string(got) != want {
+				t.Fatalf("controlplane answered %q, want %q", got, want)
+			}
+			if s := a.last(); s.Transport() != tr.want {
+				t.Fatalf("transport %s, want %s", s.Transport(), tr.want)
+			}
+			ag := e.hub.Agents()
+			if len(ag) != 1 || ag[0].Transport != tr.want || ag[0].Identity != "m-"+tr.name {
+				t.Fatalf("hub agents %+v", ag)
+			}
+			if got := e.counter("levers9_tunnel_sessions", "side", "server", "transport", string(tr.want)); got != 1 {
+				t.Fatalf("server sessions gauge %v, want 1", got)
+			}
+			if got := e.counter("levers9_tunnel_stream_bytes_total", "side", "server"); got == 0 {
+				t.Fatal("no bytes counted")
+			}
+		})
+	}
+}
+
+func TestRaceQUICWinsAndLoserIsClosed(t *testing.T) {
+	e := setupCP(t, cpOpts{})
+	a := setupAgent(t, e, "m-race", func(c *tunnel.ClientConfig) { c.QUICHeadStart = time.Millisecond })
+	e.waitPush(t, 5*time.Second, "m-race", "x")
+	// Whichever won, the server admitted exactly one session: the loser
+	// never got past TLS.
+	waitFor(t, 3*time.Second, "one session", func() bool { return e.srv.SessionsForTest() == 1 })
+	if a.last() == nil {
+		t.Fatal("no session")
+	}
+}
+
+func TestRefusedCertificates(t *testing.T) {
+	e := setupCP(t, cpOpts{})
+	e.revoked.Store("m-revoked", true)
+	otherCA, err := tunneltest.NewCA("other")
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	cases := []struct {
+		name      string
+		ca        *tunneltest.CA
+		cn        string
+		from, to  time.Time
+		permanent bool // refused by the authorizer (else by TLS)
+	}{
+		{"revoked", e.ca, "m-revoked", now.Add(-time.Hour), now.Add(time.Hour), true},
+		{"unknown", e.ca, "unknown-7", now.Add(-time.Hour), now.Add(time.Hour), true},
+		{"expired", e.ca, "m-expired", now.Add(-2 * time.Hour), now.Add(-time.Hour), false},
+		{"other CA", otherCA, "m-other", now.Add(-time.Hour), now.Add(time.Hour), false},
+	}
+	for _, tc := range cases {
+		for _, tr := range transports {
+			t.Run(tc.name+"/"+tr.name, func(t *testing.T) {
+				cert, err := tc.ca.Issue(tc.cn, false, tc.from, tc.to)
+				if err != nil {
+					t.Fatal(err)
+				}
+				ctls, _ := e.ca.ClientTLS("unused")
+				ctls.Certificates[0] = cert
+				cfg := tunnel.ClientConfig{Addrs: []string{e.addr}, TLS: ctls, Liveness: fast, Proxy: noProxy}
+				tr.mod(&cfg)
+				d, err := tunnel.NewDirect(cfg)
+				if err != nil {
+					t.Fatal(err)
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				defer cancel()
+				s, err := d.Dial(ctx, tunnel.DialRace)
+				if err == nil {
+					_ = s.Close()
+					t.Fatal("dial succeeded, want refusal")
+				}
+				var r *tunnel.RefusedError
+				if tc.permanent {
+					if !errors.As(err, &r) || !r.Permanent || !errdefs.IsPermissionDenied(err) || errdefs.IsRetryable(err) {
+						t.Fatalf("want a permanent refusal, got %v", err)
+					}
+				} else if errors.As(err, &r) {
+					t.Fatalf("want a TLS failure, got refusal %v", err)
+				}
+				if n := e.srv.SessionsForTest(); n != 0 {
+					t.Fatalf("%d sessions admitted", n)
+				}
+			})
+		}
+	}
+	if got := e.counter("levers9_tunnel_handshakes_total", "side", "server", "result", "refused"); got != 4 {
+		t.Fatalf("refused handshakes %v, want 4", got)
+	}
+	if got := e.counter("levers9_tunnel_handshakes_total", "side", "server", "result", "ok"); got != 0 {
+		t.Fatalf("ok handshakes %v, want 0", got)
+	}
+}
+
+func noProxy(string) (*url.URL, error) { return nil, nil }
+
+func TestAdmissionLimitRefusesWithRetryAfter(t *testing.T) {
+	e := setupCP(t, cpOpts{rate: 5, burst: 2})
+	ctls, err := e.ca.ClientTLS("m-adm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := tunnel.NewDirect(tunnel.ClientConfig{Addrs: []string{e.addr}, TLS: ctls, Liveness: fast, Proxy: noProxy, DisableQUIC: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var hints []time.Duration
+	admitted := 0
+	for range 6 {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		s, err := d.Dial(ctx, tunnel.DialRace)
+		cancel()
+		if err == nil {
+			admitted++
+			_ = s.Close()
+			continue
+		}
+		ra, ok := tunnel.RetryAfterOf(err)
+		if !ok || !errdefs.IsRetryable(err) {
+			t.Fatalf("refusal without retry-after: %v", err)
+		}
+		hints = append(hints, ra)
+	}
+	if admitted < 2 || len(hints) == 0 {
+		t.Fatalf("admitted %d, refused %d: want the burst admitted and the rest refused", admitted, len(hints))
+	}
+	for i := 1; i < len(hints); i++ {
+		if hints[i] <= hints[i-1] {
+			t.Fatalf("retry-after hints %v do not spread refused agents out", hints)
+		}
+	}
+	// Auto clients honour the hint and all get in.
+	const n = 8
+	for i := range n {
+		setupAgent(t, e, "m-adm-"+string(rune('a'+i)), nil)
+	}
+	waitFor(t, 10*time.Second, "all agents admitted", func() bool { return len(e.hub.Agents()) == n })
+}
+
+func TestServerRestartAgentReconnects(t *testing.T) {
+	for _, tr := range transports {
+		t.Run(tr.name, func(t *testing.T) {
+			t.Parallel()
+			e := setupCP(t, cpOpts{})
+			a := setupAgent(t, e, "m-restart", tr.mod)
+			e.waitPush(t, 5*time.Second, "m-restart", "before")
+			first := a.last()
+			e.srv.Stop()
+			// A new controlplane process on the same port and CA.
+			e2 := setupCP(t, cpOpts{addr: e.addr, ca: e.ca})
+			e2.waitPush(t, 10*time.Second, "m-restart", "after")
+			if a.last() == first {
+				t.Fatal("agent kept its old session")
+			}
+			if got := counterOf(t, a, "levers9_tunnel_reconnects_total"); got < 1 {
+				t.Fatalf("reconnects %v, want >= 1", got)
+			}
+		})
+	}
+}
+
+func counterOf(t testing.TB, a *agentEnv, name string) float64 {
+	e := &cpEnv{reg: a.reg}
+	return e.counter(name)
+}
+
+func TestBlackholeDetectedByBothSides(t *testing.T) {
+	for _, tr := range transports {
+		t.Run(tr.name, func(t *testing.T) {
+			t.Parallel()
+			e := setupCP(t, cpOpts{})
+			r := newRelay(t, e.addr, 0)
+			a := setupAgent(t, e, "m-bh", func(c *tunnel.ClientConfig) {
+				tr.mod(c)
+				c.Addrs = []string{r.addr}
+				c.BackoffBase = 10 * time.Second // stay down once detected
+				c.BackoffMax = 10 * time.Second
+			})
+			e.waitPush(t, 5*time.Second, "m-bh", "x")
+			s := a.last()
+			r.blackhole.Store(true)
+			start := time.Now()
+			// A push into the blackhole fails instead of hanging.
+			_, perr := e.push(context.Background(), "m-bh", "lost")
+			pushTook := time.Since(start)
+			limit := fast.HeartbeatTimeout + fast.HeartbeatInterval*3
+			waitFor(t, 2*limit, "agent notices", func() bool {
+				select {
+				case <-s.Done():
+					return true
+				default:
+					return false
+				}
+			})
+			agentTook := time.Since(start)
+			waitFor(t, 2*limit, "server notices", func() bool { return e.srv.SessionsForTest() == 0 })
+			serverTook := time.Since(start)
+			if perr == nil {
+				t.Fatal("push into a blackhole succeeded")
+			}
+			if !errors.Is(s.Err(), tunnel.ErrPeerDead) && !strings.Contains(s.Err().Error(), "timeout") {
+				t.Logf("agent session ended with %v", s.Err())
+			}
+			for what, d := range map[string]time.Duration{"push": pushTook, "agent": agentTook, "server": serverTook} {
+				if d > limit {
+					t.Errorf("%s took %s to notice, limit %s", what, d, limit)
+				}
+			}
+		})
+	}
+}
+
+func TestIdleTunnelSurvivesNATExpiry(t *testing.T) {
+	// The relay forgets flows idle for 1 s (a 30 s UDP NAT scaled by 1/30);
+	// heartbeats every 100 ms keep them warm.
+	for _, tr := range transports {
+		t.Run(tr.name, func(t *testing.T) {
+			t.Parallel()
+			e := setupCP(t, cpOpts{})
+			r := newRelay(t, e.addr, time.Second)
+			a := setupAgent(t, e, "m-idle", func(c *tunnel.ClientConfig) { tr.mod(c); c.Addrs = []string{r.addr} })
+			e.waitPush(t, 5*time.Second, "m-idle", "x")
+			s := a.last()
+			deadline := time.Now().Add(3500 * time.Millisecond)
+			waitFor(t, 5*time.Second, "idle period", func() bool { return time.Now().After(deadline) })
+			if got := r.expired.Load(); got != 0 {
+				t.Fatalf("relay expired %d idle flows", got)
+			}
+			if s.Err() != nil || a.last() != s {
+				t.Fatalf("idle session broke: %v", s.Err())
+			}
+			e.waitPush(t, time.Second, "m-idle", "still there")
+		})
+	}
+	// Control: heartbeats slower than the relay's idle timeout do lose the
+	// flow, so the relay really expires idle flows.
+	t.Run("control", func(t *testing.T) {
+		t.Parallel()
+		slow := tunnel.Liveness{HeartbeatInterval: 1500 * time.Millisecond, HeartbeatTimeout: 4 * time.Second, HandshakeTimeout: time.Second}
+		e := setupCP(t, cpOpts{live: slow})
+		r := newRelay(t, e.addr, time.Second)
+		setupAgent(t, e, "m-idle", func(c *tunnel.ClientConfig) { c.DisableQUIC = true; c.Addrs = []string{r.addr}; c.Liveness = slow })
+		e.waitPush(t, 5*time.Second, "m-idle", "x")
+		waitFor(t, 5*time.Second, "relay expires the flow", func() bool { return r.expired.Load() > 0 })
+	})
+}
