@@ -24,3 +24,9 @@ protoc -I "$ROOT" -I /usr/include \
   --grpc-gateway_opt=grpc_api_configuration=api/levers9/v1/gateway.yaml \
   --grpc-gateway_opt=generate_unbound_methods=false \
   api/levers9/v1/*.proto
+protoc -I "$ROOT" -I /usr/include \
+  --plugin=protoc-gen-go="$BIN/protoc-gen-go" \
+  --plugin=protoc-gen-go-grpc="$BIN/protoc-gen-go-grpc" \
+  --go_out="$OUT" --go_opt=module=github.com/levers9/levers9 \
+  --go-grpc_out="$OUT" --go-grpc_opt=module=github.com/levers9/levers9 \
+  api/levers9/agent/v1/*.proto

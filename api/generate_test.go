@@ -20,25 +20,27 @@ func TestGeneratedCodeIsFresh(t *testing.T) {
 	if b, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("generate.sh: %v\n%s", err, b)
 	}
-	genDir := filepath.Join(out, "api", "levers9", "v1")
-	gen, err := filepath.Glob(filepath.Join(genDir, "*.go"))
-	if err != nil || len(gen) == 0 {
-		t.Fatalf("no generated files in %s (err %v)", genDir, err)
-	}
-	committed, _ := filepath.Glob(filepath.Join("levers9", "v1", "*.pb*.go"))
-	if len(committed) != len(gen) {
-		t.Errorf("committed %d generated files, generator makes %d: run make proto", len(committed), len(gen))
-	}
-	for _, g := range gen {
-		name := filepath.Base(g)
-		want, _ := os.ReadFile(g)
-		got, err := os.ReadFile(filepath.Join("levers9", "v1", name))
-		if err != nil {
-			t.Errorf("%s: not committed: run make proto", name)
-			continue
+	for _, dir := range []string{filepath.Join("levers9", "v1"), filepath.Join("levers9", "agent", "v1")} {
+		genDir := filepath.Join(out, "api", dir)
+		gen, err := filepath.Glob(filepath.Join(genDir, "*.go"))
+		if err != nil || len(gen) == 0 {
+			t.Fatalf("no generated files in %s (err %v)", genDir, err)
 		}
-		if !bytes.Equal(got, want) {
-			t.Errorf("%s is stale: run make proto and commit the result", name)
+		committed, _ := filepath.Glob(filepath.Join(dir, "*.pb*.go"))
+		if len(committed) != len(gen) {
+			t.Errorf("%s: committed %d generated files, generator makes %d: run make proto", dir, len(committed), len(gen))
+		}
+		for _, g := range gen {
+			name := filepath.Join(dir, filepath.Base(g))
+			want, _ := os.ReadFile(g)
+			got, err := os.ReadFile(name)
+			if err != nil {
+				t.Errorf("%s: not committed: run make proto", name)
+				continue
+			}
+			if !bytes.Equal(got, want) {
+				t.Errorf("%s is stale: run make proto and commit the result", name)
+			}
 		}
 	}
 }

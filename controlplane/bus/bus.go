@@ -93,3 +93,6 @@ func (b *Bus) Recent(ctx context.Context, workspace string, n int) ([]Event, err
 	}
 	return out, nil
 }
+
+// Redis is the client, for parts that keep their own keys (agent presence).
+func (b *Bus) Redis() *redis.Client { return b.rdb }

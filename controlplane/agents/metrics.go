@@ -1,0 +1,41 @@
+package agents
+
+import (
+	"encoding/json"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+type registryMetrics struct {
+	connected *prometheus.GaugeVec
+	refused   *prometheus.CounterVec
+	forwarded *prometheus.CounterVec
+}
+
+func newRegistryMetrics(reg prometheus.Registerer) *registryMetrics {
+	m := &registryMetrics{
+		connected: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "controlplane_agents_connected", Help: "Agents holding a tunnel to this replica, by transport.",
+		}, []string{"transport"}),
+		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "controlplane_agent_tunnels_refused_total", Help: "Tunnels refused by the authorizer, by reason.",
+		}, []string{"reason"}),
+		forwarded: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "controlplane_agent_calls_forwarded_total", Help: "Pushes forwarded between replicas (sent, served).",
+		}, []string{"direction"}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.connected, m.refused, m.forwarded)
+	}
+	return m
+}
+
+// jsonRaw stores already-encoded JSON as is.
+type jsonRaw []byte
+
+func (j jsonRaw) MarshalJSON() ([]byte, error) { return j, nil }
+
+var _ json.Marshaler = jsonRaw(nil)
+
+func (r *Registry) now() time.Time { return time.Now() }

@@ -1,0 +1,272 @@
+// Package agents owns the controlplane's end of the agents' tunnels: the
+// tunnel listener (its server certificate signed by the agent CA), the
+// authorizer that maps a client certificate to a machine and refuses
+// unknown or deleted ones before any stream is served, the registry of
+// connected agents, presence in Redis (which replica holds which agent), and
+// pushes to an agent through whichever replica holds its tunnel (forwarded
+// over Redis when it is another replica). It serves the agent API
+// (heartbeats, certificate renewal). It never dials an agent.
+package agents
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+	"google.golang.org/grpc"
+
+	agentv1 "github.com/levers9/levers9/api/levers9/agent/v1"
+	"github.com/levers9/levers9/controlplane/store"
+	"github.com/levers9/levers9/enroll"
+	"github.com/levers9/levers9/internal/errdefs"
+	"github.com/levers9/levers9/internal/ids"
+	"github.com/levers9/levers9/tunnel"
+)
+
+// Config configures a Registry.
+type Config struct {
+	// Addr is the tunnel listen address (UDP and TCP).
+	Addr string
+	// Hosts go into the tunnel certificate (the public host, 127.0.0.1).
+	Hosts   []string
+	CA      *enroll.CA
+	CertTTL time.Duration
+	Store   *store.Store
+	Redis   *redis.Client
+	Log     *slog.Logger
+	// Registerer takes the tunnel's and the registry's metrics.
+	Registerer prometheus.Registerer
+	Liveness   tunnel.Liveness
+	// PresenceTTL is how long a replica's claim on an agent lives in Redis
+	// without a refresh (default 30 s; refreshed every third of it).
+	PresenceTTL time.Duration
+}
+
+// Registry is one replica's view of connected agents. Start/Stop follow the
+// start-stop contract.
+type Registry struct {
+	cfg     Config
+	replica string
+	server  *tunnel.Server
+	hub     *tunnel.Hub
+	grpc    *grpc.Server
+	fwd     *forwarder
+	metrics *registryMetrics
+
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	// mu guards the fields below.
+	mu      sync.Mutex
+	started bool
+	stopped bool
+}
+
+// New builds a registry; nothing listens until Start.
+func New(cfg Config) (*Registry, error) {
+	if cfg.CA == nil || cfg.Store == nil || cfg.Redis == nil {
+		return nil, errors.New("agents: CA, Store and Redis are required")
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.Default()
+	}
+	if cfg.PresenceTTL == 0 {
+		cfg.PresenceTTL = 30 * time.Second
+	}
+	if cfg.CertTTL == 0 {
+		cfg.CertTTL = 24 * time.Hour
+	}
+	r := &Registry{cfg: cfg, replica: ids.New("rep")}
+	r.metrics = newRegistryMetrics(cfg.Registerer)
+	return r, nil
+}
+
+// ReplicaID names this replica in presence records.
+func (r *Registry) ReplicaID() string { return r.replica }
+
+// Start listens for tunnels and starts the presence and forwarding loops.
+func (r *Registry) Start(ctx context.Context) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.started {
+		return errors.New("agents: already started")
+	}
+	r.started = true
+	cert, err := r.cfg.CA.ServerCertificate(r.cfg.Hosts, 10*365*24*time.Hour)
+	if err != nil {
+		return err
+	}
+	tm, err := tunnel.NewMetrics(r.cfg.Registerer)
+	if err != nil {
+		return fmt.Errorf("tunnel metrics: %w", err)
+	}
+	r.grpc = grpc.NewServer(tunnel.ServerOptions(tunnel.Limits{})...)
+	agentv1.RegisterControlplaneServer(r.grpc, &controlplaneService{r: r})
+	r.hub, err = tunnel.NewHub(tunnel.HubConfig{Server: r.grpc, OnConnect: r.onConnect, OnDisconnect: r.onDisconnect})
+	if err != nil {
+		return err
+	}
+	r.server, err = tunnel.NewServer(tunnel.ServerConfig{
+		Addr:      r.cfg.Addr,
+		TLS:       &tls.Config{Certificates: []tls.Certificate{cert}, ClientCAs: r.cfg.CA.Pool()},
+		Authorize: r.authorize,
+		OnSession: r.hub.HandleSession,
+		Liveness:  r.cfg.Liveness,
+		Logger:    r.cfg.Log.With("component", "tunnel"),
+		Metrics:   tm,
+	})
+	if err != nil {
+		return err
+	}
+	if err := r.server.Start(ctx); err != nil {
+		return fmt.Errorf("listen for tunnels on %s: %w", r.cfg.Addr, err)
+	}
+	loopCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	r.cancel = cancel
+	r.fwd = newForwarder(r)
+	if err := r.fwd.start(loopCtx, &r.wg); err != nil {
+		cancel()
+		r.server.Stop()
+		return err
+	}
+	r.wg.Add(1)
+	go func() { defer r.wg.Done(); r.presenceLoop(loopCtx) }()
+	r.cfg.Log.Info("listening for agent tunnels", "addr", r.server.Addr().String(), "replica", r.replica)
+	return nil
+}
+
+// Stop closes every tunnel and waits. Safe twice or before Start.
+func (r *Registry) Stop() {
+	r.mu.Lock()
+	if !r.started || r.stopped {
+		r.stopped = true
+		r.mu.Unlock()
+		return
+	}
+	r.stopped = true
+	r.mu.Unlock()
+	r.cancel()
+	r.server.Stop()
+	r.wg.Wait()
+	r.grpc.Stop()
+	// Give up our presence claims so other replicas stop forwarding here.
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	for _, a := range r.hub.Agents() {
+		r.releasePresence(ctx, a.Identity)
+	}
+}
+
+// Addr is the bound tunnel address (TCP; UDP has the same port).
+func (r *Registry) Addr() net.Addr { return r.server.Addr() }
+
+// authorize maps a client certificate to its machine; unknown and deleted
+// machines are refused before any stream is served.
+func (r *Registry) authorize(ctx context.Context, cert *x509.Certificate) (string, error) {
+	id, err := enroll.MachineID(cert)
+	if err != nil {
+		r.metrics.refused.WithLabelValues("no_machine").Inc()
+		return "", err
+	}
+	m, err := r.cfg.Store.MachineByID(ctx, id)
+	if errdefs.IsNotFound(err) {
+		r.metrics.refused.WithLabelValues("unknown").Inc()
+		return "", fmt.Errorf("machine %s is not known: %w", id, errdefs.ErrPermissionDenied)
+	}
+	if err != nil {
+		return "", err
+	}
+	if m.DeletedAt != nil {
+		r.metrics.refused.WithLabelValues("deleted").Inc()
+		r.cfg.Log.Warn("tunnel refused: machine deleted", "machine_id", id, "audit", true)
+		return "", fmt.Errorf("machine %s was deleted; its certificate is revoked: %w", id, errdefs.ErrPermissionDenied)
+	}
+	return id, nil
+}
+
+func (r *Registry) onConnect(a *tunnel.Agent) {
+	r.metrics.connected.WithLabelValues(string(a.Transport)).Inc()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	r.claimPresence(ctx, a.Identity, string(a.Transport))
+	if err := r.cfg.Store.Heartbeat(ctx, a.Identity, string(a.Transport), "", nil); err != nil && !errdefs.IsCanceled(err) {
+		r.cfg.Log.Warn("record connect", "machine_id", a.Identity, "err", err)
+	}
+	r.cfg.Log.Info("agent connected", "machine_id", a.Identity, "transport", a.Transport)
+}
+
+func (r *Registry) onDisconnect(a *tunnel.Agent, err error) {
+	r.metrics.connected.WithLabelValues(string(a.Transport)).Dec()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	// A reconnect may already have replaced this session.
+	if conn, cerr := r.hub.Conn(a.Identity); cerr == nil && conn != a.Conn {
+		return
+	}
+	r.releasePresence(ctx, a.Identity)
+	r.cfg.Log.Info("agent disconnected", "machine_id", a.Identity, "transport", a.Transport, "reason", errString(err))
+}
+
+func errString(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
+
+// local returns this replica's session for machineID.
+func (r *Registry) local(machineID string) (*tunnel.Agent, bool) {
+	for _, a := range r.hub.Agents() {
+		if a.Identity == machineID {
+			return a, true
+		}
+	}
+	return nil, false
+}
+
+// Online reports whether machineID holds a tunnel to any replica.
+func (r *Registry) Online(machineID string) (string, bool) {
+	if a, ok := r.local(machineID); ok {
+		return string(a.Transport), true
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	p, ok := r.presence(ctx, machineID)
+	return p.Transport, ok
+}
+
+// Drop closes machineID's tunnel wherever it is held.
+func (r *Registry) Drop(machineID string) {
+	if a, ok := r.local(machineID); ok {
+		_ = a.Session.Close()
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if p, ok := r.presence(ctx, machineID); ok {
+		r.fwd.sendDrop(ctx, p.Replica, machineID)
+	}
+}
+
+// Conn returns a connection that pushes to machineID: the local tunnel, or
+// a forwarder through the replica that holds it.
+func (r *Registry) Conn(ctx context.Context, machineID string) (grpc.ClientConnInterface, error) {
+	if conn, err := r.hub.Conn(machineID); err == nil {
+		return conn, nil
+	}
+	p, ok := r.presence(ctx, machineID)
+	if !ok {
+		return nil, fmt.Errorf("machine %s: %w", machineID, errAgentOffline)
+	}
+	return &forwardConn{fwd: r.fwd, replica: p.Replica, machineID: machineID}, nil
+}
+
+var errAgentOffline = fmt.Errorf("agent is not connected to any controlplane replica: %w", errdefs.ErrUnavailable)

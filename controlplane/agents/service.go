@@ -1,0 +1,83 @@
+package agents
+
+import (
+	"context"
+	"fmt"
+
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	agentv1 "github.com/levers9/levers9/api/levers9/agent/v1"
+	"github.com/levers9/levers9/enroll"
+	"github.com/levers9/levers9/internal/errdefs"
+	"github.com/levers9/levers9/tunnel"
+)
+
+// controlplaneService serves agents' calls; the caller is its tunnel
+// identity, never a request field.
+type controlplaneService struct {
+	agentv1.UnimplementedControlplaneServer
+	r *Registry
+}
+
+func caller(ctx context.Context) (string, error) {
+	a, ok := tunnel.CallerFromContext(ctx)
+	if !ok || a.Identity == "" {
+		return "", errdefs.ToGRPC(fmt.Errorf("not called over an agent tunnel: %w", errdefs.ErrUnauthenticated))
+	}
+	return a.Identity, nil
+}
+
+func (s *controlplaneService) Heartbeat(ctx context.Context, req *agentv1.HeartbeatRequest) (*agentv1.HeartbeatResponse, error) {
+	id, err := caller(ctx)
+	if err != nil {
+		return nil, err
+	}
+	transport := ""
+	if a, ok := tunnel.CallerFromContext(ctx); ok {
+		transport = string(a.Transport)
+	}
+	var inv any
+	if req.GetInventory() != nil {
+		b, err := protojson.Marshal(req.GetInventory())
+		if err != nil {
+			return nil, errdefs.ToGRPC(err)
+		}
+		inv = jsonRaw(b)
+	}
+	if err := s.r.cfg.Store.Heartbeat(ctx, id, transport, req.GetAgentVersion(), inv); err != nil {
+		return nil, errdefs.ToGRPC(err)
+	}
+	resp := &agentv1.HeartbeatResponse{IntervalSeconds: 10}
+	if m, err := s.r.cfg.Store.MachineByID(ctx, id); err == nil && m.CertNotAfter != nil && m.EnrolledAt != nil {
+		// Renew once two thirds of the certificate's life have passed.
+		if timeLeft := m.CertNotAfter.Sub(s.r.now()); timeLeft < s.r.cfg.CertTTL/3 {
+			resp.RenewCertificate = true
+		}
+	}
+	return resp, nil
+}
+
+func (s *controlplaneService) RenewCertificate(ctx context.Context, req *agentv1.RenewCertificateRequest) (*agentv1.RenewCertificateResponse, error) {
+	id, err := caller(ctx)
+	if err != nil {
+		return nil, err
+	}
+	csr, err := enroll.ParseCSR([]byte(req.GetCsrPem()))
+	if err != nil {
+		return nil, errdefs.ToGRPC(err)
+	}
+	certPEM, notAfter, err := s.r.cfg.CA.Sign(csr, id, s.r.cfg.CertTTL)
+	if err != nil {
+		return nil, errdefs.ToGRPC(err)
+	}
+	serial, err := enroll.SerialOf(certPEM)
+	if err != nil {
+		return nil, errdefs.ToGRPC(err)
+	}
+	if err := s.r.cfg.Store.RenewCertificate(ctx, id, serial, notAfter); err != nil {
+		return nil, errdefs.ToGRPC(err)
+	}
+	s.r.cfg.Log.Info("agent certificate renewed", "machine_id", id, "expires", notAfter)
+	return &agentv1.RenewCertificateResponse{CertificatePem: string(certPEM), ExpiresAt: timestamppb.New(notAfter)}, nil
+}
