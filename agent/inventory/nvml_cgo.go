@@ -10,17 +10,52 @@ import (
 
 // goNVML adapts go-nvml to nvmlLib. go-nvml dlopens libnvidia-ml.so.1 in
 // Init and returns ERROR_LIBRARY_NOT_FOUND when it is missing; every other
-// call jumps into the library, so GPUs calls nothing else unless Init
+// call jumps into the library, so [NVML] calls nothing else unless Init
 // succeeded.
 type goNVML struct {
-	lib nvml.Interface
+	lib goNVMLCalls
 }
 
 var _ nvmlLib = goNVML{}
 
-// newSystemNVML uses a library instance of its own rather than go-nvml's
-// package-level one, so its refcount is not shared with other users.
-func newSystemNVML() nvmlLib { return goNVML{lib: nvml.New()} }
+// goNVMLCalls is the part of nvml.Interface used here; nvml.New() and
+// processNVML implement it.
+type goNVMLCalls interface {
+	Init() nvml.Return
+	Shutdown() nvml.Return
+	SystemGetDriverVersion() (string, nvml.Return)
+	SystemGetCudaDriverVersion() (int, nvml.Return)
+	DeviceGetCount() (int, nvml.Return)
+	DeviceGetHandleByIndex(int) (nvml.Device, nvml.Return)
+}
+
+var (
+	_ goNVMLCalls = processNVML{}
+	_ goNVMLCalls = nvml.New()
+)
+
+// newSystemNVML uses go-nvml's process-wide library. Separate nvml.New()
+// instances would each load the library and rewrite go-nvml's shared
+// versioned-symbol table without a common lock; the process-wide instance
+// loads once and counts Init/Shutdown pairs, so concurrent GPUs calls from
+// several [NVML] values are safe.
+func newSystemNVML() nvmlLib { return goNVML{lib: processNVML{}} }
+
+// processNVML forwards to go-nvml's package-level functions.
+type processNVML struct{}
+
+func (processNVML) Init() nvml.Return     { return nvml.Init() }
+func (processNVML) Shutdown() nvml.Return { return nvml.Shutdown() }
+func (processNVML) SystemGetDriverVersion() (string, nvml.Return) {
+	return nvml.SystemGetDriverVersion()
+}
+func (processNVML) SystemGetCudaDriverVersion() (int, nvml.Return) {
+	return nvml.SystemGetCudaDriverVersion()
+}
+func (processNVML) DeviceGetCount() (int, nvml.Return) { return nvml.DeviceGetCount() }
+func (processNVML) DeviceGetHandleByIndex(i int) (nvml.Device, nvml.Return) {
+	return nvml.DeviceGetHandleByIndex(i)
+}
 
 // nvmlErr turns a go-nvml return code into an error.
 func nvmlErr(r nvml.Return) error {
