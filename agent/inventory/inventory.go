@@ -11,9 +11,10 @@ import (
 	"time"
 )
 
-// Inventory is what the agent reports about its machine. Zero values mean
-// "absent" (no runsc installed, no GPUs), never "unknown because of an error":
-// errors are returned beside it by [Collector.Collect].
+// Inventory is what the agent reports about its machine. When
+// [Collector.Collect] returns no error, a zero field means "absent" (no runsc
+// installed, no GPUs); a fact that could not be read is also left zero, but
+// then the error names it.
 type Inventory struct {
 	Hostname string
 	// OS is runtime.GOOS ("linux").

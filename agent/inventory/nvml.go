@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 )
 
 // nvmlLib is the part of NVML that [NVML] uses, shaped after go-nvml's
@@ -43,9 +44,14 @@ var (
 // NVML is the [GPULister] backed by NVIDIA's management library. Each call
 // initialises NVML, reads the devices and shuts it down again, so a driver
 // installed or upgraded while the agent runs is picked up by the next call.
+//
+// Heartbeats call GPUs periodically; on a machine without a driver only the
+// first call logs (one debug line), so the absence stays silent afterwards.
 type NVML struct {
 	lib    nvmlLib
 	logger *slog.Logger
+	// loggedAbsent is set once the "no NVIDIA GPUs" line has been logged.
+	loggedAbsent atomic.Bool
 }
 
 var _ GPULister = (*NVML)(nil)
@@ -63,11 +69,13 @@ func newNVMLWith(lib nvmlLib, logger *slog.Logger) *NVML {
 }
 
 // GPUs implements [GPULister]. With no NVIDIA library or driver it returns
-// no GPUs, no error, and logs one debug line.
+// no GPUs and no error, and logs at debug level on the first such call only.
 func (n *NVML) GPUs(ctx context.Context) (gpus []GPU, rerr error) {
 	if err := n.lib.Init(); err != nil {
 		if errors.Is(err, errNVMLLibraryNotFound) || errors.Is(err, errNVMLDriverNotLoaded) || errors.Is(err, errNVMLNotBuilt) {
-			n.logger.DebugContext(ctx, "no NVIDIA GPUs", "reason", err.Error())
+			if !n.loggedAbsent.Swap(true) {
+				n.logger.DebugContext(ctx, "no NVIDIA GPUs", "reason", err.Error())
+			}
 			return nil, nil
 		}
 		return nil, fmt.Errorf("nvml init: %w", err)

@@ -136,15 +136,21 @@ func TestNVMLNoDriverIsQuiet(t *testing.T) {
 			lib := twoL40S()
 			lib.initErr = initErr
 			logs := &recordingHandler{}
-			gpus, err := newNVMLWith(lib, slog.New(logs)).GPUs(context.Background())
-			if err != nil || len(gpus) != 0 {
-				t.Fatalf("GPUs = %v, %v; want none and no error", gpus, err)
+			n := newNVMLWith(lib, slog.New(logs))
+			for range 3 {
+				gpus, err := n.GPUs(context.Background())
+				if err != nil || len(gpus) != 0 {
+					t.Fatalf("GPUs = %v, %v; want none and no error", gpus, err)
+				}
+			}
+			if lib.inits != 3 {
+				t.Errorf("Init called %d times for 3 calls; a later driver install must be seen", lib.inits)
 			}
 			if lib.shutdowns != 0 {
 				t.Errorf("Shutdown called %d times after a failed Init", lib.shutdowns)
 			}
 			if l := logs.levels(); len(l) != 1 || l[0] != slog.LevelDebug {
-				t.Errorf("logged levels %v, want exactly one debug line", l)
+				t.Errorf("logged levels %v over 3 calls, want exactly one debug line", l)
 			}
 		})
 	}
@@ -242,7 +248,7 @@ func TestFormatCUDAVersion(t *testing.T) {
 
 // TestNVMLOnThisMachine runs the real library path. Without an NVIDIA
 // driver (this development machine) NVML must report zero GPUs with one debug
-// line per call; on a GPU machine what it reports must be well formed.
+// line in all; on a GPU machine what it reports must be well formed.
 func TestNVMLOnThisMachine(t *testing.T) {
 	t.Parallel()
 	_, statErr := os.Stat("/dev/nvidiactl")
@@ -270,8 +276,8 @@ func TestNVMLOnThisMachine(t *testing.T) {
 			t.Errorf("logged at %v, want debug only", l)
 		}
 	}
-	if noDriver && len(levels) != calls {
-		t.Errorf("logged %d lines for %d calls without a driver, want one each", len(levels), calls)
+	if noDriver && len(levels) != 1 {
+		t.Errorf("logged %d lines for %d calls without a driver, want exactly one", len(levels), calls)
 	}
 }
 
