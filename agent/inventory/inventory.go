@@ -144,7 +144,8 @@ func NewCollector(cfg Config) (*Collector, error) {
 }
 
 // Collect reads the machine's inventory. It blocks for at most about
-// 2×CommandTimeout plus the GPU query. The returned Inventory is always
+// 2×(CommandTimeout+1s) plus the GPU query; it runs both runtimes' --version
+// each time, so callers on a short heartbeat may want to cache the result. The returned Inventory is always
 // usable: a fact that could not be read is left at its zero value, and the
 // error joins one entry per such fact, each naming it. A cancelled ctx
 // returns ctx.Err() and no inventory.

@@ -70,7 +70,7 @@ func newNVMLWith(lib nvmlLib, logger *slog.Logger) *NVML {
 
 // GPUs implements [GPULister]. With no NVIDIA library or driver it returns
 // no GPUs and no error, and logs at debug level on the first such call only.
-func (n *NVML) GPUs(ctx context.Context) (gpus []GPU, rerr error) {
+func (n *NVML) GPUs(ctx context.Context) ([]GPU, error) {
 	if err := n.lib.Init(); err != nil {
 		if errors.Is(err, errNVMLLibraryNotFound) || errors.Is(err, errNVMLDriverNotLoaded) || errors.Is(err, errNVMLNotBuilt) {
 			if !n.loggedAbsent.Swap(true) {
@@ -101,7 +101,10 @@ func (n *NVML) GPUs(ctx context.Context) (gpus []GPU, rerr error) {
 		return nil, fmt.Errorf("nvml device count: %w", err)
 	}
 
-	var errs []error
+	var (
+		gpus []GPU
+		errs []error
+	)
 	for i := range count {
 		if err := ctx.Err(); err != nil {
 			return nil, err
