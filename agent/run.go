@@ -2,21 +2,255 @@ package agent
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
+	"os"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	agentv1 "github.com/levers9/levers9/api/levers9/agent/v1"
+	v1 "github.com/levers9/levers9/api/levers9/v1"
+	"github.com/levers9/levers9/agent/inventory"
+	"github.com/levers9/levers9/enroll"
+	"github.com/levers9/levers9/tunnel"
 )
 
-func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+// RunOptions configure a running agent.
+type RunOptions struct {
+	State   State
+	Log     *slog.Logger
+	Version string
+	// TunnelAddrs override the addresses learnt at join (tests, moves).
+	TunnelAddrs []string
+	// HeartbeatInterval is how often the agent reports (default 10 s).
+	HeartbeatInterval time.Duration
+	// Inventory collects what the machine has; nil builds the real one.
+	Inventory *inventory.Collector
+	// Client overrides tunnel settings (backoff, liveness) for tests.
+	Client tunnel.ClientConfig
+}
+
+// Agent is a running agent: one tunnel kept up by tunnel.Auto, the agent API
+// served on it, heartbeats with the inventory, certificate renewal.
+type Agent struct {
+	o        RunOptions
+	settings Settings
+	cert     atomic.Pointer[tls.Certificate]
+	auto     *tunnel.Auto
+	srv      *grpc.Server
+	inv      *inventory.Collector
+}
+
+// NewAgent loads the state written by Join.
+func NewAgent(o RunOptions) (*Agent, error) {
+	if o.Log == nil {
+		o.Log = slog.Default()
+	}
+	if o.HeartbeatInterval == 0 {
+		o.HeartbeatInterval = 10 * time.Second
+	}
+	st, err := o.State.Settings()
+	if err != nil {
+		return nil, err
+	}
+	a := &Agent{o: o, settings: st}
+	cert, err := tls.LoadX509KeyPair(o.State.path("agent.crt"), o.State.path("agent.key"))
+	if err != nil {
+		return nil, fmt.Errorf("load the agent certificate from %s: %w", o.State.Dir, err)
+	}
+	a.cert.Store(&cert)
+	caPEM, err := os.ReadFile(o.State.path("agent-ca.pem"))
+	if err != nil {
+		return nil, err
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(caPEM) {
+		return nil, errors.New("agent-ca.pem holds no certificate")
+	}
+	a.inv = o.Inventory
+	if a.inv == nil {
+		if a.inv, err = inventory.NewCollector(inventory.Config{StateDir: o.State.Dir, Logger: o.Log}); err != nil {
+			return nil, err
+		}
+	}
+	cc := o.Client
+	cc.Addrs = st.TunnelAddrs
+	if len(o.TunnelAddrs) > 0 {
+		cc.Addrs = o.TunnelAddrs
+	}
+	cc.TLS = &tls.Config{
+		RootCAs: pool,
+		GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
+			return a.cert.Load(), nil
+		},
+	}
+	cc.Logger = o.Log.With("component", "tunnel")
+	a.srv = grpc.NewServer(tunnel.ServerOptions(tunnel.Limits{})...)
+	agentv1.RegisterAgentServer(a.srv, &agentService{machineID: st.MachineID})
+	if a.auto, err = tunnel.NewAuto(cc, a.onSession); err != nil {
+		return nil, err
+	}
+	return a, nil
+}
+
+// MachineID is the machine this agent is.
+func (a *Agent) MachineID() string { return a.settings.MachineID }
+
+// Start connects (and keeps reconnecting) in the background.
+func (a *Agent) Start(ctx context.Context) error { return a.auto.Start(ctx) }
+
+// Stop closes the tunnel and waits. Safe twice.
+func (a *Agent) Stop() {
+	a.auto.Stop()
+	a.srv.Stop()
+}
+
+func (a *Agent) onSession(ctx context.Context, s tunnel.Session) {
+	a.o.Log.Info("connected to the controlplane", "machine_id", a.settings.MachineID, "transport", s.Transport())
+	go tunnel.ServeGRPC(ctx, s, a.srv)
+	conn, err := tunnel.NewClientConn("controlplane", s.OpenStream, tunnel.Limits{})
+	if err != nil {
+		a.o.Log.Error("controlplane connection", "err", err)
+		return
+	}
+	defer conn.Close()
+	cp := agentv1.NewControlplaneClient(conn)
+	var lastInv *v1.Inventory
+	lastInvSent := time.Time{}
+	t := time.NewTicker(a.o.HeartbeatInterval)
+	defer t.Stop()
+	for {
+		req := &agentv1.HeartbeatRequest{AgentVersion: a.o.Version, SentAt: timestamppb.Now()}
+		inv := a.collect(ctx)
+		// The inventory goes with the first heartbeat of a session, when it
+		// changed, and at least every few minutes.
+		if lastInv == nil || !proto.Equal(inv, lastInv) || time.Since(lastInvSent) > 5*time.Minute {
+			req.Inventory = inv
+		}
+		hctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		resp, err := cp.Heartbeat(hctx, req)
+		cancel()
+		switch {
+		case err != nil && ctx.Err() == nil:
+			a.o.Log.Warn("heartbeat failed", "err", err)
+		case err == nil:
+			if req.Inventory != nil {
+				lastInv, lastInvSent = inv, time.Now()
+			}
+			if resp.RenewCertificate {
+				a.renew(ctx, cp)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-s.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func (a *Agent) collect(ctx context.Context) *v1.Inventory {
+	inv, err := a.inv.Collect(ctx)
+	if err != nil && ctx.Err() == nil {
+		a.o.Log.Debug("inventory incomplete", "err", err)
+	}
+	pb := &v1.Inventory{Hostname: inv.Hostname, Os: inv.OS, Arch: inv.Arch, Kernel: inv.KernelRelease,
+		Cpus: int32(inv.CPU.Count), CpuModel: inv.CPU.Model, MemoryBytes: inv.MemoryTotalBytes,
+		DiskBytes: inv.Disk.TotalBytes, RuncVersion: inv.RuncVersion, RunscVersion: inv.RunscVersion,
+		Apparmor: inv.AppArmorEnabled}
+	for _, g := range inv.GPUs {
+		pb.Gpus = append(pb.Gpus, &v1.Gpu{Index: int32(g.Index), Uuid: g.UUID, Name: g.Name, MemoryBytes: g.MemoryTotalBytes,
+			DriverVersion: g.DriverVersion, CudaVersion: g.CUDADriverVersion})
+	}
+	// Free disk changes every second; report it rounded so the inventory
+	// does not count as changed at every heartbeat.
+	pb.DiskFreeBytes = inv.Disk.FreeBytes &^ (1<<30 - 1)
+	return pb
+}
+
+// renew replaces the certificate with one for a fresh key.
+func (a *Agent) renew(ctx context.Context, cp agentv1.ControlplaneClient) {
+	keyPEM, csrPEM, err := enroll.NewKeyAndCSR(a.settings.MachineID)
+	if err != nil {
+		a.o.Log.Error("certificate renewal: make key", "err", err)
+		return
+	}
+	rctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	resp, err := cp.RenewCertificate(rctx, &agentv1.RenewCertificateRequest{CsrPem: string(csrPEM)})
+	if err != nil {
+		a.o.Log.Warn("certificate renewal failed; will retry", "err", err)
+		return
+	}
+	cert, err := tls.X509KeyPair([]byte(resp.CertificatePem), keyPEM)
+	if err != nil {
+		a.o.Log.Error("certificate renewal: the controlplane returned a certificate for another key", "err", err)
+		return
+	}
+	if err := enroll.WriteSecretFile(a.o.State.path("agent.key.new"), keyPEM); err != nil {
+		a.o.Log.Error("certificate renewal: save key", "err", err)
+		return
+	}
+	if err := enroll.WriteSecretFile(a.o.State.path("agent.crt.new"), []byte(resp.CertificatePem)); err != nil {
+		a.o.Log.Error("certificate renewal: save certificate", "err", err)
+		return
+	}
+	// Key first, then certificate: a crash between the renames leaves a
+	// pair that fails to load, and the .new files to recover from.
+	if err := os.Rename(a.o.State.path("agent.key.new"), a.o.State.path("agent.key")); err != nil {
+		a.o.Log.Error("certificate renewal: install key", "err", err)
+		return
+	}
+	if err := os.Rename(a.o.State.path("agent.crt.new"), a.o.State.path("agent.crt")); err != nil {
+		a.o.Log.Error("certificate renewal: install certificate", "err", err)
+		return
+	}
+	a.cert.Store(&cert)
+	a.o.Log.Info("certificate renewed", "expires", resp.ExpiresAt.AsTime())
+}
+
+type agentService struct {
+	agentv1.UnimplementedAgentServer
+	machineID string
+}
+
+func (s *agentService) Ping(_ context.Context, req *agentv1.PingRequest) (*agentv1.PingResponse, error) {
+	return &agentv1.PingResponse{MachineId: s.machineID, Payload: req.Payload}, nil
+}
+
+func runCmd(ctx context.Context, args []string, _, stderr io.Writer) error {
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	stateDir := fs.String("state-dir", "/var/lib/levers9-agent", "the agent's state directory (from join)")
+	tunnelAddr := fs.String("tunnel", "", "controlplane tunnel HOST:PORT (default: learnt at join)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	st, err := State{Dir: *stateDir}.Settings()
+	log := slog.New(slog.NewJSONHandler(stderr, nil))
+	o := RunOptions{State: State{Dir: *stateDir}, Log: log, Version: Version}
+	if *tunnelAddr != "" {
+		o.TunnelAddrs = []string{*tunnelAddr}
+	}
+	a, err := NewAgent(o)
 	if err != nil {
 		return err
 	}
-	return fmt.Errorf("machine %s: the tunnel client is not wired into this build yet", st.MachineID)
+	if err := a.Start(ctx); err != nil {
+		return err
+	}
+	log.Info("agent running", "machine_id", a.MachineID(), "pool", a.settings.Pool)
+	<-ctx.Done()
+	a.Stop()
+	return nil
 }

@@ -107,7 +107,11 @@ func (e *Env) Config(t testing.TB) *config.Config {
 	c := &config.Config{}
 	c.Controlplane.GRPCAddr = "127.0.0.1:0"
 	c.Controlplane.RESTAddr = "127.0.0.1:0"
-	c.Controlplane.TunnelAddr = "127.0.0.1:0"
+	tp, err := devstack.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Controlplane.TunnelAddr = fmt.Sprintf("127.0.0.1:%d", tp)
 	c.Controlplane.LogLevel = "debug"
 	c.Controlplane.Auth.BootstrapSecret = "test-bootstrap-secret"
 	pg := &c.Database.Postgres

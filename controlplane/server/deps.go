@@ -47,6 +47,11 @@ func (s *Server) checkDependencies(ctx context.Context) {
 	if pgErr == nil && !migrated {
 		migrated = s.migrateAndReseal(ctx)
 	}
+	if migrated && s.agents.Load() == nil && s.ca.Load() != nil {
+		if err := s.startAgents(ctx); err != nil {
+			s.log.Error("the agent tunnel endpoint did not start; will retry", "err", err)
+		}
+	}
 
 	s.mu.Lock()
 	wasPG, wasRedis := s.pgUp, s.redisUp

@@ -28,6 +28,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/levers9/levers9/controlplane/agentdist"
+	"github.com/levers9/levers9/controlplane/agents"
 	"github.com/levers9/levers9/controlplane/api"
 	"github.com/levers9/levers9/controlplane/auth"
 	"github.com/levers9/levers9/controlplane/bus"
@@ -58,6 +59,7 @@ type Server struct {
 	keyring *seal.Keyring
 	health  *health.Server
 	ca      atomic.Pointer[enroll.CA]
+	agents  atomic.Pointer[agents.Registry]
 	caErr   atomic.Pointer[error]
 	deps    *api.Deps
 
@@ -132,7 +134,8 @@ func (s *Server) Start(ctx context.Context) error {
 	}
 	deps := &api.Deps{Store: s.store, Keyring: s.keyring, Bus: s.bus, Log: s.log.With("component", "api"),
 		BootstrapSecret: s.cfg.Controlplane.Auth.BootstrapSecret, Config: s.cfg, CA: s.agentCA, Metrics: s.metrics,
-		Dist: agentdist.New(binDir, s.cfg.Controlplane.AgentDevBuilds, src, s.log.With("component", "agentdist"))}
+		Dist: agentdist.New(binDir, s.cfg.Controlplane.AgentDevBuilds, src, s.log.With("component", "agentdist")),
+		Presence: presence{s}}
 	s.deps = deps
 	authn := &auth.Authenticator{Store: s.store, Public: map[string]bool{api.AuthMethod: true, api.EnrollMethod: true}}
 	s.health = health.NewServer()
@@ -219,6 +222,9 @@ func (s *Server) Stop() {
 	s.stopped = true
 	s.mu.Unlock()
 	s.cancel()
+	if r := s.agents.Load(); r != nil {
+		r.Stop()
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	_ = s.http.Shutdown(ctx)

@@ -1,0 +1,56 @@
+package server
+
+import (
+	"context"
+	"net"
+
+	"github.com/levers9/levers9/controlplane/agents"
+)
+
+// startAgents starts the tunnel endpoint once the agent CA is loaded.
+func (s *Server) startAgents(ctx context.Context) error {
+	ca := s.ca.Load()
+	if ca == nil || s.agents.Load() != nil {
+		return nil
+	}
+	hosts := []string{s.cfg.Controlplane.PublicHost, "127.0.0.1", "::1", "localhost"}
+	if h, _, err := net.SplitHostPort(s.cfg.Controlplane.TunnelAddr); err == nil && h != "" {
+		hosts = append(hosts, h)
+	}
+	r, err := agents.New(agents.Config{
+		Addr: s.cfg.Controlplane.TunnelAddr, Hosts: hosts, CA: ca, CertTTL: s.cfg.Controlplane.CertTTL(),
+		Store: s.store, Redis: s.bus.Redis(), Log: s.log.With("component", "agents"), Registerer: s.reg,
+	})
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.stopped {
+		return nil
+	}
+	if err := r.Start(ctx); err != nil {
+		return err
+	}
+	s.agents.Store(r)
+	return nil
+}
+
+// Agents is the tunnel registry, nil until Postgres has been reached.
+func (s *Server) Agents() *agents.Registry { return s.agents.Load() }
+
+// presence is the api.Presence before and after the registry starts.
+type presence struct{ s *Server }
+
+func (p presence) Online(machineID string) (string, bool) {
+	if r := p.s.agents.Load(); r != nil {
+		return r.Online(machineID)
+	}
+	return "", false
+}
+
+func (p presence) Drop(machineID string) {
+	if r := p.s.agents.Load(); r != nil {
+		r.Drop(machineID)
+	}
+}
