@@ -11,6 +11,7 @@ type registryMetrics struct {
 	connected *prometheus.GaugeVec
 	refused   *prometheus.CounterVec
 	forwarded *prometheus.CounterVec
+	online    *prometheus.GaugeVec
 }
 
 func newRegistryMetrics(reg prometheus.Registerer) *registryMetrics {
@@ -25,8 +26,11 @@ func newRegistryMetrics(reg prometheus.Registerer) *registryMetrics {
 			Name: "controlplane_agent_calls_forwarded_total", Help: "Pushes forwarded between replicas (sent, served).",
 		}, []string{"direction"}),
 	}
+	m.online = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "controlplane_machines_online", Help: "Machines holding a tunnel to this replica, by pool.",
+	}, []string{"pool"})
 	if reg != nil {
-		reg.MustRegister(m.connected, m.refused, m.forwarded)
+		reg.MustRegister(m.connected, m.refused, m.forwarded, m.online)
 	}
 	return m
 }

@@ -68,6 +68,9 @@ type Registry struct {
 	mu      sync.Mutex
 	started bool
 	stopped bool
+	// pools maps each locally connected machine to its pool, for the
+	// machines-online metric.
+	pools map[string]string
 }
 
 // New builds a registry; nothing listens until Start.
@@ -84,7 +87,7 @@ func New(cfg Config) (*Registry, error) {
 	if cfg.CertTTL == 0 {
 		cfg.CertTTL = 24 * time.Hour
 	}
-	r := &Registry{cfg: cfg, replica: ids.New("rep")}
+	r := &Registry{cfg: cfg, replica: ids.New("rep"), pools: map[string]string{}}
 	r.metrics = newRegistryMetrics(cfg.Registerer)
 	return r, nil
 }
@@ -197,6 +200,14 @@ func (r *Registry) onConnect(a *tunnel.Agent) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	r.claimPresence(ctx, a.Identity, string(a.Transport))
+	if m, err := r.cfg.Store.MachineByID(ctx, a.Identity); err == nil {
+		r.mu.Lock()
+		if _, seen := r.pools[a.Identity]; !seen {
+			r.pools[a.Identity] = m.Pool
+			r.metrics.online.WithLabelValues(m.Pool).Inc()
+		}
+		r.mu.Unlock()
+	}
 	if err := r.cfg.Store.Heartbeat(ctx, a.Identity, string(a.Transport), "", nil); err != nil && !errdefs.IsCanceled(err) {
 		r.cfg.Log.Warn("record connect", "machine_id", a.Identity, "err", err)
 	}
@@ -212,6 +223,12 @@ func (r *Registry) onDisconnect(a *tunnel.Agent, err error) {
 		return
 	}
 	r.releasePresence(ctx, a.Identity)
+	r.mu.Lock()
+	if pool, ok := r.pools[a.Identity]; ok {
+		delete(r.pools, a.Identity)
+		r.metrics.online.WithLabelValues(pool).Dec()
+	}
+	r.mu.Unlock()
 	r.cfg.Log.Info("agent disconnected", "machine_id", a.Identity, "transport", a.Transport, "reason", errString(err))
 }
 

@@ -18,7 +18,7 @@ import (
 // SelfSignedTLS writes a self-signed certificate for 127.0.0.1 and
 // localhost into a temp dir and returns the cert and key paths. The
 // certificate is its own CA, so the cert path is also the CA file.
-func SelfSignedTLS(t testing.TB) (certFile, keyFile string) {
+func SelfSignedTLS(t testing.TB, extraIPs ...string) (certFile, keyFile string) {
 	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -33,7 +33,7 @@ func SelfSignedTLS(t testing.TB) (certFile, keyFile string) {
 		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
 		BasicConstraintsValid: true,
 		IsCA:                  true,
-		IPAddresses:           []net.IP{net.ParseIP("127.0.0.1")},
+		IPAddresses:           ips(extraIPs),
 		DNSNames:              []string{"localhost"},
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
@@ -53,4 +53,12 @@ func SelfSignedTLS(t testing.TB) (certFile, keyFile string) {
 		t.Fatal(err)
 	}
 	return certFile, keyFile
+}
+
+func ips(extra []string) []net.IP {
+	out := []net.IP{net.ParseIP("127.0.0.1")}
+	for _, s := range extra {
+		out = append(out, net.ParseIP(s))
+	}
+	return out
 }

@@ -7,7 +7,7 @@ set -euo pipefail
 PKGS=(
   postgresql redis-server runc runsc iptables iproute2 conntrack
   docker-registry protobuf-compiler busybox-static podman
-  golang-github-gogo-googleapis-dev ca-certificates openssl
+  golang-github-gogo-googleapis-dev ca-certificates openssl curl
 )
 
 missing=()
