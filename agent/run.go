@@ -17,9 +17,9 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/levers9/levers9/agent/inventory"
 	agentv1 "github.com/levers9/levers9/api/levers9/agent/v1"
 	v1 "github.com/levers9/levers9/api/levers9/v1"
-	"github.com/levers9/levers9/agent/inventory"
 	"github.com/levers9/levers9/enroll"
 	"github.com/levers9/levers9/tunnel"
 )
