@@ -18,18 +18,8 @@ func Down(ctx context.Context, p Paths, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if pid, err := readPid(p.file("controlplane.pid")); err == nil && syscall.Kill(pid, 0) == nil {
-		say("stopping the controlplane (pid %d)", pid)
-		_ = syscall.Kill(pid, syscall.SIGTERM)
-		deadline := time.Now().Add(15 * time.Second)
-		for syscall.Kill(pid, 0) == nil && time.Now().Before(deadline) {
-			time.Sleep(50 * time.Millisecond)
-		}
-		if syscall.Kill(pid, 0) == nil {
-			_ = syscall.Kill(pid, syscall.SIGKILL)
-		}
-	}
-	os.Remove(p.file("controlplane.pid"))
+	stopProcess(p.file("agent.pid"), "the local agent", say)
+	stopProcess(p.file("controlplane.pid"), "the controlplane", say)
 	if fileExists(p.file("redis/redis.pid")) {
 		say("stopping Redis")
 		r := &devstack.Redis{Dir: p.file("redis"), Port: st.RedisPort}
@@ -48,4 +38,20 @@ func Down(ctx context.Context, p Paths, out io.Writer) error {
 	}
 	say("stopped; data kept in %s (remove it to start from scratch)", p.Dir)
 	return nil
+}
+
+// stopProcess ends the process in pidFile: SIGTERM, then SIGKILL after 15 s.
+func stopProcess(pidFile, what string, say func(string, ...any)) {
+	if pid, err := readPid(pidFile); err == nil && syscall.Kill(pid, 0) == nil {
+		say("stopping %s (pid %d)", what, pid)
+		_ = syscall.Kill(pid, syscall.SIGTERM)
+		deadline := time.Now().Add(15 * time.Second)
+		for syscall.Kill(pid, 0) == nil && time.Now().Before(deadline) {
+			time.Sleep(50 * time.Millisecond)
+		}
+		if syscall.Kill(pid, 0) == nil {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
+	os.Remove(pidFile)
 }

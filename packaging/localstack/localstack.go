@@ -35,6 +35,7 @@ type State struct {
 	RESTPort         int    `json:"restPort"`
 	TunnelPort       int    `json:"tunnelPort"`
 	AdminToken       string `json:"adminToken,omitempty"`
+	LocalMachineID   string `json:"localMachineId,omitempty"`
 }
 
 // Paths are the stack's files.

@@ -111,7 +111,10 @@ func Up(ctx context.Context, p Paths, out io.Writer) error {
 	if err := ensureContext(ctx, p, st, say); err != nil {
 		return err
 	}
-	return st.save(p)
+	if err := st.save(p); err != nil {
+		return err
+	}
+	return ensureAgent(ctx, p, st, say)
 }
 
 func fileExists(path string) bool {
