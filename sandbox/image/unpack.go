@@ -135,7 +135,7 @@ func (a *layerApplier) apply(hdr *tar.Header, body io.Reader) error {
 	switch hdr.Typeflag {
 	case tar.TypeDir:
 		err = a.mkdir(dfd, dir, base, hdr, perm)
-	case tar.TypeReg, tar.TypeRegA:
+	case tar.TypeReg: // archive/tar already turns TypeRegA into TypeReg.
 		err = a.writeFile(dfd, dir, base, hdr, perm, body)
 	case tar.TypeSymlink:
 		if err := checkSymlinkTarget(rel, hdr.Linkname, a.allowAbsLinks); err != nil {
