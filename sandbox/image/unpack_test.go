@@ -1,0 +1,210 @@
+package image_test
+
+import (
+	"archive/tar"
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/levers9/levers9/internal/errdefs"
+	"github.com/levers9/levers9/sandbox/image"
+	"github.com/levers9/levers9/sandbox/image/build"
+)
+
+// entry is one raw tar entry; tests write exactly what a hostile registry
+// could serve.
+type entry struct {
+	name, link string
+	typ        byte
+	mode       int64
+	data       string
+}
+
+func rawTar(t *testing.T, entries []entry) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	for _, e := range entries {
+		typ := e.typ
+		if typ == 0 {
+			typ = tar.TypeReg
+		}
+		mode := e.mode
+		if mode == 0 {
+			mode = 0o644
+		}
+		hdr := &tar.Header{Name: e.name, Linkname: e.link, Typeflag: typ, Mode: mode, ModTime: time.Unix(1700000000, 0), Format: tar.FormatPAX}
+		if typ == tar.TypeReg {
+			hdr.Size = int64(len(e.data))
+		}
+		if typ == tar.TypeChar || typ == tar.TypeBlock {
+			hdr.Devmajor, hdr.Devminor = 1, 3
+		}
+		if err := tw.WriteHeader(hdr); err != nil {
+			t.Fatalf("tar header %q: %v", e.name, err)
+		}
+		if typ == tar.TypeReg {
+			if _, err := tw.Write([]byte(e.data)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
+}
+
+func pushLayers(t *testing.T, host, repo string, layers ...[]entry) build.Result {
+	t.Helper()
+	var tars [][]byte
+	for _, l := range layers {
+		tars = append(tars, rawTar(t, l))
+	}
+	res, err := build.Push(testCtx(t), host, repo, "v1", tars, build.Options{Config: build.Config{Cmd: []string{"/bin/sh"}}})
+	if err != nil {
+		t.Fatalf("push %s: %v", repo, err)
+	}
+	return res
+}
+
+func TestPullRefusesMaliciousLayers(t *testing.T) {
+	t.Parallel()
+	b := setup(t, setupOpts{})
+	ctx := testCtx(t)
+	benign := []entry{{name: "sub/", typ: tar.TypeDir, mode: 0o755}, {name: "sub/f", data: "f"}}
+	tests := []struct {
+		name   string
+		layers [][]entry
+		// entry is the refused entry's name; want a phrase of the reason.
+		entry, want string
+	}{
+		{"traversal", [][]entry{{{name: "../../../../../../tmp/l9i-escape", data: "x"}}}, "../../../../../../tmp/l9i-escape", "path traversal"},
+		{"traversal inside a path", [][]entry{{{name: "usr/../../tmp/l9i-escape", data: "x"}}}, "usr/../../tmp/l9i-escape", "path traversal"},
+		{"absolute path", [][]entry{{{name: "/tmp/l9i-abs-escape", data: "x"}}}, "/tmp/l9i-abs-escape", "absolute path"},
+		{"char device", [][]entry{{{name: "dev/l9i-null", typ: tar.TypeChar}}}, "dev/l9i-null", "device node"},
+		{"block device", [][]entry{{{name: "dev/l9i-sda", typ: tar.TypeBlock}}}, "dev/l9i-sda", "device node"},
+		{"absolute symlink", [][]entry{{{name: "etc/l9i-shadow", typ: tar.TypeSymlink, link: "/etc/shadow"}}}, "etc/l9i-shadow", "absolute symlink"},
+		{"relative symlink escaping", [][]entry{{{name: "a/b/l9i-up", typ: tar.TypeSymlink, link: "../../../etc"}}}, "a/b/l9i-up", "escapes the root"},
+		{"hardlink escaping", [][]entry{{{name: "l9i-passwd", typ: tar.TypeLink, link: "../../../../etc/passwd"}}}, "l9i-passwd", "path traversal"},
+		{"hardlink absolute", [][]entry{{{name: "l9i-passwd", typ: tar.TypeLink, link: "/etc/passwd"}}}, "l9i-passwd", "absolute path"},
+		{"hardlink to a missing file", [][]entry{{{name: "l9i-h", typ: tar.TypeLink, link: "nope"}}}, "l9i-h", "does not exist"},
+		{"symlink then write through it", [][]entry{append(benign, entry{name: "d", typ: tar.TypeSymlink, link: "sub"}, entry{name: "d/l9i-x", data: "x"})}, "d/l9i-x", "refusing to write through"},
+		{"symlink in one layer, write through it in the next", [][]entry{{{name: "d", typ: tar.TypeSymlink, link: "."}}, {{name: "d/l9i-x", data: "x"}}}, "d/l9i-x", "refusing to write through"},
+		{"whiteout through a symlink", [][]entry{append(benign, entry{name: "l", typ: tar.TypeSymlink, link: "sub"}), {{name: "l/.wh.f"}}}, "l/.wh.f", "refusing to write through"},
+		{"hardlink through a symlink", [][]entry{append(benign, entry{name: "l", typ: tar.TypeSymlink, link: "sub"}, entry{name: "h", typ: tar.TypeLink, link: "l/f"})}, "h", "refusing to write through"},
+		{"malformed whiteout", [][]entry{{{name: "a/.wh..", data: ""}}}, "a/.wh..", "malformed whiteout"},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			pushed := pushLayers(t, b.reg.Host, fmt.Sprintf("l9i/evil%d", i), tt.layers...)
+			layers := manifestLayers(t, b.reg.Host, pushed.DigestRef)
+			bad := layers[len(layers)-1]
+			_, err := b.store.Pull(ctx, pushed.Ref)
+			if !errors.Is(err, image.ErrUnsafeLayer) || !errdefs.IsInvalidArgument(err) {
+				t.Fatalf("Pull = %v, want ErrUnsafeLayer and invalid argument", err)
+			}
+			for _, want := range []string{bad, fmt.Sprintf("%q", tt.entry), tt.want} {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("error %q does not name %q", err, want)
+				}
+			}
+			if _, err := b.store.Get(ctx, pushed.Digest); !errdefs.IsNotFound(err) {
+				t.Errorf("refused image is in the cache: %v", err)
+			}
+		})
+	}
+	for _, p := range []string{"/tmp/l9i-escape", "/tmp/l9i-abs-escape"} {
+		if _, err := os.Lstat(p); !os.IsNotExist(err) {
+			t.Errorf("%s exists after refused pulls: %v", p, err)
+		}
+	}
+	if ents, _ := os.ReadDir(filepath.Join(b.root, "rootfs")); len(ents) != 0 {
+		t.Errorf("rootfs has refused images: %v", ents)
+	}
+	if ents, _ := os.ReadDir(filepath.Join(b.root, "tmp")); len(ents) != 0 {
+		t.Errorf("tmp not cleaned: %v", ents)
+	}
+}
+
+func TestPullAppliesWhiteoutsAndLinks(t *testing.T) {
+	t.Parallel()
+	b := setup(t, setupOpts{})
+	ctx := testCtx(t)
+	pushed := pushLayers(t, b.reg.Host, "l9i/layers",
+		[]entry{
+			{name: "a/", typ: tar.TypeDir, mode: 0o755},
+			{name: "a/x", data: "x"},
+			{name: "a/y", data: "y"},
+			{name: "a/sub/deep", data: "deep"},
+			{name: "b/z", data: "z"},
+			{name: "c/keep", data: "old", mode: 0o600},
+			{name: "c/hl", typ: tar.TypeLink, link: "c/keep"},
+			{name: "c/rel", typ: tar.TypeSymlink, link: "../a"},
+			{name: "c/fifo", typ: tar.TypeFifo, mode: 0o640},
+			{name: "c/dir-to-file/", typ: tar.TypeDir, mode: 0o755},
+			{name: "c/dir-to-file/inner", data: "i"},
+		},
+		[]entry{
+			{name: "a/new", data: "new"},
+			{name: "a/.wh..wh..opq"},
+			{name: "b/.wh.z"},
+			{name: "c/keep", data: "new", mode: 0o644},
+			{name: "c/dir-to-file", data: "now a file"},
+			{name: "c/.wh..wh.plnk"},
+		},
+	)
+	img, err := b.store.Pull(ctx, pushed.Ref)
+	if err != nil {
+		t.Fatalf("Pull: %v", err)
+	}
+	read := func(p string) string {
+		data, err := os.ReadFile(filepath.Join(img.RootFS, p))
+		if err != nil {
+			return "<" + err.Error() + ">"
+		}
+		return string(data)
+	}
+	names := func(p string) []string {
+		ents, err := os.ReadDir(filepath.Join(img.RootFS, p))
+		if err != nil {
+			t.Fatalf("read dir %s: %v", p, err)
+		}
+		var out []string
+		for _, e := range ents {
+			out = append(out, e.Name())
+		}
+		return out
+	}
+	if got := names("a"); len(got) != 1 || got[0] != "new" {
+		t.Errorf("a/ = %v after opaque whiteout, want [new]", got)
+	}
+	if got := names("b"); len(got) != 0 {
+		t.Errorf("b/ = %v after whiteout of z, want empty", got)
+	}
+	if got := read("c/keep"); got != "new" {
+		t.Errorf("c/keep = %q, want new", got)
+	}
+	if got := read("c/hl"); got != "old" {
+		t.Errorf("c/hl = %q, want old (the hardlink keeps the replaced file)", got)
+	}
+	if got := read("c/dir-to-file"); got != "now a file" {
+		t.Errorf("c/dir-to-file = %q", got)
+	}
+	if l, err := os.Readlink(filepath.Join(img.RootFS, "c/rel")); err != nil || l != "../a" {
+		t.Errorf("c/rel -> %q, %v", l, err)
+	}
+	if st, err := os.Lstat(filepath.Join(img.RootFS, "c/fifo")); err != nil || st.Mode()&os.ModeNamedPipe == 0 || st.Mode().Perm() != 0o640 {
+		t.Errorf("c/fifo = %v, %v; want a 0640 fifo", st, err)
+	}
+	for _, wh := range []string{"a/.wh..wh..opq", "b/.wh.z", "c/.wh..wh.plnk"} {
+		if _, err := os.Lstat(filepath.Join(img.RootFS, wh)); !os.IsNotExist(err) {
+			t.Errorf("whiteout %s materialised: %v", wh, err)
+		}
+	}
+}
