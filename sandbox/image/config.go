@@ -58,6 +58,9 @@ type Config struct {
 	PullTimeout time.Duration
 	// MaxBlobSize refuses a manifest declaring a larger blob (default 32 GiB).
 	MaxBlobSize int64
+	// MaxUnpackedSize refuses an image whose files add up to more, so a
+	// decompression bomb cannot fill the disk (default 64 GiB).
+	MaxUnpackedSize int64
 
 	Logger     *slog.Logger
 	Registerer prometheus.Registerer
@@ -85,6 +88,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxBlobSize == 0 {
 		c.MaxBlobSize = 32 << 30
+	}
+	if c.MaxUnpackedSize == 0 {
+		c.MaxUnpackedSize = 64 << 30
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
@@ -132,6 +138,9 @@ func (c Config) Validate() error {
 	}
 	if c.MaxBlobSize < 0 {
 		errs = append(errs, fmt.Errorf("image.MaxBlobSize: %d must not be negative", c.MaxBlobSize))
+	}
+	if c.MaxUnpackedSize < 0 {
+		errs = append(errs, fmt.Errorf("image.MaxUnpackedSize: %d must not be negative", c.MaxUnpackedSize))
 	}
 	return errors.Join(errs...)
 }

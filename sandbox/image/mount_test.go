@@ -3,6 +3,7 @@ package image_test
 import (
 	"crypto/rand"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -93,6 +94,11 @@ func TestMountGivesEachTaskAWritableOverlay(t *testing.T) {
 		}
 	}
 
+	// The overlay is a working root filesystem: busybox runs from it.
+	out, err := exec.CommandContext(ctx, "chroot", r1, "/bin/sh", "-c", "echo ok > /tmp/ran && cat /tmp/ran /etc/passwd && test ! -e /bin/ls && echo gone").CombinedOutput()
+	if err != nil || string(out) != "ok\nchanged\ngone\n" {
+		t.Errorf("chroot %s sh = %q, %v; want ok, the changed passwd, and no /bin/ls", r1, out, err)
+	}
 	if _, _, err := b.store.Mount(ctx, img.Digest, "l9i-task1"); !errdefs.IsAlreadyExists(err) {
 		t.Errorf("second Mount of task1 = %v, want already exists", err)
 	}

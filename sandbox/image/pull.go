@@ -271,7 +271,7 @@ func (s *Store) unpack(ctx context.Context, hex string, layers []v1.Descriptor) 
 	defer unix.Close(root)
 	var total int64
 	for _, l := range layers {
-		n, err := s.applyBlob(ctx, tmp, root, l.Digest)
+		n, err := s.applyBlob(ctx, tmp, root, l.Digest, s.cfg.MaxUnpackedSize-total)
 		total += n
 		if err != nil {
 			return total, fmt.Errorf("image sha256:%s: %w", hex, err)
@@ -283,14 +283,14 @@ func (s *Store) unpack(ctx context.Context, hex string, layers []v1.Descriptor) 
 	return total, nil
 }
 
-func (s *Store) applyBlob(ctx context.Context, tmp string, root int, d v1.Hash) (int64, error) {
+func (s *Store) applyBlob(ctx context.Context, tmp string, root int, d v1.Hash, limit int64) (int64, error) {
 	f, err := os.Open(s.blobPath(d.Hex))
 	if err != nil {
 		return 0, fmt.Errorf("layer %s: %w", d, err)
 	}
 	defer f.Close()
 	h := sha256.New()
-	n, err := applyLayer(ctx, tmp, root, d.String(), io.TeeReader(f, h), s.cfg.AllowAbsoluteSymlinks)
+	n, err := applyLayer(ctx, tmp, root, d.String(), io.TeeReader(f, h), s.cfg.AllowAbsoluteSymlinks, limit)
 	if err != nil {
 		if errors.Is(err, ErrUnsafeLayer) {
 			err = fmt.Errorf("%w: %w", err, errdefs.ErrInvalidArgument)

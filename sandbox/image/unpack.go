@@ -16,6 +16,8 @@ import (
 
 	"github.com/klauspost/compress/zstd"
 	"golang.org/x/sys/unix"
+
+	"github.com/levers9/levers9/internal/errdefs"
 )
 
 // ErrUnsafeLayer marks a layer refused because one of its entries could
@@ -36,6 +38,8 @@ type layerApplier struct {
 	root          int // O_PATH fd of rootPath, owned by the caller
 	layer         string
 	allowAbsLinks bool
+	// limit is how many file bytes this layer may still write.
+	limit int64
 	// written holds every path this layer created (and their ancestors), so
 	// an opaque whiteout removes only what earlier layers left.
 	written map[string]bool
@@ -44,13 +48,13 @@ type layerApplier struct {
 
 // applyLayer reads a (possibly gzip or zstd compressed) tar stream and
 // applies it onto root. Errors name the layer and entry.
-func applyLayer(ctx context.Context, rootPath string, root int, layer string, r io.Reader, allowAbsLinks bool) (int64, error) {
+func applyLayer(ctx context.Context, rootPath string, root int, layer string, r io.Reader, allowAbsLinks bool, limit int64) (int64, error) {
 	dec, closeDec, err := decompress(r)
 	if err != nil {
 		return 0, fmt.Errorf("layer %s: decompress: %w", layer, err)
 	}
 	defer closeDec()
-	a := &layerApplier{rootPath: rootPath, root: root, layer: layer, allowAbsLinks: allowAbsLinks, written: map[string]bool{}}
+	a := &layerApplier{rootPath: rootPath, root: root, layer: layer, allowAbsLinks: allowAbsLinks, limit: limit, written: map[string]bool{}}
 	tr := tar.NewReader(dec)
 	for {
 		if err := ctx.Err(); err != nil {
@@ -272,6 +276,9 @@ func (a *layerApplier) mkdir(dfd int, dir, base string, hdr *tar.Header, perm ui
 }
 
 func (a *layerApplier) writeFile(dfd int, dir, base string, hdr *tar.Header, perm uint32, body io.Reader) error {
+	if hdr.Size < 0 || hdr.Size > a.limit-a.size {
+		return fmt.Errorf("file of %d bytes exceeds the image's unpacked size limit: %w", hdr.Size, errdefs.ErrInvalidArgument)
+	}
 	if err := a.removeExisting(dfd, dir, base); err != nil {
 		return err
 	}

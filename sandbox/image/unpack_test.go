@@ -208,3 +208,60 @@ func TestPullAppliesWhiteoutsAndLinks(t *testing.T) {
 		}
 	}
 }
+
+func TestReadFileResolvesInsideTheRoot(t *testing.T) {
+	t.Parallel()
+	b := setup(t, setupOpts{})
+	ctx := testCtx(t)
+	s, _ := b.newStore(t, func(c *image.Config) { c.AllowAbsoluteSymlinks = true })
+	pushed := pushLayers(t, b.reg.Host, "l9i/readfile", []entry{
+		{name: "etc/passwd", data: "image-passwd\n"},
+		{name: "etc/abs", typ: tar.TypeSymlink, link: "/etc/passwd"},
+		{name: "etc/fifo", typ: tar.TypeFifo},
+	})
+	if _, err := b.store.Pull(ctx, pushed.Ref); !errors.Is(err, image.ErrUnsafeLayer) {
+		t.Fatalf("default store Pull = %v, want the absolute symlink refused", err)
+	}
+	img, err := s.Pull(ctx, pushed.Ref)
+	if err != nil {
+		t.Fatalf("Pull with AllowAbsoluteSymlinks: %v", err)
+	}
+	tests := []struct {
+		name    string
+		limit   int64
+		want    string
+		wantErr func(error) bool
+	}{
+		{name: "/etc/passwd", limit: 100, want: "image-passwd\n"},
+		{name: "/etc/abs", limit: 100, want: "image-passwd\n"},
+		{name: "etc/../../../../etc/passwd", limit: 100, want: "image-passwd\n"},
+		{name: "/etc/fifo", limit: 100, wantErr: errdefs.IsInvalidArgument},
+		{name: "/etc/passwd", limit: 3, wantErr: errdefs.IsInvalidArgument},
+		{name: "/etc/shadow", limit: 100, wantErr: errdefs.IsNotFound},
+	}
+	for _, tt := range tests {
+		got, err := image.ReadFile(img.RootFS, tt.name, tt.limit)
+		if tt.wantErr != nil {
+			if !tt.wantErr(err) {
+				t.Errorf("ReadFile(%s, %d) = %q, %v; want the error kind", tt.name, tt.limit, got, err)
+			}
+			continue
+		}
+		if err != nil || string(got) != tt.want {
+			t.Errorf("ReadFile(%s) = %q, %v; want %q", tt.name, got, err, tt.want)
+		}
+	}
+}
+
+func TestPullRefusesImagesAboveTheUnpackedLimit(t *testing.T) {
+	t.Parallel()
+	b := setup(t, setupOpts{})
+	ctx := testCtx(t)
+	s, _ := b.newStore(t, func(c *image.Config) { c.MaxUnpackedSize = 1000 })
+	big := strings.Repeat("z", 600)
+	pushed := pushLayers(t, b.reg.Host, "l9i/bomb", []entry{{name: "a", data: big}}, []entry{{name: "b", data: big}})
+	_, err := s.Pull(ctx, pushed.Ref)
+	if !errdefs.IsInvalidArgument(err) || !strings.Contains(err.Error(), `entry "b"`) || !strings.Contains(err.Error(), "size limit") {
+		t.Fatalf("Pull = %v, want entry \"b\" refused for the size limit", err)
+	}
+}
