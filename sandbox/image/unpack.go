@@ -40,6 +40,9 @@ type layerApplier struct {
 	allowAbsLinks bool
 	// limit is how many file bytes this layer may still write.
 	limit int64
+	// chown is false when not root (a developer's laptop): ownership from
+	// the layer cannot be applied and files stay the caller's.
+	chown bool
 	// written holds every path this layer created (and their ancestors), so
 	// an opaque whiteout removes only what earlier layers left.
 	written map[string]bool
@@ -54,7 +57,7 @@ func applyLayer(ctx context.Context, rootPath string, root int, layer string, r 
 		return 0, fmt.Errorf("layer %s: decompress: %w", layer, err)
 	}
 	defer closeDec()
-	a := &layerApplier{rootPath: rootPath, root: root, layer: layer, allowAbsLinks: allowAbsLinks, limit: limit, written: map[string]bool{}}
+	a := &layerApplier{rootPath: rootPath, root: root, layer: layer, allowAbsLinks: allowAbsLinks, limit: limit, chown: os.Geteuid() == 0, written: map[string]bool{}}
 	tr := tar.NewReader(dec)
 	for {
 		if err := ctx.Err(); err != nil {
@@ -151,7 +154,9 @@ func (a *layerApplier) apply(hdr *tar.Header, body io.Reader) error {
 		if err := unix.Symlinkat(hdr.Linkname, dfd, base); err != nil {
 			return fmt.Errorf("symlink: %w", err)
 		}
-		err = unix.Fchownat(dfd, base, hdr.Uid, hdr.Gid, unix.AT_SYMLINK_NOFOLLOW)
+		if a.chown {
+			err = unix.Fchownat(dfd, base, hdr.Uid, hdr.Gid, unix.AT_SYMLINK_NOFOLLOW)
+		}
 	case tar.TypeLink:
 		err = a.hardlink(dfd, dir, base, rel, hdr.Linkname)
 	case tar.TypeFifo:
@@ -266,8 +271,10 @@ func (a *layerApplier) mkdir(dfd int, dir, base string, hdr *tar.Header, perm ui
 		return fmt.Errorf("open directory: %w", err)
 	}
 	defer unix.Close(fd)
-	if err := unix.Fchown(fd, hdr.Uid, hdr.Gid); err != nil {
-		return fmt.Errorf("chown: %w", err)
+	if a.chown {
+		if err := unix.Fchown(fd, hdr.Uid, hdr.Gid); err != nil {
+			return fmt.Errorf("chown: %w", err)
+		}
 	}
 	if err := unix.Fchmod(fd, perm); err != nil {
 		return fmt.Errorf("chmod: %w", err)
@@ -294,8 +301,10 @@ func (a *layerApplier) writeFile(dfd int, dir, base string, hdr *tar.Header, per
 		return fmt.Errorf("write %d bytes: %w", hdr.Size, err)
 	}
 	// chown before chmod: chown clears setuid/setgid bits.
-	if err := f.Chown(hdr.Uid, hdr.Gid); err != nil {
-		return fmt.Errorf("chown: %w", err)
+	if a.chown {
+		if err := f.Chown(hdr.Uid, hdr.Gid); err != nil {
+			return fmt.Errorf("chown: %w", err)
+		}
 	}
 	if err := f.Chmod(os.FileMode(perm&0o777) | unixModeBits(perm)); err != nil {
 		return fmt.Errorf("chmod: %w", err)
@@ -326,8 +335,10 @@ func unixModeBits(perm uint32) os.FileMode {
 }
 
 func (a *layerApplier) chownChmod(dfd int, base string, hdr *tar.Header, perm uint32) error {
-	if err := unix.Fchownat(dfd, base, hdr.Uid, hdr.Gid, unix.AT_SYMLINK_NOFOLLOW); err != nil {
-		return fmt.Errorf("chown: %w", err)
+	if a.chown {
+		if err := unix.Fchownat(dfd, base, hdr.Uid, hdr.Gid, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+			return fmt.Errorf("chown: %w", err)
+		}
 	}
 	if err := unix.Fchmodat(dfd, base, perm, 0); err != nil {
 		return fmt.Errorf("chmod: %w", err)

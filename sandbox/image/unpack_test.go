@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -23,6 +24,7 @@ type entry struct {
 	typ        byte
 	mode       int64
 	data       string
+	uid        int
 }
 
 func rawTar(t *testing.T, entries []entry) []byte {
@@ -38,7 +40,7 @@ func rawTar(t *testing.T, entries []entry) []byte {
 		if mode == 0 {
 			mode = 0o644
 		}
-		hdr := &tar.Header{Name: e.name, Linkname: e.link, Typeflag: typ, Mode: mode, ModTime: time.Unix(1700000000, 0), Format: tar.FormatPAX}
+		hdr := &tar.Header{Name: e.name, Linkname: e.link, Typeflag: typ, Mode: mode, Uid: e.uid, Gid: e.uid, ModTime: time.Unix(1700000000, 0), Format: tar.FormatPAX}
 		if typ == tar.TypeReg {
 			hdr.Size = int64(len(e.data))
 		}
@@ -157,6 +159,9 @@ func TestPullAppliesWhiteoutsAndLinks(t *testing.T) {
 			{name: "c/keep", data: "new", mode: 0o644},
 			{name: "c/dir-to-file", data: "now a file"},
 			{name: "c/.wh..wh.plnk"},
+			{name: "home/user/", typ: tar.TypeDir, mode: 0o700, uid: 1000},
+			{name: "home/user/file", data: "u", uid: 1000},
+			{name: "home/user/link", typ: tar.TypeSymlink, link: "file", uid: 1000},
 		},
 	)
 	img, err := b.store.Pull(ctx, pushed.Ref)
@@ -201,6 +206,20 @@ func TestPullAppliesWhiteoutsAndLinks(t *testing.T) {
 	}
 	if st, err := os.Lstat(filepath.Join(img.RootFS, "c/fifo")); err != nil || st.Mode()&os.ModeNamedPipe == 0 || st.Mode().Perm() != 0o640 {
 		t.Errorf("c/fifo = %v, %v; want a 0640 fifo", st, err)
+	}
+	if os.Geteuid() == 0 {
+		for _, p := range []string{"home/user", "home/user/file", "home/user/link"} {
+			st, err := os.Lstat(filepath.Join(img.RootFS, p))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if sys := st.Sys().(*syscall.Stat_t); sys.Uid != 1000 || sys.Gid != 1000 {
+				t.Errorf("%s owned by %d:%d, want 1000:1000", p, sys.Uid, sys.Gid)
+			}
+		}
+		if st, _ := os.Stat(filepath.Join(img.RootFS, "home/user")); st.Mode().Perm() != 0o700 {
+			t.Errorf("home/user mode = %v, want 0700", st.Mode())
+		}
 	}
 	for _, wh := range []string{"a/.wh..wh..opq", "b/.wh.z", "c/.wh..wh.plnk"} {
 		if _, err := os.Lstat(filepath.Join(img.RootFS, wh)); !os.IsNotExist(err) {
