@@ -150,7 +150,7 @@ func (s *Store) evict(hex string) (bool, error) {
 		return true, err
 	}
 	s.dropRefs("sha256:" + hex)
-	return true, s.dropUnreferencedBlobs(rec)
+	return true, s.dropUnreferencedBlobsLocked(rec)
 }
 
 // dropRefs forgets tags and index digests that resolved to digest.
@@ -169,9 +169,9 @@ func (s *Store) dropRefs(digest string) {
 	}
 }
 
-// dropUnreferencedBlobs deletes the evicted image's blobs that no remaining
-// image uses.
-func (s *Store) dropUnreferencedBlobs(evicted record) error {
+// dropUnreferencedBlobsLocked deletes the evicted image's blobs that no remaining
+// image and no pull in progress in this process uses. s.mu must be held.
+func (s *Store) dropUnreferencedBlobsLocked(evicted record) error {
 	inUse := map[string]bool{}
 	cands, _, err := s.usage()
 	if err != nil {
@@ -184,7 +184,7 @@ func (s *Store) dropUnreferencedBlobs(evicted record) error {
 	}
 	var errs []error
 	for _, b := range evicted.Blobs {
-		if inUse[b.Digest] {
+		if inUse[b.Digest] || s.inflight[b.Digest] > 0 {
 			continue
 		}
 		hex, err := parseDigest(b.Digest)

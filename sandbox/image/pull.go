@@ -194,6 +194,7 @@ func (s *Store) fetchAndUnpack(ctx context.Context, c *registryClient, digest v1
 	}
 
 	blobs := append([]v1.Descriptor{m.Config}, m.Layers...)
+	defer s.claimBlobs(blobs)()
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(3)
 	for _, b := range blobs {
@@ -232,6 +233,25 @@ func (s *Store) fetchAndUnpack(ctx context.Context, c *registryClient, digest v1
 		return err
 	}
 	return s.writeAtomic(s.recordPath(digest.Hex), b)
+}
+
+// claimBlobs marks blobs as used by a pull in progress until the returned
+// release is called.
+func (s *Store) claimBlobs(blobs []v1.Descriptor) (release func()) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, b := range blobs {
+		s.inflight[b.Digest.String()]++
+	}
+	return func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		for _, b := range blobs {
+			if s.inflight[b.Digest.String()]--; s.inflight[b.Digest.String()] <= 0 {
+				delete(s.inflight, b.Digest.String())
+			}
+		}
+	}
 }
 
 func (s *Store) checkManifest(digest v1.Hash, m *v1.Manifest) error {

@@ -61,10 +61,14 @@ type Store struct {
 	metrics *metrics
 	sf      singleflight.Group
 
-	// mu guards mounts and serialises GC's mounted check with Mount's pin.
+	// mu guards mounts and inflight, and serialises GC's checks with
+	// Mount's pin and a pull's claim on its blobs.
 	mu sync.Mutex
 	// mounts counts this process's live task mounts per image hex.
 	mounts map[string]int
+	// inflight counts pulls in progress per blob digest, so GC does not
+	// delete a shared blob a pull found present but has not unpacked yet.
+	inflight map[string]int
 }
 
 // New validates cfg and creates the cache directories.
@@ -77,7 +81,7 @@ func New(cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("image store metrics: %w", err)
 	}
-	s := &Store{cfg: cfg, log: cfg.Logger.With("component", "image"), metrics: m, mounts: map[string]int{}}
+	s := &Store{cfg: cfg, log: cfg.Logger.With("component", "image"), metrics: m, mounts: map[string]int{}, inflight: map[string]int{}}
 	for _, d := range []string{"blobs/sha256", "rootfs", "images", "refs", "locks", "tasks", "tmp"} {
 		if err := os.MkdirAll(s.path(d), 0o755); err != nil {
 			return nil, fmt.Errorf("image store: create %s: %w", s.path(d), err)
