@@ -111,6 +111,7 @@ func TestPullRefusesMaliciousLayers(t *testing.T) {
 			if !errors.Is(err, image.ErrUnsafeLayer) || !errdefs.IsInvalidArgument(err) {
 				t.Fatalf("Pull = %v, want ErrUnsafeLayer and invalid argument", err)
 			}
+			t.Logf("refused: %v", err)
 			for _, want := range []string{bad, fmt.Sprintf("%q", tt.entry), tt.want} {
 				if !strings.Contains(err.Error(), want) {
 					t.Errorf("error %q does not name %q", err, want)
