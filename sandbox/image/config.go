@@ -35,6 +35,9 @@ type Config struct {
 	// DiskBudget caps blobs plus unpacked images in bytes; least recently
 	// used images above it are evicted after each pull. 0 disables GC.
 	DiskBudget int64
+	// GCGrace protects images used more recently than this from eviction,
+	// so an image between Pull and Mount is not collected (default 5m).
+	GCGrace time.Duration
 	// Offline forbids network access: only cached digests and tags already
 	// resolved by an earlier pull are served.
 	Offline bool
@@ -89,6 +92,9 @@ func (c Config) withDefaults() Config {
 	if c.MaxBlobSize == 0 {
 		c.MaxBlobSize = 32 << 30
 	}
+	if c.GCGrace == 0 {
+		c.GCGrace = 5 * time.Minute
+	}
 	if c.MaxUnpackedSize == 0 {
 		c.MaxUnpackedSize = 64 << 30
 	}
@@ -129,6 +135,9 @@ func (c Config) Validate() error {
 	}
 	if c.DiskBudget < 0 {
 		errs = append(errs, fmt.Errorf("image.DiskBudget: %d must not be negative", c.DiskBudget))
+	}
+	if c.GCGrace < 0 {
+		errs = append(errs, fmt.Errorf("image.GCGrace: %v must not be negative", c.GCGrace))
 	}
 	if c.MountSource != "" && !mountSourceRE.MatchString(c.MountSource) {
 		errs = append(errs, fmt.Errorf("image.MountSource: %q must match %s", c.MountSource, mountSourceRE))

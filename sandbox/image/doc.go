@@ -7,7 +7,9 @@
 // images above a disk budget are garbage-collected, never one that is
 // mounted.
 //
-// On-disk layout under Config.Root (dirs 0755, files 0644):
+// On-disk layout under Config.Root (dirs 0755, files 0644, except rootfs/,
+// tasks/ and tmp/, which are 0700 so no host user but root can reach an
+// image's setuid binaries):
 //
 //	blobs/sha256/<hex>   verified blobs, written to tmp/ then renamed
 //	rootfs/<hex>         unpacked lower dir; exists only when complete

@@ -23,8 +23,8 @@ type GCResult struct {
 
 // GC evicts least-recently-used images until blobs plus unpacked trees fit
 // Config.DiskBudget. It never evicts an image that is mounted (by this
-// process, per /proc/self/mountinfo, or locked by another process), so the
-// cache may stay above budget. A zero budget makes GC a no-op. Safe to call
+// process, per /proc/self/mountinfo, or locked by another process) or used
+// within Config.GCGrace, so the cache may stay above budget. A zero budget makes GC a no-op. Safe to call
 // concurrently with Pull and Mount.
 func (s *Store) GC(ctx context.Context) (GCResult, error) {
 	return s.gc(ctx, "")
@@ -55,7 +55,7 @@ func (s *Store) gc(ctx context.Context, keep string) (GCResult, error) {
 		if err := ctx.Err(); err != nil {
 			return res, err
 		}
-		if c.hex == keep {
+		if c.hex == keep || s.cfg.Now().Sub(c.lastUse) < s.cfg.GCGrace {
 			continue
 		}
 		evicted, err := s.evict(c.hex)

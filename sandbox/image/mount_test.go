@@ -162,7 +162,13 @@ func TestGCEvictsLeastRecentlyUsedButNeverMounted(t *testing.T) {
 
 	// Another Store (another process) with a tiny budget sees a's mount only
 	// through mountinfo.
-	gcStore, gcMetrics := b.newStore(t, func(c *image.Config) { c.DiskBudget = 1 })
+	gcStore, gcMetrics := b.newStore(t, func(c *image.Config) { c.DiskBudget, c.GCGrace = 1, 10*time.Minute })
+	// Within the grace period nothing goes: an image between Pull and Mount
+	// must survive.
+	if res, err := gcStore.GC(ctx); err != nil || len(res.Evicted) != 0 {
+		t.Fatalf("GC within the grace period = %+v, %v; want nothing evicted", res, err)
+	}
+	b.clock.Advance(time.Hour)
 	res, err := gcStore.GC(ctx)
 	if err != nil {
 		t.Fatalf("GC: %v", err)
@@ -193,6 +199,7 @@ func TestGCEvictsLeastRecentlyUsedButNeverMounted(t *testing.T) {
 	if err := cleanA(); err != nil {
 		t.Fatal(err)
 	}
+	b.clock.Advance(time.Hour)
 	res, err = gcStore.GC(ctx)
 	if err != nil || !slices.Equal(res.Evicted, []string{imgs["a"].Digest}) || res.UsedBytes != 0 {
 		t.Errorf("GC after unmount = %+v, %v; want a evicted and nothing left", res, err)
@@ -214,7 +221,7 @@ func TestGCAfterPullKeepsWithinBudget(t *testing.T) {
 	}
 	// Two images (sharing the busybox layer) fit, three do not.
 	budget := 2 * probe.Size
-	s, _ := b.newStore(t, func(c *image.Config) { c.DiskBudget = budget })
+	s, _ := b.newStore(t, func(c *image.Config) { c.DiskBudget, c.GCGrace = budget, 30*time.Second })
 	var digests []string
 	for _, n := range []string{"b", "c", "a"} {
 		b.clock.Advance(time.Minute)

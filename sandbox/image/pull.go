@@ -28,7 +28,8 @@ func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }
 // digest it resolved to last time is used. Concurrent pulls of one digest
 // (in this process or others sharing Root) download and unpack it once.
 // Pull blocks until the image is complete or ctx ends; the download itself
-// continues for other waiters (bounded by Config.PullTimeout).
+// continues for other waiters (bounded by Config.PullTimeout). The image is
+// safe from GC for Config.GCGrace: Mount it within that time.
 func (s *Store) Pull(ctx context.Context, ref string) (Image, error) {
 	img, cached, err := s.pull(ctx, ref)
 	switch {

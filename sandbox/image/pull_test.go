@@ -297,3 +297,14 @@ func TestPullPrivateRegistry(t *testing.T) {
 		}
 	}
 }
+
+func TestUnpackedTreesAreRootOnly(t *testing.T) {
+	t.Parallel()
+	b := setup(t, setupOpts{})
+	for dir, want := range map[string]os.FileMode{"rootfs": 0o700, "tasks": 0o700, "tmp": 0o700, "blobs/sha256": 0o755} {
+		st, err := os.Stat(filepath.Join(b.root, dir))
+		if err != nil || st.Mode().Perm() != want {
+			t.Errorf("%s mode = %v, %v; want %v", dir, st.Mode().Perm(), err, want)
+		}
+	}
+}

@@ -82,9 +82,22 @@ func New(cfg Config) (*Store, error) {
 		return nil, fmt.Errorf("image store metrics: %w", err)
 	}
 	s := &Store{cfg: cfg, log: cfg.Logger.With("component", "image"), metrics: m, mounts: map[string]int{}, inflight: map[string]int{}}
-	for _, d := range []string{"blobs/sha256", "rootfs", "images", "refs", "locks", "tasks", "tmp"} {
-		if err := os.MkdirAll(s.path(d), 0o755); err != nil {
-			return nil, fmt.Errorf("image store: create %s: %w", s.path(d), err)
+	// Unpacked trees hold images' setuid binaries and device-free but
+	// otherwise arbitrary files: only root may traverse to them, so a local
+	// host user can never run an image's setuid-root binary.
+	dirs := []struct {
+		path string
+		mode os.FileMode
+	}{
+		{"blobs/sha256", 0o755}, {"images", 0o755}, {"refs", 0o755}, {"locks", 0o755},
+		{"rootfs", 0o700}, {"tasks", 0o700}, {"tmp", 0o700},
+	}
+	for _, d := range dirs {
+		if err := os.MkdirAll(s.path(d.path), d.mode); err != nil {
+			return nil, fmt.Errorf("image store: create %s: %w", s.path(d.path), err)
+		}
+		if err := os.Chmod(s.path(d.path), d.mode); err != nil {
+			return nil, fmt.Errorf("image store: chmod %s: %w", s.path(d.path), err)
 		}
 	}
 	return s, nil
