@@ -168,7 +168,9 @@ func unescapeMountinfo(s string) string {
 // Reconcile removes what a killed process left: partial downloads and
 // unpacks, and task mounts whose task is not in live (the agent passes the
 // tasks it reattached to). Lower directories without a record are removed
-// when no other process holds their lock.
+// when no other process holds their lock. Call it at start-up, before
+// pulling, and not while another process sharing Root is pulling (its
+// partial downloads would go).
 func (s *Store) Reconcile(ctx context.Context, live []string) error {
 	var errs []error
 	tmps, _ := os.ReadDir(s.path("tmp"))

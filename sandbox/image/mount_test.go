@@ -250,3 +250,53 @@ func TestGCAfterPullKeepsWithinBudget(t *testing.T) {
 		t.Errorf("cached = %v, want %v (b evicted as least recently used)", present, want)
 	}
 }
+
+func TestReconcileRemovesLeftoversButKeepsLiveTasks(t *testing.T) {
+	testenv.RequireRoot(t)
+	t.Parallel()
+	b := setup(t, setupOpts{})
+	ctx := testCtx(t)
+	pushBusybox(t, b.reg.Host, "l9i/reconcile", "v1", nil)
+	img, err := b.store.Pull(ctx, "l9i/reconcile:v1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A killed agent left: a task mount, a partial download, and a lower
+	// directory whose record was never written.
+	deadRoot, deadClean, err := b.store.Mount(ctx, img.Digest, "l9i-dead")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = deadClean() })
+	liveRoot, liveClean, err := b.store.Mount(ctx, img.Digest, "l9i-live")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = liveClean() })
+	junk := filepath.Join(b.root, "tmp", "blob-partial")
+	orphan := filepath.Join(b.root, "rootfs", strings.Repeat("e", 64))
+	for _, d := range []string{junk, orphan} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	restarted, _ := b.newStore(t, nil)
+	if err := restarted.Reconcile(ctx, []string{"l9i-live"}); err != nil {
+		t.Fatalf("Reconcile: %v", err)
+	}
+	if isMounted(t, deadRoot) {
+		t.Errorf("dead task's rootfs still mounted")
+	}
+	if !isMounted(t, liveRoot) {
+		t.Errorf("live task's rootfs was unmounted")
+	}
+	for _, p := range []string{filepath.Join(b.root, "tasks/l9i-dead"), junk, orphan} {
+		if _, err := os.Stat(p); !os.IsNotExist(err) {
+			t.Errorf("%s survived Reconcile: %v", p, err)
+		}
+	}
+	if _, err := restarted.Get(ctx, img.Digest); err != nil {
+		t.Errorf("complete image lost by Reconcile: %v", err)
+	}
+}

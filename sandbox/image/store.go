@@ -53,8 +53,18 @@ type ImageConfig struct {
 	Labels     map[string]string
 }
 
-// Store is the node's image cache. All methods are safe for concurrent use,
-// and several Stores (in one or several processes) may share one Root.
+// Store is the node's image cache. All methods are safe for concurrent use.
+// Several Stores (in one or several processes) may share one Root: pulls of
+// one digest are serialised by a file lock and mounts are seen through
+// mountinfo. One limit across processes: GC in one process does not know
+// which shared blobs another process's pull in progress found present, so
+// that pull can fail (and succeeds when retried); within a process it cannot.
+//
+// Lifecycle of an image:
+//
+//	(absent) --Pull--> complete --Mount--> mounted --cleanup--> complete
+//	                      |                                        |
+//	                      +---------GC (unused for GCGrace)--------+--> (absent)
 type Store struct {
 	cfg     Config
 	log     *slog.Logger
