@@ -26,6 +26,9 @@ import (
 // symlink). The error names the layer digest and the entry.
 var ErrUnsafeLayer = errUnsafeEntry
 
+// paxCapability carries a file's security.capability xattr in a tar.
+const paxCapability = "SCHILY.xattr.security.capability"
+
 // resolveFlags confine every lookup to the root and refuse symlinks on the
 // way: the unpacker never follows a link, so a link planted by one entry (or
 // an earlier layer) cannot redirect a later write.
@@ -308,6 +311,14 @@ func (a *layerApplier) writeFile(dfd int, dir, base string, hdr *tar.Header, per
 	}
 	if err := f.Chmod(os.FileMode(perm&0o777) | unixModeBits(perm)); err != nil {
 		return fmt.Errorf("chmod: %w", err)
+	}
+	// File capabilities are the one xattr applied (binaries such as ping
+	// rely on them; the container's bounding set still caps them). Others,
+	// trusted.overlay.* above all, could steer overlayfs and are dropped.
+	if caps, ok := hdr.PAXRecords[paxCapability]; ok && a.chown {
+		if err := unix.Fsetxattr(int(f.Fd()), "security.capability", []byte(caps), 0); err != nil {
+			return fmt.Errorf("set file capabilities: %w", err)
+		}
 	}
 	mt := unix.NsecToTimespec(hdr.ModTime.UnixNano())
 	if hdr.ModTime.IsZero() {

@@ -12,10 +12,15 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/levers9/levers9/internal/errdefs"
 	"github.com/levers9/levers9/sandbox/image"
 	"github.com/levers9/levers9/sandbox/image/build"
 )
+
+// netRawCap is a VFS_CAP_REVISION_2 xattr: permitted+effective CAP_NET_RAW.
+const netRawCap = "\x01\x00\x00\x02\x00\x20\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00"
 
 // entry is one raw tar entry; tests write exactly what a hostile registry
 // could serve.
@@ -25,6 +30,7 @@ type entry struct {
 	mode       int64
 	data       string
 	uid        int
+	pax        map[string]string
 }
 
 func rawTar(t *testing.T, entries []entry) []byte {
@@ -40,7 +46,7 @@ func rawTar(t *testing.T, entries []entry) []byte {
 		if mode == 0 {
 			mode = 0o644
 		}
-		hdr := &tar.Header{Name: e.name, Linkname: e.link, Typeflag: typ, Mode: mode, Uid: e.uid, Gid: e.uid, ModTime: time.Unix(1700000000, 0), Format: tar.FormatPAX}
+		hdr := &tar.Header{Name: e.name, Linkname: e.link, Typeflag: typ, Mode: mode, Uid: e.uid, Gid: e.uid, ModTime: time.Unix(1700000000, 0), Format: tar.FormatPAX, PAXRecords: e.pax}
 		if typ == tar.TypeReg {
 			hdr.Size = int64(len(e.data))
 		}
@@ -163,6 +169,8 @@ func TestPullAppliesWhiteoutsAndLinks(t *testing.T) {
 			{name: "home/user/", typ: tar.TypeDir, mode: 0o700, uid: 1000},
 			{name: "home/user/file", data: "u", uid: 1000},
 			{name: "home/user/link", typ: tar.TypeSymlink, link: "file", uid: 1000},
+			{name: "bin/ping", data: "ping", mode: 0o755, pax: map[string]string{"SCHILY.xattr.security.capability": netRawCap}},
+			{name: "ovl/", typ: tar.TypeDir, mode: 0o755, pax: map[string]string{"SCHILY.xattr.trusted.overlay.opaque": "y"}},
 		},
 	)
 	img, err := b.store.Pull(ctx, pushed.Ref)
@@ -217,6 +225,13 @@ func TestPullAppliesWhiteoutsAndLinks(t *testing.T) {
 			if sys := st.Sys().(*syscall.Stat_t); sys.Uid != 1000 || sys.Gid != 1000 {
 				t.Errorf("%s owned by %d:%d, want 1000:1000", p, sys.Uid, sys.Gid)
 			}
+		}
+		buf := make([]byte, 64)
+		if n, err := unix.Getxattr(filepath.Join(img.RootFS, "bin/ping"), "security.capability", buf); err != nil || string(buf[:n]) != netRawCap {
+			t.Errorf("bin/ping capability = %x, %v; want %x", buf[:max(n, 0)], err, netRawCap)
+		}
+		if _, err := unix.Getxattr(filepath.Join(img.RootFS, "ovl"), "trusted.overlay.opaque", buf); err == nil {
+			t.Errorf("trusted.overlay.opaque from a layer was applied")
 		}
 		if st, _ := os.Stat(filepath.Join(img.RootFS, "home/user")); st.Mode().Perm() != 0o700 {
 			t.Errorf("home/user mode = %v, want 0700", st.Mode())
