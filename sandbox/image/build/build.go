@@ -205,9 +205,11 @@ func Push(ctx context.Context, registry, repo, tag string, layers [][]byte, opts
 	}
 	img := empty.Image
 	for i, l := range layers {
+		// Cache the gzip output: otherwise it is compressed once for the
+		// digest and again for the upload.
 		layer, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) {
 			return io.NopCloser(bytes.NewReader(l)), nil
-		})
+		}, tarball.WithCompressedCaching)
 		if err != nil {
 			return Result{}, fmt.Errorf("layer %d: %w", i, err)
 		}
