@@ -212,11 +212,15 @@ func (s *Store) fetchAndUnpack(ctx context.Context, c *registryClient, digest v1
 	if err != nil {
 		return fmt.Errorf("config %s: %w", m.Config.Digest, err)
 	}
-	if _, err := v1.ParseConfigFile(bytes.NewReader(cfgBytes)); err != nil {
+	cf, err := v1.ParseConfigFile(bytes.NewReader(cfgBytes))
+	if err != nil {
 		return fmt.Errorf("config %s: parse: %w: %w", m.Config.Digest, errdefs.ErrInvalidArgument, err)
 	}
+	if len(cf.RootFS.DiffIDs) != len(m.Layers) {
+		return fmt.Errorf("config %s: %d diff_ids for %d layers: %w", m.Config.Digest, len(cf.RootFS.DiffIDs), len(m.Layers), errdefs.ErrInvalidArgument)
+	}
 
-	unpacked, err := s.unpack(ctx, digest.Hex, m.Layers)
+	unpacked, err := s.unpack(ctx, digest.Hex, m.Layers, cf.RootFS.DiffIDs)
 	if err != nil {
 		return err
 	}
@@ -276,7 +280,7 @@ func (s *Store) checkManifest(digest v1.Hash, m *v1.Manifest) error {
 
 // unpack applies the layers in order into a temp dir, re-verifying each
 // blob's digest as it is read, and renames the result to rootfs/<hex>.
-func (s *Store) unpack(ctx context.Context, hex string, layers []v1.Descriptor) (int64, error) {
+func (s *Store) unpack(ctx context.Context, hex string, layers []v1.Descriptor, diffIDs []v1.Hash) (int64, error) {
 	tmp, err := os.MkdirTemp(s.path("tmp"), "rootfs-"+hex[:12]+"-")
 	if err != nil {
 		return 0, fmt.Errorf("image sha256:%s: unpack: %w", hex, err)
@@ -291,8 +295,8 @@ func (s *Store) unpack(ctx context.Context, hex string, layers []v1.Descriptor) 
 	}
 	defer unix.Close(root)
 	var total int64
-	for _, l := range layers {
-		n, err := s.applyBlob(ctx, tmp, root, l.Digest, s.cfg.MaxUnpackedSize-total)
+	for i, l := range layers {
+		n, err := s.applyBlob(ctx, tmp, root, l.Digest, diffIDs[i], s.cfg.MaxUnpackedSize-total)
 		total += n
 		if err != nil {
 			return total, fmt.Errorf("image sha256:%s: %w", hex, err)
@@ -304,14 +308,16 @@ func (s *Store) unpack(ctx context.Context, hex string, layers []v1.Descriptor) 
 	return total, nil
 }
 
-func (s *Store) applyBlob(ctx context.Context, tmp string, root int, d v1.Hash, limit int64) (int64, error) {
+// applyBlob applies one cached layer blob, checking both its digest and the
+// config's diff_id (the sha256 of the uncompressed tar).
+func (s *Store) applyBlob(ctx context.Context, tmp string, root int, d, diffID v1.Hash, limit int64) (int64, error) {
 	f, err := os.Open(s.blobPath(d.Hex))
 	if err != nil {
 		return 0, fmt.Errorf("layer %s: %w", d, err)
 	}
 	defer f.Close()
-	h := sha256.New()
-	n, err := applyLayer(ctx, tmp, root, d.String(), io.TeeReader(f, h), s.cfg.AllowAbsoluteSymlinks, limit)
+	h, dh := sha256.New(), sha256.New()
+	n, err := applyLayer(ctx, tmp, root, d.String(), io.TeeReader(f, h), s.cfg.AllowAbsoluteSymlinks, limit, dh)
 	if err != nil {
 		if errors.Is(err, ErrUnsafeLayer) {
 			err = fmt.Errorf("%w: %w", err, errdefs.ErrInvalidArgument)
@@ -323,6 +329,9 @@ func (s *Store) applyBlob(ctx context.Context, tmp string, root int, d v1.Hash, 
 	}
 	if got := fmt.Sprintf("%x", h.Sum(nil)); got != d.Hex {
 		return n, fmt.Errorf("layer %s: cached blob reads as sha256:%s: %w", d, got, ErrDigestMismatch)
+	}
+	if got := fmt.Sprintf("sha256:%x", dh.Sum(nil)); got != diffID.String() {
+		return n, fmt.Errorf("layer %s: uncompressed content is %s, config diff_id says %s: %w", d, got, diffID, ErrDigestMismatch)
 	}
 	return n, nil
 }

@@ -53,13 +53,15 @@ type layerApplier struct {
 }
 
 // applyLayer reads a (possibly gzip or zstd compressed) tar stream and
-// applies it onto root. Errors name the layer and entry.
-func applyLayer(ctx context.Context, rootPath string, root int, layer string, r io.Reader, allowAbsLinks bool, limit int64) (int64, error) {
-	dec, closeDec, err := decompress(r)
+// applies it onto root, copying the uncompressed bytes to diff (for the
+// diff_id check). Errors name the layer and entry.
+func applyLayer(ctx context.Context, rootPath string, root int, layer string, r io.Reader, allowAbsLinks bool, limit int64, diff io.Writer) (int64, error) {
+	raw, closeDec, err := decompress(r)
 	if err != nil {
 		return 0, fmt.Errorf("layer %s: decompress: %w", layer, err)
 	}
 	defer closeDec()
+	dec := io.TeeReader(raw, diff)
 	a := &layerApplier{rootPath: rootPath, root: root, layer: layer, allowAbsLinks: allowAbsLinks, limit: limit, chown: os.Geteuid() == 0, written: map[string]bool{}}
 	tr := tar.NewReader(dec)
 	for {
