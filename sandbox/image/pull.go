@@ -20,7 +20,6 @@ import (
 	"github.com/levers9/levers9/internal/errdefs"
 )
 
-func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }
 
 // Pull returns the image ref names, downloading and unpacking it unless the
 // cache has it. A digest reference that is cached needs no network; a tag is

@@ -3,6 +3,7 @@ package image
 import (
 	"context"
 	"crypto/sha256"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -168,7 +169,7 @@ func peekMediaType(body []byte) types.MediaType {
 	var probe struct {
 		MediaType types.MediaType `json:"mediaType"`
 	}
-	if err := jsonUnmarshal(body, &probe); err != nil {
+	if err := json.Unmarshal(body, &probe); err != nil {
 		return ""
 	}
 	return probe.MediaType
