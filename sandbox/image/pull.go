@@ -20,7 +20,6 @@ import (
 	"github.com/levers9/levers9/internal/errdefs"
 )
 
-
 // Pull returns the image ref names, downloading and unpacking it unless the
 // cache has it. A digest reference that is cached needs no network; a tag is
 // resolved against the registry each time unless Config.Offline, when the
