@@ -52,7 +52,7 @@ func makeRootfs(t testing.TB, probe string) string {
 			t.Fatal(err)
 		}
 	}
-	if err := os.Chmod(filepath.Join(root, "tmp"), 0o1777); err != nil {
+	if err := os.Chmod(filepath.Join(root, "tmp"), 0o777|os.ModeSticky); err != nil {
 		t.Fatal(err)
 	}
 	copyFile(t, "/bin/busybox", filepath.Join(root, "bin/busybox"), 0o755)
@@ -65,7 +65,7 @@ func makeRootfs(t testing.TB, probe string) string {
 		copyFile(t, probe, filepath.Join(root, "probe"), 0o755)
 		copyFile(t, probe, filepath.Join(root, "suidprobe"), 0o755)
 		// Chmod after write: the kernel clears setuid on write.
-		if err := os.Chmod(filepath.Join(root, "suidprobe"), 0o4755); err != nil {
+		if err := os.Chmod(filepath.Join(root, "suidprobe"), 0o755|os.ModeSetuid); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -9,6 +9,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 	"unsafe"
 
@@ -24,13 +25,7 @@ var probes = map[string]probe{
 	"list_sys_firmware":    {run: func() error { return listSome("/sys/firmware") }},
 	"write_proc_sys":       {run: func() error { return rewrite("/proc/sys/kernel/printk_ratelimit") }},
 	"write_sysfs":          {run: func() error { return rewrite("/sys/kernel/mm/transparent_hugepage/khugepaged/pages_to_scan") }},
-	"open_sysrq_trigger": {run: func() error {
-		f, err := os.OpenFile("/proc/sysrq-trigger", os.O_WRONLY, 0)
-		if err == nil {
-			f.Close()
-		}
-		return err
-	}},
+	"write_core_pattern": {run: func() error { return rewrite("/proc/sys/kernel/core_pattern") }},
 	"write_cgroup_release_agent": {run: func() error {
 		for _, p := range []string{"/sys/fs/cgroup/memory/release_agent", "/sys/fs/cgroup/release_agent", "/sys/fs/cgroup/cpu/release_agent"} {
 			f, err := os.OpenFile(p, os.O_WRONLY, 0)
@@ -45,8 +40,14 @@ var probes = map[string]probe{
 		return os.ErrNotExist
 	}},
 	// Mounts and namespaces.
-	"mount_tmpfs": {run: func() error { return unix.Mount("tmpfs", "/tmp", "tmpfs", 0, "") }},
-	"unshare_user": {logged: true, run: func() error { return unix.Unshare(unix.CLONE_NEWUSER) }},
+	"mount_tmpfs":  {run: func() error { return unix.Mount("tmpfs", "/tmp", "tmpfs", 0, "") }},
+	"unshare_user": {logged: true, run: func() error {
+		// unshare(CLONE_NEWUSER) refuses multithreaded callers, so clone
+		// a fresh child into the new namespace instead.
+		cmd := exec.Command("/probe", "whoami")
+		cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: unix.CLONE_NEWUSER}
+		return cmd.Run()
+	}},
 	"unshare_net":  {run: func() error { return unix.Unshare(unix.CLONE_NEWNET) }},
 	"chroot_escape": {run: func() error {
 		if err := os.MkdirAll("/tmp/l9s-jail", 0o755); err != nil {
@@ -197,11 +198,19 @@ var probes = map[string]probe{
 	"open_dev_mem":  {run: func() error { return readSome("/dev/mem") }},
 	"open_dev_kmsg": {run: func() error { return readSome("/dev/kmsg") }},
 	"leaked_fds": {run: func() error {
-		// A leaked descriptor is the escape; none means blocked.
-		if leaked := os.Getenv("PROBE_LEAKED"); leaked != "0" {
+		// A descriptor the runtime leaked into the container has no
+		// close-on-exec (or it would not have reached this process), so
+		// busybox inherits it too; the Go runtime's own descriptors do
+		// not. ls's directory takes the lowest free number.
+		out, err := exec.Command("/bin/busybox", "ls", "/proc/self/fd").Output()
+		if err != nil {
+			return fmt.Errorf("ls: %w", err)
+		}
+		fds := strings.Fields(string(out))
+		if len(fds) > 4 {
 			return nil
 		}
-		return errors.New("no descriptors beyond stdio at container start")
+		return fmt.Errorf("no descriptors beyond stdio: %v", fds)
 	}},
 	// Privilege escalation.
 	"setuid_escalation": {run: func() error {

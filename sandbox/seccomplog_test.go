@@ -1,0 +1,121 @@
+package sandbox
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/levers9/levers9/internal/testenv"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+)
+
+type seccompRecorder struct {
+	r *SeccompLogReader
+	// mu guards events.
+	mu     sync.Mutex
+	events []SeccompEvent
+}
+
+func (s *seccompRecorder) syscallsOf(containerID string) map[int]bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := map[int]bool{}
+	for _, e := range s.events {
+		if e.ContainerID == containerID {
+			out[e.Syscall] = true
+		}
+	}
+	return out
+}
+
+func setupSeccompReader(t *testing.T, sb *Sandbox) *seccompRecorder {
+	t.Helper()
+	rec := &seccompRecorder{}
+	r, err := NewSeccompLogReader(SeccompLogConfig{Prefix: "l9s", Registerer: prometheus.NewRegistry(), OnEvent: func(e SeccompEvent) {
+		rec.mu.Lock()
+		defer rec.mu.Unlock()
+		rec.events = append(rec.events, e)
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(r.Stop)
+	rec.r = r
+	return rec
+}
+
+// checkSeccompLog asserts the kernel logged, and the reader attributed to
+// the container, every syscall probes.tsv says log mode must record.
+func checkSeccompLog(t *testing.T, rec *seccompRecorder, containerID string, tab probeTable, c probeCombo) {
+	t.Helper()
+	for name, nr := range tab.logged {
+		deadline := time.Now().Add(5 * time.Second)
+		for !rec.syscallsOf(containerID)[nr] {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: no kernel record of %s (syscall %d); saw %v", c, name, nr, rec.syscallsOf(containerID))
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	if rec.r.Count(containerID) == 0 {
+		t.Errorf("%s: no seccomp records counted for %s", c, containerID)
+	}
+	if got := testutil.ToFloat64(rec.r.counter.WithLabelValues("true")); got < float64(len(tab.logged)) {
+		t.Errorf("%s: attributed counter %v, want >= %d", c, got, len(tab.logged))
+	}
+}
+
+func TestParseSeccompRecord(t *testing.T) {
+	for _, tc := range []struct {
+		rec  string
+		ok   bool
+		want SeccompEvent
+	}{
+		{`5,1234,567890,-;audit: type=1326 audit(1701500000.123:45): auid=4294967295 uid=0 gid=0 ses=4294967295 subj=unconfined pid=4242 comm="probe x" exe="/probe" sig=0 arch=c000003e syscall=248 compat=0 ip=0x4a2b3c code=0x7ffc0000`,
+			true, SeccompEvent{Pid: 4242, Syscall: 248, Arch: "c000003e", Comm: "probe x", Exe: "/probe"}},
+		{`6,1,2,-;audit: type=1300 audit(1:2): pid=1 syscall=2`, false, SeccompEvent{}},
+		{`no semicolon type=1326 pid=1 syscall=2`, false, SeccompEvent{}},
+		{`5,1,2,-;audit: type=1326 audit(1:2): comm="x" syscall=3`, false, SeccompEvent{}},
+	} {
+		got, ok := parseSeccompRecord(tc.rec)
+		if ok != tc.ok || got != tc.want {
+			t.Errorf("parse %q = %+v %v, want %+v %v", tc.rec, got, ok, tc.want, tc.ok)
+		}
+	}
+}
+
+func FuzzParseSeccompRecord(f *testing.F) {
+	f.Add(`5,1234,567890,-;audit: type=1326 audit(1701500000.123:45): pid=4242 comm="probe" exe="/probe" arch=c000003e syscall=248`)
+	f.Add(`6,1,2,-;hello`)
+	f.Add(`;type=1326 pid="" syscall=`)
+	f.Fuzz(func(t *testing.T, rec string) {
+		ev, ok := parseSeccompRecord(rec)
+		if ok && (ev.Pid <= 0 || ev.Syscall < 0) {
+			t.Fatalf("accepted %q as %+v", rec, ev)
+		}
+	})
+}
+
+func TestSeccompLogReaderStartStop(t *testing.T) {
+	testenv.RequireRoot(t)
+	r, err := NewSeccompLogReader(SeccompLogConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Stop() // before Start
+	for i := 0; i < 20; i++ {
+		if err := r.Start(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if err := r.Start(context.Background()); err == nil {
+			t.Fatal("second Start succeeded")
+		}
+		r.Stop()
+		r.Stop()
+	}
+}
