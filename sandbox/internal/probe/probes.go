@@ -25,7 +25,7 @@ var probes = map[string]probe{
 	"list_sys_firmware":    {run: func() error { return listSome("/sys/firmware") }},
 	"write_proc_sys":       {run: func() error { return rewrite("/proc/sys/kernel/printk_ratelimit") }},
 	"write_sysfs":          {run: func() error { return rewrite("/sys/kernel/mm/transparent_hugepage/khugepaged/pages_to_scan") }},
-	"write_core_pattern": {run: func() error { return rewrite("/proc/sys/kernel/core_pattern") }},
+	"write_core_pattern":   {run: func() error { return rewrite("/proc/sys/kernel/core_pattern") }},
 	"write_cgroup_release_agent": {run: func() error {
 		for _, p := range []string{"/sys/fs/cgroup/memory/release_agent", "/sys/fs/cgroup/release_agent", "/sys/fs/cgroup/cpu/release_agent"} {
 			f, err := os.OpenFile(p, os.O_WRONLY, 0)
@@ -40,7 +40,7 @@ var probes = map[string]probe{
 		return os.ErrNotExist
 	}},
 	// Mounts and namespaces.
-	"mount_tmpfs":  {run: func() error { return unix.Mount("tmpfs", "/tmp", "tmpfs", 0, "") }},
+	"mount_tmpfs": {run: func() error { return unix.Mount("tmpfs", "/tmp", "tmpfs", 0, "") }},
 	"unshare_user": {logged: true, run: func() error {
 		// unshare(CLONE_NEWUSER) refuses multithreaded callers, so clone
 		// a fresh child into the new namespace instead.
@@ -48,7 +48,7 @@ var probes = map[string]probe{
 		cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: unix.CLONE_NEWUSER}
 		return cmd.Run()
 	}},
-	"unshare_net":  {run: func() error { return unix.Unshare(unix.CLONE_NEWNET) }},
+	"unshare_net": {run: func() error { return unix.Unshare(unix.CLONE_NEWNET) }},
 	"chroot_escape": {run: func() error {
 		if err := os.MkdirAll("/tmp/l9s-jail", 0o755); err != nil {
 			return err
