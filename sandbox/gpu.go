@@ -44,7 +44,13 @@ type GPU struct {
 type GPUInventory struct {
 	GPUs      []GPU        `json:"gpus"`
 	Control   []DeviceNode `json:"control"`
-	Libraries []string     `json:"libraries"`
+	Libraries []HostFile   `json:"libraries"`
+}
+
+// HostFile is a host file bind-mounted read-only at Destination.
+type HostFile struct {
+	Source      string `json:"source"`
+	Destination string `json:"destination"`
 }
 
 // NVIDIADiscovery reads the driver's view of the host under Root ("/" in
@@ -113,11 +119,11 @@ func (d NVIDIADiscovery) Discover(ctx context.Context) (GPUInventory, error) {
 		for _, pat := range []string{"libcuda.so*", "libnvidia-*.so*", "libnvcuvid.so*"} {
 			m, _ := filepath.Glob(filepath.Join(root, dir, pat))
 			for _, p := range m {
-				inv.Libraries = append(inv.Libraries, filepath.Join("/", strings.TrimPrefix(p, root)))
+				inv.Libraries = append(inv.Libraries, HostFile{Source: p, Destination: filepath.Join("/", strings.TrimPrefix(p, root))})
 			}
 		}
 	}
-	sort.Strings(inv.Libraries)
+	sort.Slice(inv.Libraries, func(i, j int) bool { return inv.Libraries[i].Destination < inv.Libraries[j].Destination })
 	return inv, nil
 }
 

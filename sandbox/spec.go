@@ -262,7 +262,7 @@ func addGPUs(s *specs.Spec, gpus []GPU, inv GPUInventory) {
 		s.Linux.Resources.Devices = append(s.Linux.Resources.Devices, specs.LinuxDeviceCgroup{Allow: true, Type: "c", Major: &maj, Minor: &mnr, Access: "rwm"})
 	}
 	for _, lib := range inv.Libraries {
-		s.Mounts = append(s.Mounts, specs.Mount{Destination: lib, Type: "bind", Source: lib, Options: []string{"rbind", "ro", "nosuid", "nodev", "rprivate"}})
+		s.Mounts = append(s.Mounts, specs.Mount{Destination: lib.Destination, Type: "bind", Source: lib.Source, Options: []string{"rbind", "ro", "nosuid", "nodev", "rprivate"}})
 	}
 	vis := "none"
 	if len(uuids) > 0 {

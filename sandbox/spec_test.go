@@ -30,7 +30,10 @@ func goldenHost() Host {
 				{Index: 1, UUID: "GPU-bbbb", Node: DeviceNode{Path: "/dev/nvidia1", Major: 195, Minor: 1}},
 			},
 			Control:   []DeviceNode{{Path: "/dev/nvidiactl", Major: 195, Minor: 255}, {Path: "/dev/nvidia-uvm", Major: 508, Minor: 0}},
-			Libraries: []string{"/usr/lib/x86_64-linux-gnu/libcuda.so.550.54", "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.550.54"},
+			Libraries: []HostFile{
+				{Source: "/usr/lib/x86_64-linux-gnu/libcuda.so.550.54", Destination: "/usr/lib/x86_64-linux-gnu/libcuda.so.550.54"},
+				{Source: "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.550.54", Destination: "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.550.54"},
+			},
 		},
 	}
 }
