@@ -96,7 +96,9 @@ func TestNVIDIADiscoveryToSpec(t *testing.T) {
 	if slices.Contains(s.Linux.MaskedPaths, "/proc/driver/nvidia") {
 		t.Error("/proc/driver/nvidia masked for a GPU task")
 	}
-	if !slices.ContainsFunc(s.Mounts, func(m specs.Mount) bool { return m.Destination == "/dev/shm" && slices.Contains(m.Options, "size=1073741824") }) {
+	if !slices.ContainsFunc(s.Mounts, func(m specs.Mount) bool {
+		return m.Destination == "/dev/shm" && slices.Contains(m.Options, "size=1073741824")
+	}) {
 		t.Error("GPU task /dev/shm is not 1 GiB")
 	}
 

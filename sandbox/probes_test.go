@@ -5,9 +5,11 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -233,5 +235,44 @@ func writeProbeTable(t *testing.T, path string, observed map[string]map[string][
 	}
 	if err := os.WriteFile(path, []byte(sb.String()), 0o644); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestProbeDetectsEscapes is the probes' positive control: run on the host
+// as root, where nothing confines them, the escape probes must report
+// allowed, so a "blocked" in a container means the container blocked it.
+func TestProbeDetectsEscapes(t *testing.T) {
+	testenv.RequireRoot(t)
+	testenv.RequireBinary(t, "go")
+	probe := buildProbe(t, t.TempDir())
+	for _, name := range []string{"leaked_fds", "read_proc_interrupts", "read_proc_timer_list", "unshare_net", "packet_socket", "setuid_escalation"} {
+		t.Run(name, func(t *testing.T) {
+			cmd := exec.Command(probe, name)
+			if name == "leaked_fds" {
+				f, err := os.Open("/dev/null")
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer f.Close()
+				cmd.ExtraFiles = []*os.File{f}
+			}
+			if name == "unshare_net" {
+				// Keep the host's network untouched.
+				cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNET}
+			}
+			if name == "setuid_escalation" {
+				// The probe execs /suidprobe; give it a root of its own.
+				root := makeRootfs(t, probe)
+				if err := syscall.Mknod(filepath.Join(root, "dev/null"), syscall.S_IFCHR|0o666, 1<<8|3); err != nil {
+					t.Fatal(err)
+				}
+				cmd = exec.Command("/probe", name)
+				cmd.SysProcAttr = &syscall.SysProcAttr{Chroot: root}
+			}
+			out, err := cmd.CombinedOutput()
+			if err != nil || !strings.Contains(string(out), "PROBE "+name+" allowed") {
+				t.Errorf("%v: %s", err, out)
+			}
+		})
 	}
 }

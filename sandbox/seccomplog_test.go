@@ -2,6 +2,8 @@ package sandbox
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -117,5 +119,61 @@ func TestSeccompLogReaderStartStop(t *testing.T) {
 		}
 		r.Stop()
 		r.Stop()
+	}
+}
+
+func TestContainerOfPid(t *testing.T) {
+	proc := t.TempDir()
+	write := func(pid, content string) {
+		if err := os.MkdirAll(filepath.Join(proc, pid), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(proc, pid, "cgroup"), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("10", "12:pids:/l9s/l9s-task1\n4:memory:/l9s/l9s-task1\n")
+	write("11", "0::/l9s-test/l9s-task2\n")
+	write("12", "0::/system.slice/ssh.service\n")
+	for pid, want := range map[int]string{10: "l9s-task1", 11: "l9s-task2", 12: "", 13: ""} {
+		if got := containerOfPid(proc, "l9s", pid); got != want {
+			t.Errorf("pid %d: %q, want %q", pid, got, want)
+		}
+	}
+}
+
+// TestSeccompLogAttribution feeds records for a tracked container and an
+// unknown process through handle and checks events, counts and metric.
+func TestSeccompLogAttribution(t *testing.T) {
+	proc := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(proc, "77"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(proc, "77", "cgroup"), []byte("0::/l9s/l9s-t9\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	var events []SeccompEvent
+	r, err := NewSeccompLogReader(SeccompLogConfig{ProcRoot: proc, Registerer: reg, OnEvent: func(e SeccompEvent) { events = append(events, e) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Track("l9s-t9", "task-9")
+	r.handle(SeccompEvent{Pid: 77, Syscall: 248})
+	r.handle(SeccompEvent{Pid: 78, Syscall: 101})
+	if len(events) != 2 || events[0].TaskID != "task-9" || events[0].ContainerID != "l9s-t9" || events[1].ContainerID != "" {
+		t.Errorf("events %+v", events)
+	}
+	if r.Count("l9s-t9") != 1 {
+		t.Errorf("count %d", r.Count("l9s-t9"))
+	}
+	if got := testutil.ToFloat64(r.counter.WithLabelValues("true")); got != 1 {
+		t.Errorf("attributed metric %v", got)
+	}
+	if got := testutil.ToFloat64(r.counter.WithLabelValues("false")); got != 1 {
+		t.Errorf("unattributed metric %v", got)
+	}
+	if _, err := NewSeccompLogReader(SeccompLogConfig{Registerer: reg}); err == nil {
+		t.Error("registering the metric twice succeeded")
 	}
 }

@@ -29,7 +29,7 @@ func goldenHost() Host {
 				{Index: 0, UUID: "GPU-aaaa", Node: DeviceNode{Path: "/dev/nvidia0", Major: 195, Minor: 0}},
 				{Index: 1, UUID: "GPU-bbbb", Node: DeviceNode{Path: "/dev/nvidia1", Major: 195, Minor: 1}},
 			},
-			Control:   []DeviceNode{{Path: "/dev/nvidiactl", Major: 195, Minor: 255}, {Path: "/dev/nvidia-uvm", Major: 508, Minor: 0}},
+			Control: []DeviceNode{{Path: "/dev/nvidiactl", Major: 195, Minor: 255}, {Path: "/dev/nvidia-uvm", Major: 508, Minor: 0}},
 			Libraries: []HostFile{
 				{Source: "/usr/lib/x86_64-linux-gnu/libcuda.so.550.54", Destination: "/usr/lib/x86_64-linux-gnu/libcuda.so.550.54"},
 				{Source: "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.550.54", Destination: "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.550.54"},
