@@ -77,11 +77,7 @@ func (d NVIDIADiscovery) Discover(ctx context.Context) (GPUInventory, error) {
 	if len(infos) == 0 {
 		return inv, nil
 	}
-	type found struct {
-		uuid  string
-		minor int64
-	}
-	var gpus []found
+	var gpus []gpuInfo
 	for _, p := range infos {
 		if err := ctx.Err(); err != nil {
 			return inv, err
@@ -90,7 +86,7 @@ func (d NVIDIADiscovery) Discover(ctx context.Context) (GPUInventory, error) {
 		if err != nil {
 			return inv, err
 		}
-		gpus = append(gpus, found{f.uuid, f.minor})
+		gpus = append(gpus, f)
 	}
 	// nvidia-smi's index follows the PCI bus order, which is the order of
 	// the directory names (bus ids) the glob returns sorted.

@@ -209,6 +209,7 @@ func writeBundle(dir string, spec any) error {
 func (s *Sandbox) Reconcile(ctx context.Context) error {
 	entries, err := os.ReadDir(s.cfg.StateDir)
 	if errors.Is(err, os.ErrNotExist) {
+		removeCgroups(s.cfg.CgroupParent)
 		return nil
 	}
 	if err != nil {
@@ -241,6 +242,12 @@ func (s *Sandbox) Reconcile(ctx context.Context) error {
 				_ = os.RemoveAll(filepath.Join(s.cfg.StateDir, "bundles", b.Name()))
 			}
 		}
+	}
+	if len(errs) == 0 {
+		// Empty leftovers only: rmdir refuses a parent still in use.
+		_ = syscall.Rmdir(filepath.Join(s.cfg.StateDir, "bundles"))
+		_ = syscall.Rmdir(s.cfg.StateDir)
+		removeCgroups(s.cfg.CgroupParent)
 	}
 	return errors.Join(errs...)
 }

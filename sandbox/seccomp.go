@@ -51,9 +51,8 @@ func resolveSeccomp(bounding []string, goarch string, kernel mobyseccomp.KernelV
 	}
 next:
 	for _, call := range prof.Syscalls {
-		if call.Name != "" {
-			call.Names = []string{call.Name}
-		}
+		// moby also accepts the deprecated single Name; its built-in
+		// default profile uses only Names.
 		if ex := call.Excludes; ex != nil {
 			if slices.Contains(ex.Arches, a.native) {
 				continue next
