@@ -141,7 +141,8 @@ func TestProbes(t *testing.T) {
 	// printk's rate limit (10 per 5s), so these runs do only the probes
 	// whose record is checked, before the full runs use up the burst.
 	if !*update {
-		reader := setupSeccompReader(t, b.sb)
+		reader := setupSeccompReader(t)
+		b.sb.cfg.SeccompLog = reader.r
 		tab := readProbeTable(t, tabPath)
 		var only []string
 		for name := range tab.logged {

@@ -3,8 +3,10 @@ package sandbox
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -153,5 +155,155 @@ func TestRuntimeErrors(t *testing.T) {
 	}
 	if !strings.Contains(err.Error(), "/no/such/binary") {
 		t.Errorf("error does not name the binary: %v", err)
+	}
+}
+
+// TestRuntimeLifecycle drives the Runtime interface step by step.
+func TestRuntimeLifecycle(t *testing.T) {
+	testenv.RequireRoot(t)
+	testenv.RequireBinary(t, "runc", "runsc")
+	b := setupSandbox(t)
+	rootfs := makeRootfs(t, "")
+	for _, name := range bothRuntimes {
+		t.Run(string(name), func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			rt, err := b.sb.Runtime(name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			spec, _, err := BuildSpec(TaskSpec{ID: "life", Rootfs: rootfs, Args: []string{"sleep", "60"}}, Security{Profile: ProfileHardened, Seccomp: SeccompEnforce, Runtime: name}, b.host)
+			if err != nil {
+				t.Fatal(err)
+			}
+			id := "l9s-life-" + string(name)
+			spec.Linux.CgroupsPath = "/l9s-test/" + id
+			bundle := filepath.Join(t.TempDir(), "bundle")
+			if err := writeBundle(bundle, spec); err != nil {
+				t.Fatal(err)
+			}
+			opts := CreateOpts{Bundle: bundle, OwnNetwork: true}
+			if err := rt.Create(ctx, id, opts); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = rt.Delete(context.Background(), id) })
+			if err := rt.Create(ctx, id, opts); !errdefs.IsAlreadyExists(err) {
+				t.Errorf("second create: %v", err)
+			}
+			if st, err := rt.State(ctx, id); err != nil || st.Status != StatusCreated {
+				t.Errorf("state after create: %+v %v", st, err)
+			}
+			if _, err := rt.Wait(ctx, id); !errdefs.IsFailedPrecondition(err) {
+				t.Errorf("wait before start: %v", err)
+			}
+			if err := rt.Start(ctx, id); err != nil {
+				t.Fatal(err)
+			}
+			if err := rt.Start(ctx, id); !errdefs.IsFailedPrecondition(err) {
+				t.Errorf("second start: %v", err)
+			}
+			waitFor(t, 10*time.Second, "running", func() bool {
+				st, err := rt.State(ctx, id)
+				return err == nil && st.Status == StatusRunning && st.Pid > 0
+			})
+			shortCtx, c2 := context.WithTimeout(ctx, 50*time.Millisecond)
+			if _, err := rt.Wait(shortCtx, id); !errdefs.IsCanceled(err) {
+				t.Errorf("wait on a running container with a short ctx: %v", err)
+			}
+			c2()
+			// SIGKILL: the container's pid 1 ignores signals it has
+			// no handler for.
+			if err := rt.Kill(ctx, id, syscall.SIGKILL); err != nil {
+				t.Fatal(err)
+			}
+			st, err := rt.Wait(ctx, id)
+			if err != nil || st.Signal != syscall.SIGKILL || st.Code != 137 {
+				t.Errorf("exit after SIGKILL: %+v %v", st, err)
+			}
+			if err := rt.Kill(ctx, id, syscall.SIGKILL); err != nil {
+				t.Errorf("kill after exit: %v", err)
+			}
+			if err := rt.Delete(ctx, id); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := rt.State(ctx, id); !errdefs.IsNotFound(err) {
+				t.Errorf("state after delete: %v", err)
+			}
+		})
+	}
+}
+
+// TestReconcileRemovesLeftovers starts containers with one Sandbox, drops
+// it as a killed agent would, and checks a fresh Sandbox's Reconcile
+// kills and removes them, their state and their cgroups.
+func TestReconcileRemovesLeftovers(t *testing.T) {
+	testenv.RequireRoot(t)
+	testenv.RequireBinary(t, "runc", "runsc")
+	b := setupSandbox(t)
+	rootfs := makeRootfs(t, "")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var pids []int
+	for _, rt := range bothRuntimes {
+		h, err := b.sb.Run(ctx, TaskSpec{ID: "orphan-" + string(rt), Rootfs: rootfs, Args: []string{"sleep", "600"}}, Security{Runtime: rt}, Stdio{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var st State
+		waitFor(t, 10*time.Second, "running", func() bool {
+			st, err = h.State(ctx)
+			return err == nil && st.Status == StatusRunning
+		})
+		pids = append(pids, st.Pid)
+	}
+	fresh, err := New(Config{StateDir: "/run/l9s-test", CgroupParent: "/l9s-test", Host: b.host})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := fresh.Reconcile(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, pid := range pids {
+		waitFor(t, 10*time.Second, "leftover process gone", func() bool {
+			return syscall.Kill(pid, 0) != nil
+		})
+	}
+	if _, err := os.Stat("/run/l9s-test"); !os.IsNotExist(err) {
+		t.Errorf("state dir still there: %v", err)
+	}
+	if dirs, _ := filepath.Glob("/sys/fs/cgroup/*/l9s-test/l9s-orphan-*"); len(dirs) > 0 {
+		t.Errorf("cgroups left: %v", dirs)
+	}
+}
+
+func TestConcurrentRuns(t *testing.T) {
+	testenv.RequireRoot(t)
+	testenv.RequireBinary(t, "runc")
+	b := setupSandbox(t)
+	rootfs := makeRootfs(t, "")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	errs := make(chan error, 6)
+	for i := 0; i < 6; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var out syncBuffer
+			h, err := b.sb.Run(ctx, TaskSpec{ID: "conc-" + strconv.Itoa(i), Rootfs: rootfs, Args: []string{"echo", strconv.Itoa(i)}}, Security{Runtime: RuntimeRunc}, Stdio{Stdout: &out})
+			if err != nil {
+				errs <- err
+				return
+			}
+			defer h.Delete(context.Background())
+			if st, err := h.Wait(ctx); err != nil || st.Code != 0 || out.String() != strconv.Itoa(i)+"\n" {
+				errs <- fmt.Errorf("container %d: %+v %v %q", i, st, err, out.String())
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/levers9/levers9/internal/errdefs"
 )
@@ -35,7 +36,11 @@ type Config struct {
 	// dir and socket).
 	SensitivePaths []string
 	// Host is the node; DetectHost fills it.
-	Host   Host
+	Host Host
+	// SeccompLog, when set, is told which task each container runs, so
+	// log-mode records are attributed to tasks. Its loop is the caller's
+	// to Start and Stop.
+	SeccompLog *SeccompLogReader
 	Logger *slog.Logger
 }
 
@@ -162,7 +167,10 @@ func (s *Sandbox) Run(ctx context.Context, task TaskSpec, pool Security, stdio S
 		_ = os.RemoveAll(bundle)
 		return nil, fmt.Errorf("task %s: %w", task.ID, err)
 	}
-	h := &Handle{ID: id, Effective: eff, Violations: viol, rt: &bundleCleanup{Runtime: rt, bundle: bundle}}
+	h := &Handle{ID: id, Effective: eff, Violations: viol, rt: &bundleCleanup{Runtime: rt, bundle: bundle, seccomp: s.cfg.SeccompLog}}
+	if s.cfg.SeccompLog != nil {
+		s.cfg.SeccompLog.Track(id, task.ID)
+	}
 	if err := rt.Start(ctx, id); err != nil {
 		_ = h.Delete(context.WithoutCancel(ctx))
 		return nil, fmt.Errorf("task %s: %w", task.ID, err)
@@ -171,15 +179,20 @@ func (s *Sandbox) Run(ctx context.Context, task TaskSpec, pool Security, stdio S
 	return h, nil
 }
 
-// bundleCleanup removes the bundle after the runtime deleted the container.
+// bundleCleanup removes the bundle and stops attributing seccomp records
+// after the runtime deleted the container.
 type bundleCleanup struct {
 	Runtime
-	bundle string
+	bundle  string
+	seccomp *SeccompLogReader
 }
 
 func (b *bundleCleanup) Delete(ctx context.Context, id string) error {
 	if err := b.Runtime.Delete(ctx, id); err != nil {
 		return err
+	}
+	if b.seccomp != nil {
+		b.seccomp.Untrack(id)
 	}
 	if err := os.RemoveAll(b.bundle); err != nil {
 		return fmt.Errorf("delete container %s: bundle: %w", id, err)
@@ -224,6 +237,16 @@ func (s *Sandbox) Reconcile(ctx context.Context) error {
 		dir := filepath.Join(s.cfg.StateDir, id)
 		name, _ := os.ReadFile(filepath.Join(dir, "runtime"))
 		if rt, ok := s.runtimes[RuntimeName(name)].(*OCI); ok {
+			// Kill first and give a surviving `run` parent the chance to
+			// clean up after itself: racing it with a forced delete
+			// makes runsc time out.
+			_, _ = rt.exec(ctx, dir, CreateOpts{}, "kill", id, "9")
+			for i := 0; i < 100; i++ {
+				if _, err := rt.exec(ctx, dir, CreateOpts{}, "state", id); err != nil {
+					break
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
 			if _, err := rt.exec(ctx, dir, CreateOpts{}, "delete", "--force", id); err != nil && !errdefs.IsNotFound(err) {
 				errs = append(errs, fmt.Errorf("reconcile container %s: %w", id, err))
 				continue

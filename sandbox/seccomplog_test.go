@@ -20,19 +20,21 @@ type seccompRecorder struct {
 	events []SeccompEvent
 }
 
+// syscallsOf returns the syscalls attributed to a container and to the
+// task the sandbox said it runs.
 func (s *seccompRecorder) syscallsOf(containerID string) map[int]bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	out := map[int]bool{}
 	for _, e := range s.events {
-		if e.ContainerID == containerID {
+		if e.ContainerID == containerID && "l9s-"+e.TaskID == containerID {
 			out[e.Syscall] = true
 		}
 	}
 	return out
 }
 
-func setupSeccompReader(t *testing.T, sb *Sandbox) *seccompRecorder {
+func setupSeccompReader(t *testing.T) *seccompRecorder {
 	t.Helper()
 	rec := &seccompRecorder{}
 	r, err := NewSeccompLogReader(SeccompLogConfig{Prefix: "l9s", Registerer: prometheus.NewRegistry(), OnEvent: func(e SeccompEvent) {
