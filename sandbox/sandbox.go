@@ -41,7 +41,7 @@ type Config struct {
 	// log-mode records are attributed to tasks. Its loop is the caller's
 	// to Start and Stop.
 	SeccompLog *SeccompLogReader
-	Logger *slog.Logger
+	Logger     *slog.Logger
 }
 
 // Sandbox runs tasks as hardened containers. It is safe for concurrent use.
