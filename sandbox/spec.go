@@ -33,8 +33,9 @@ var dockerReadonlyPaths = []string{
 }
 
 // Effective is what was really applied to a container, which can be less
-// than what was asked: runsc ignores masked paths and AppArmor and cannot
-// take a seccomp log action. Tasks report this, never the request.
+// than what was asked: runsc ignores masked and read-only paths and
+// AppArmor, and cannot take a seccomp log action. Tasks report this, never
+// the request.
 type Effective struct {
 	Runtime         RuntimeName `json:"runtime"`
 	Profile         Profile     `json:"profile"`
@@ -236,6 +237,10 @@ func BuildSpec(task TaskSpec, sec Security, host Host) (*specs.Spec, Effective, 
 		if eff.MaskedPaths {
 			eff.MaskedPaths = false
 			eff.Notes = append(eff.Notes, "maskedPaths not applied: runsc ignores them (its /proc is synthetic)")
+		}
+		if eff.ReadonlyPaths {
+			eff.ReadonlyPaths = false
+			eff.Notes = append(eff.Notes, "readonlyPaths not applied: runsc ignores them (its /proc/sys is its own)")
 		}
 		if eff.AppArmorProfile != "" {
 			eff.AppArmorProfile = ""

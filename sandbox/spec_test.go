@@ -414,3 +414,69 @@ func TestSelectGPUs(t *testing.T) {
 		t.Errorf("all without GPUs: %v", err)
 	}
 }
+
+func TestDetectHost(t *testing.T) {
+	h, err := DetectHost(t.Context(), NVIDIADiscovery{Root: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h.Arch != runtime.GOARCH || h.Kernel.Kernel < 3 || h.CPUs < 1 || h.NofileHard == 0 {
+		t.Errorf("host %+v", h)
+	}
+	_, statErr := os.Stat("/sys/module/apparmor/parameters/enabled")
+	if os.IsNotExist(statErr) && (h.AppArmorEnabled || len(h.AppArmorProfiles) > 0) {
+		t.Errorf("AppArmor reported on a kernel without it: %+v", h)
+	}
+	if len(h.GPUs.GPUs) != 0 {
+		t.Errorf("GPUs on a host without the driver: %+v", h.GPUs)
+	}
+	// Whatever the node, a hardened spec for it must be buildable and
+	// never ask AppArmor of a node that lacks it.
+	s, _, err := BuildSpec(goldenTask(), Security{Profile: ProfileHardened, Seccomp: SeccompEnforce, Runtime: RuntimeRunc}, h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !h.AppArmorEnabled && s.Process.ApparmorProfile != "" {
+		t.Errorf("AppArmor profile %q on a node without AppArmor", s.Process.ApparmorProfile)
+	}
+}
+
+func FuzzTighten(f *testing.F) {
+	f.Add("hardened", "log", "LEVERS9_SECCOMP=enforce")
+	f.Add("legacy", "off", "LEVERS9_SECURITY_PROFILE=hardened")
+	f.Add("hardened", "enforce", "LEVERS9_SECCOMP=off")
+	f.Fuzz(func(t *testing.T, prof, sc, kv string) {
+		pool := Security{Profile: Profile(prof), Seccomp: SeccompMode(sc), Runtime: RuntimeRunc}
+		if pool.Validate() != nil {
+			return
+		}
+		got, err := Tighten(pool, []string{kv})
+		if err != nil {
+			if got != pool {
+				t.Fatalf("error but settings changed: %+v", got)
+			}
+			return
+		}
+		if profileRank[got.Profile] < profileRank[pool.Profile] || seccompRank[got.Seccomp] < seccompRank[pool.Seccomp] {
+			t.Fatalf("%q loosened %+v to %+v", kv, pool, got)
+		}
+		if got.Validate() != nil {
+			t.Fatalf("%q produced invalid %+v", kv, got)
+		}
+	})
+}
+
+func FuzzParseGPUInformation(f *testing.F) {
+	f.Add("Model: A100\nGPU UUID: GPU-1\nDevice Minor: 0\n")
+	f.Add("Device Minor: x\n")
+	f.Fuzz(func(t *testing.T, content string) {
+		p := filepath.Join(t.TempDir(), "information")
+		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		info, err := parseGPUInformation(p)
+		if err == nil && (info.uuid == "" || info.minor < 0) {
+			t.Fatalf("accepted %q as %+v", content, info)
+		}
+	})
+}
