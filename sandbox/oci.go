@@ -155,7 +155,11 @@ func (r *OCI) Start(ctx context.Context, id string) error {
 	c.cmd = cmd
 	r.mu.Unlock()
 	if err := cmd.Start(); err != nil {
-		return errdefs.WithRetry(fmt.Errorf("start container %s: exec %s: %w", id, r.binary, err), true)
+		err = errdefs.WithRetry(fmt.Errorf("start container %s: exec %s: %w", id, r.binary, err), true)
+		// Waiters must not hang on a runtime that never ran.
+		c.exit, c.waitErr = ExitStatus{Code: -1}, err
+		close(c.done)
+		return err
 	}
 	go func() {
 		werr := cmd.Wait()

@@ -307,3 +307,47 @@ func TestConcurrentRuns(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+func TestMissingRuntimeBinary(t *testing.T) {
+	sb, err := New(Config{StateDir: t.TempDir(), RuncPath: "/nonexistent/runc", RunscPath: "/nonexistent/runsc"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = sb.Run(context.Background(), TaskSpec{ID: "t", Rootfs: "/x", Args: []string{"true"}}, Security{Runtime: RuntimeRunc}, Stdio{})
+	if !errdefs.IsFailedPrecondition(err) || errdefs.IsRetryable(err) {
+		t.Errorf("run without runc: %v", err)
+	}
+
+	// A binary that disappears between lookup and start fails Start, and
+	// Wait does not hang on it.
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "runc")
+	if err := os.WriteFile(bin, []byte("#!/bin/sh\nexit 0\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	rt, err := NewOCI(RuntimeRunc, bin, filepath.Join(dir, "state"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bundle := filepath.Join(dir, "bundle")
+	if err := writeBundle(bundle, map[string]string{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := rt.Create(context.Background(), "l9s-gone", CreateOpts{Bundle: bundle}); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(bin); err != nil {
+		t.Fatal(err)
+	}
+	if err := rt.Start(context.Background(), "l9s-gone"); err == nil {
+		t.Fatal("start with a vanished binary succeeded")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := rt.Wait(ctx, "l9s-gone"); err == nil || errdefs.IsCanceled(err) {
+		t.Errorf("wait after failed start: %v", err)
+	}
+	if err := rt.Delete(ctx, "l9s-gone"); err != nil {
+		t.Errorf("delete after failed start: %v", err)
+	}
+}
