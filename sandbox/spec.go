@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strconv"
 
+	"github.com/levers9/levers9/internal/errdefs"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 )
 
@@ -67,10 +68,13 @@ func BuildSpec(task TaskSpec, sec Security, host Host) (*specs.Spec, Effective, 
 	if err := task.Validate(); err != nil {
 		return nil, Effective{}, err
 	}
-	uid, gid, _ := parseUser(task.effectiveUser())
-	imageUID, _, err := parseUser(task.ImageUser)
+	uid, gid, err := resolveUser(task.Rootfs, task.effectiveUser())
 	if err != nil {
-		return nil, Effective{}, fmt.Errorf("task %s: task.imageUser: %w", task.ID, err)
+		return nil, Effective{}, fmt.Errorf("task %s: task.user: %w: %w", task.ID, err, errdefs.ErrInvalidArgument)
+	}
+	imageUID, _, err := resolveUser(task.Rootfs, task.ImageUser)
+	if err != nil {
+		return nil, Effective{}, fmt.Errorf("task %s: task.imageUser: %w: %w", task.ID, err, errdefs.ErrInvalidArgument)
 	}
 	gpus, driver, err := selectGPUs(task.GPUs, host.GPUs)
 	if err != nil {

@@ -331,7 +331,7 @@ func TestBuildSpecNofileFollowsHost(t *testing.T) {
 }
 
 func TestBuildSpecErrorsNameFields(t *testing.T) {
-	bad := TaskSpec{ID: "bad id!", Rootfs: "relative", Env: []string{"NOEQUALS"}, User: "alice", Cwd: "rel",
+	bad := TaskSpec{ID: "bad id!", Rootfs: "relative", Env: []string{"NOEQUALS"}, User: "alice:", Cwd: "rel",
 		Resources: Resources{MemoryBytes: 1}, Mounts: []Mount{{Source: "x", Destination: "/"}}}
 	_, _, err := BuildSpec(bad, Security{Profile: "paranoid", Seccomp: "strict", Runtime: "kata"}, goldenHost())
 	if !errdefs.IsInvalidArgument(err) {

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"path/filepath"
 	"regexp"
-	"strconv"
 	"strings"
 
 	"github.com/levers9/levers9/internal/errdefs"
@@ -22,7 +21,8 @@ type TaskSpec struct {
 	RootfsReadonly bool     `json:"rootfsReadonly"`
 	Args           []string `json:"args"`
 	Env            []string `json:"env"`
-	// User is "uid" or "uid:gid", numeric; empty means ImageUser.
+	// User is "user[:group]", each a number or a name in the image's
+	// /etc/passwd and /etc/group; empty means ImageUser.
 	User string `json:"user"`
 	// ImageUser is the image config's user; it decides the no-new-privileges
 	// exception for non-root images.
@@ -78,8 +78,10 @@ func (t TaskSpec) Validate() error {
 			errs = append(errs, fmt.Errorf("task.env[%d]: %q is not KEY=VALUE", i, kv))
 		}
 	}
-	if _, _, err := parseUser(t.effectiveUser()); err != nil {
-		errs = append(errs, fmt.Errorf("task.user: %w", err))
+	for field, u := range map[string]string{"task.user": t.User, "task.imageUser": t.ImageUser} {
+		if us, gs, hasGroup := strings.Cut(u, ":"); u != "" && (us == "" || (hasGroup && gs == "")) {
+			errs = append(errs, fmt.Errorf("%s: %q has an empty user or group", field, u))
+		}
 	}
 	if t.Cwd != "" && !filepath.IsAbs(t.Cwd) {
 		errs = append(errs, fmt.Errorf("task.cwd: %q is not absolute", t.Cwd))
@@ -113,26 +115,4 @@ func (t TaskSpec) effectiveUser() string {
 		return t.User
 	}
 	return t.ImageUser
-}
-
-// parseUser accepts "", "uid" or "uid:gid" (numeric: names would need the
-// image's /etc/passwd, which the image cache resolves before us).
-func parseUser(u string) (uid, gid uint32, err error) {
-	if u == "" {
-		return 0, 0, nil
-	}
-	us, gs, hasGID := strings.Cut(u, ":")
-	n, err := strconv.ParseUint(us, 10, 32)
-	if err != nil {
-		return 0, 0, fmt.Errorf("%q: uid must be numeric", u)
-	}
-	uid, gid = uint32(n), uint32(n)
-	if hasGID {
-		g, err := strconv.ParseUint(gs, 10, 32)
-		if err != nil {
-			return 0, 0, fmt.Errorf("%q: gid must be numeric", u)
-		}
-		gid = uint32(g)
-	}
-	return uid, gid, nil
 }
