@@ -1,8 +1,8 @@
 // Command sandbox benchmarks container start-to-exit of a trivial command
 // (/bin/true in a busybox rootfs) through the sandbox package with runc and
 // runsc, against a bare `runc run` of the same bundle and a `podman run
-// --rootfs` of the same rootfs, interleaved in one run. It prints medians
-// of per-iteration ratios; its last line is
+// --rootfs` of the same rootfs, in one run. Each ratio is the median over
+// rounds of a pair run back to back; its last line is
 //
 //	runc_vs_bare=… runsc_vs_bare=… runc_vs_podman=…
 //
@@ -32,8 +32,8 @@ const (
 )
 
 func main() {
-	quick := flag.Bool("quick", false, "fewer iterations (about a minute)")
-	n := flag.Int("n", 30, "iterations")
+	quick := flag.Bool("quick", false, "8 rounds instead of 20 (about a minute)")
+	n := flag.Int("n", 20, "paired rounds")
 	flag.Parse()
 	if *quick {
 		*n = 8
@@ -103,50 +103,67 @@ func run(n int) error {
 		return err
 	}
 
-	variants := []struct {
-		name string
-		fn   func(i int) error
-	}{
-		{"sandbox_runc", func(i int) error { return viaSandbox(ctx, sb, rootfs, sec, sandbox.RuntimeRunc, i) }},
-		{"bare_runc", func(i int) error {
+	podman := func(i int) error {
+		name := fmt.Sprintf("l9s-bench-pod-%d", i)
+		cmd := podmanCmd("run", "--name", name, "--network", "none",
+			"--cgroup-parent", cgroupBase+"/podman", "--ulimit", "nofile=1024:1024", "--ulimit", "nproc=4096:4096",
+			"--rootfs", rootfs, "/bin/true")
+		return cmd.Run()
+	}
+	variants := map[string]func(i int) error{
+		"sandbox_runc":  func(i int) error { return viaSandbox(ctx, sb, rootfs, sec, sandbox.RuntimeRunc, i) },
+		"sandbox_runsc": func(i int) error { return viaSandbox(ctx, sb, rootfs, sec, sandbox.RuntimeRunsc, i) },
+		"bare_runc": func(i int) error {
 			return exec.Command("runc", "--root", stateDir+"/bare-root", "run", "--bundle", bareBundle, fmt.Sprintf("l9s-bench-bare-%d", i)).Run()
-		}},
-		{"sandbox_runsc", func(i int) error { return viaSandbox(ctx, sb, rootfs, sec, sandbox.RuntimeRunsc, i) }},
-		{"podman", func(i int) error {
-			return exec.Command("podman", "--root", podmanDir+"/root", "--runroot", podmanDir+"/runroot",
-				"--cgroup-manager=cgroupfs", "--events-backend=file", "run", "--rm", "--network", "none",
-				"--cgroup-parent", cgroupBase+"/podman", "--ulimit", "nofile=1024:1024", "--ulimit", "nproc=4096:4096",
-				"--rootfs", rootfs, "/bin/true").Run()
-		}},
+		},
+		"podman": podman,
 	}
-	// One warm-up of each, then n interleaved rounds with the order
-	// rotating so no variant always runs first.
+	// Each ratio comes from pairs run back to back, in alternating order,
+	// so load from other processes hits both sides alike. podman runs
+	// without --rm and is removed outside the timing: --rm finishes its
+	// cleanup asynchronously and would slow whatever runs next.
+	pairs := [][2]string{{"sandbox_runc", "bare_runc"}, {"sandbox_runsc", "bare_runc"}, {"sandbox_runc", "podman"}}
+	ratios := make([][]float64, len(pairs))
 	times := map[string][]time.Duration{}
+	seq := 0
 	for round := -1; round < n; round++ {
-		for k := range variants {
-			v := variants[(k+max(round, 0))%len(variants)]
-			start := time.Now()
-			if err := v.fn(round + 1); err != nil {
-				return fmt.Errorf("%s round %d: %w", v.name, round, err)
+		for p, pair := range pairs {
+			order := []string{pair[0], pair[1]}
+			if round%2 == 1 {
+				order[0], order[1] = order[1], order[0]
 			}
-			if round >= 0 {
-				times[v.name] = append(times[v.name], time.Since(start))
+			took := map[string]time.Duration{}
+			for _, name := range order {
+				seq++
+				start := time.Now()
+				if err := variants[name](seq); err != nil {
+					return fmt.Errorf("%s round %d: %w", name, round, err)
+				}
+				took[name] = time.Since(start)
+				if name == "podman" {
+					if out, err := podmanCmd("rm", "-f", fmt.Sprintf("l9s-bench-pod-%d", seq)).CombinedOutput(); err != nil {
+						return fmt.Errorf("podman rm: %w: %s", err, out)
+					}
+				}
+			}
+			if round < 0 {
+				continue // warm-up
+			}
+			ratios[p] = append(ratios[p], float64(took[pair[0]])/float64(took[pair[1]]))
+			for name, d := range took {
+				times[name] = append(times[name], d)
 			}
 		}
 	}
-	for _, v := range variants {
-		fmt.Printf("%-14s median %v\n", v.name, median(times[v.name]))
+	for _, name := range []string{"sandbox_runc", "bare_runc", "sandbox_runsc", "podman"} {
+		fmt.Printf("%-14s median %v over %d runs\n", name, median(times[name]), len(times[name]))
 	}
-	ratio := func(a, b string) float64 {
-		r := make([]float64, n)
-		for i := range r {
-			r[i] = float64(times[a][i]) / float64(times[b][i])
-		}
-		sort.Float64s(r)
-		return r[len(r)/2]
+	med := func(r []float64) float64 {
+		s := append([]float64(nil), r...)
+		sort.Float64s(s)
+		return s[len(s)/2]
 	}
-	fmt.Printf("runc_vs_bare=%.3f runsc_vs_bare=%.3f runc_vs_podman=%.3f\n",
-		ratio("sandbox_runc", "bare_runc"), ratio("sandbox_runsc", "bare_runc"), ratio("sandbox_runc", "podman"))
+	fmt.Printf("runc_vs_bare=%.3f runsc_vs_bare=%.3f runc_vs_podman=%.3f\n", med(ratios[0]), med(ratios[1]), med(ratios[2]))
 	return nil
 }
 
@@ -164,6 +181,11 @@ func viaSandbox(ctx context.Context, sb *sandbox.Sandbox, rootfs string, sec san
 		err = fmt.Errorf("exit %d", st.Code)
 	}
 	return err
+}
+
+func podmanCmd(args ...string) *exec.Cmd {
+	return exec.Command("podman", append([]string{"--root", podmanDir + "/root", "--runroot", podmanDir + "/runroot",
+		"--cgroup-manager=cgroupfs", "--events-backend=file"}, args...)...)
 }
 
 func median(d []time.Duration) time.Duration {
