@@ -71,8 +71,9 @@ type NNPExceptions struct {
 	DenyNonRootImageUser bool `json:"denyNonRootImageUser"`
 }
 
-// WithDefaults fills empty fields: hardened, seccomp enforce, NET_RAW
-// dropped is NOT defaulted (a bool cannot say "unset"), runtime runc.
+// WithDefaults fills empty fields: profile hardened, seccomp enforce,
+// runtime runc. DropNetRaw keeps its value: a bool cannot say "unset", so
+// the config layer owns that default.
 func (s Security) WithDefaults() Security {
 	if s.Profile == "" {
 		s.Profile = ProfileHardened
