@@ -1,0 +1,19 @@
+// Package sandbox owns turning a task and its pool's security settings into
+// an OCI runtime spec, and running that spec with runc or runsc (gVisor):
+// Docker's default capabilities and seccomp profile resolved for the
+// container, masked and read-only paths, no-new-privileges, AppArmor where the
+// node has it, NVIDIA GPU devices, volume mount validation, and the seccomp
+// log-mode reader that attributes kernel audit records to tasks.
+//
+// It must never loosen what a pool asks for (a task may only tighten), never
+// report a control as applied when the runtime ignores it (see Effective),
+// never ask a spec for more open files than the host's hard limit, and never
+// import the controlplane or another levers9 part. Runtimes are driven as
+// binaries; libcontainer is not imported.
+//
+// The image cache lives in the subpackage sandbox/image.
+//
+// API stability: experimental. Security, TaskSpec, BuildSpec, Runtime and
+// Sandbox are what the agent calls; fields may be added, existing ones keep
+// their meaning.
+package sandbox

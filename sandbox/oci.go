@@ -1,0 +1,386 @@
+package sandbox
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/levers9/levers9/internal/errdefs"
+)
+
+// OCI drives runc or runsc as a binary. Each container gets the directory
+// StateDir/ID holding its state root ("root/"), the runtime's log and pid
+// file.
+//
+// The runtime's foreground `run` stays this process's child for the
+// container's life, the way a containerd shim would: `runc create` leaves
+// the init process orphaned and only a subreaper could collect its exit
+// status, and making the whole agent a subreaper would steal exit statuses
+// from every other child it has. Create therefore only prepares the
+// container directory; Start launches `run` and returns once the container
+// has a pid.
+type OCI struct {
+	name     RuntimeName
+	binary   string
+	stateDir string
+	logger   *slog.Logger
+
+	// mu guards containers.
+	mu         sync.Mutex
+	containers map[string]*ociContainer
+}
+
+var _ Runtime = (*OCI)(nil)
+
+type ociContainer struct {
+	dir  string
+	opts CreateOpts
+
+	// done is closed once the runtime's `run` has exited; exit and
+	// waitErr are set before.
+	done    chan struct{}
+	exit    ExitStatus
+	waitErr error
+	cmd     *exec.Cmd
+}
+
+// NewOCI returns a Runtime for the binary (looked up on PATH when not
+// absolute) keeping container state under stateDir.
+func NewOCI(name RuntimeName, binary, stateDir string, logger *slog.Logger) (*OCI, error) {
+	if name != RuntimeRunc && name != RuntimeRunsc {
+		return nil, fmt.Errorf("runtime %q: %w", name, errdefs.ErrInvalidArgument)
+	}
+	if binary == "" {
+		binary = string(name)
+	}
+	p, err := exec.LookPath(binary)
+	if err != nil {
+		return nil, errdefs.WithRetry(fmt.Errorf("runtime %s: %w: %w", name, err, errdefs.ErrFailedPrecondition), false)
+	}
+	if !filepath.IsAbs(stateDir) {
+		return nil, fmt.Errorf("runtime %s: state dir %q is not absolute: %w", name, stateDir, errdefs.ErrInvalidArgument)
+	}
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	return &OCI{name: name, binary: p, stateDir: stateDir, logger: logger.With("runtime", string(name)), containers: map[string]*ociContainer{}}, nil
+}
+
+// Name implements Runtime.
+func (r *OCI) Name() RuntimeName { return r.name }
+
+func (r *OCI) root(dir string) string { return filepath.Join(dir, "root") }
+
+func (r *OCI) globalArgs(dir string, opts CreateOpts) []string {
+	args := []string{"--root", r.root(dir), "--log", filepath.Join(dir, "runtime.log")}
+	if r.name == RuntimeRunsc {
+		args = append(args, "--oci-seccomp")
+		if opts.OwnNetwork {
+			args = append(args, "--network=none")
+		}
+		if opts.NetRaw {
+			args = append(args, "--net-raw")
+		}
+	} else {
+		args = append(args, "--log-format", "json")
+	}
+	return args
+}
+
+// Create implements Runtime.
+func (r *OCI) Create(ctx context.Context, id string, opts CreateOpts) error {
+	if !taskIDRe.MatchString(id) {
+		return errdefs.WithRetry(fmt.Errorf("create container %q: bad id: %w", id, errdefs.ErrInvalidArgument), false)
+	}
+	if _, err := os.Stat(filepath.Join(opts.Bundle, "config.json")); err != nil {
+		return errdefs.WithRetry(fmt.Errorf("create container %s: bundle: %w: %w", id, err, errdefs.ErrInvalidArgument), false)
+	}
+	dir := filepath.Join(r.stateDir, id)
+	if err := os.MkdirAll(r.stateDir, 0o700); err != nil {
+		return errdefs.WithRetry(fmt.Errorf("create container %s: %w", id, err), true)
+	}
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		if errors.Is(err, os.ErrExist) {
+			return errdefs.WithRetry(fmt.Errorf("create container %s: %w", id, errdefs.ErrAlreadyExists), false)
+		}
+		return errdefs.WithRetry(fmt.Errorf("create container %s: %w", id, err), true)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "runtime"), []byte(r.name), 0o600); err != nil {
+		return errdefs.WithRetry(fmt.Errorf("create container %s: %w", id, err), true)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.containers[id] = &ociContainer{dir: dir, opts: opts, done: make(chan struct{})}
+	return nil
+}
+
+func (r *OCI) get(id string) (*ociContainer, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	c, ok := r.containers[id]
+	if !ok {
+		return nil, errdefs.WithRetry(fmt.Errorf("container %s: %w", id, errdefs.ErrNotFound), false)
+	}
+	return c, nil
+}
+
+// Start implements Runtime.
+func (r *OCI) Start(ctx context.Context, id string) error {
+	c, err := r.get(id)
+	if err != nil {
+		return err
+	}
+	r.mu.Lock()
+	if c.cmd != nil {
+		r.mu.Unlock()
+		return errdefs.WithRetry(fmt.Errorf("start container %s: already started: %w", id, errdefs.ErrFailedPrecondition), false)
+	}
+	pidFile := filepath.Join(c.dir, "pid")
+	args := append(r.globalArgs(c.dir, c.opts), "run", "--bundle", c.opts.Bundle, "--pid-file", pidFile, id)
+	// Not CommandContext: the container outlives the call that starts it.
+	cmd := exec.Command(r.binary, args...)
+	cmd.Stdout, cmd.Stderr = c.opts.Stdout, c.opts.Stderr
+	cmd.Dir = c.dir
+	c.cmd = cmd
+	r.mu.Unlock()
+	if err := cmd.Start(); err != nil {
+		err = errdefs.WithRetry(fmt.Errorf("start container %s: exec %s: %w", id, r.binary, err), true)
+		// Waiters must not hang on a runtime that never ran.
+		c.exit, c.waitErr = ExitStatus{Code: -1}, err
+		close(c.done)
+		return err
+	}
+	go func() {
+		werr := cmd.Wait()
+		c.exit, c.waitErr = exitStatus(cmd.ProcessState, werr)
+		if _, err := os.Stat(pidFile); err != nil && c.waitErr == nil {
+			// The runtime failed before the container had a process.
+			c.waitErr = errdefs.WithRetry(fmt.Errorf("container %s: %s run failed (exit %d): %s", id, r.name, c.exit.Code, r.logTail(c.dir)), false)
+		}
+		close(c.done)
+	}()
+	// Wait for the pid file or the runtime's exit, whichever comes first.
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	for {
+		if _, err := os.Stat(pidFile); err == nil {
+			return nil
+		}
+		select {
+		case <-c.done:
+			if c.waitErr != nil {
+				return c.waitErr
+			}
+			return nil
+		case <-ctx.Done():
+			_ = r.Kill(context.WithoutCancel(ctx), id, syscall.SIGKILL)
+			return fmt.Errorf("start container %s: %w", id, ctx.Err())
+		case <-tick.C:
+		}
+	}
+}
+
+func exitStatus(ps *os.ProcessState, err error) (ExitStatus, error) {
+	if ps == nil {
+		return ExitStatus{Code: -1}, errdefs.WithRetry(fmt.Errorf("wait: %w", err), false)
+	}
+	ws, _ := ps.Sys().(syscall.WaitStatus)
+	if ws.Signaled() {
+		return ExitStatus{Code: 128 + int(ws.Signal()), Signal: ws.Signal()}, nil
+	}
+	code := ws.ExitStatus()
+	if code > 128 && code < 128+65 {
+		return ExitStatus{Code: code, Signal: syscall.Signal(code - 128)}, nil
+	}
+	return ExitStatus{Code: code}, nil
+}
+
+// logTail returns the last runtime error message, for error texts.
+func (r *OCI) logTail(dir string) string {
+	b, _ := os.ReadFile(filepath.Join(dir, "runtime.log"))
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	for i := len(lines) - 1; i >= 0; i-- {
+		l := lines[i]
+		var j struct {
+			Level, Msg string
+		}
+		if json.Unmarshal([]byte(l), &j) == nil && j.Msg != "" {
+			if j.Level == "error" || j.Level == "fatal" {
+				return j.Msg
+			}
+			continue
+		}
+		if strings.Contains(strings.ToLower(l), "error") {
+			return truncate(l, 500)
+		}
+	}
+	if n := len(lines); n > 0 && lines[n-1] != "" {
+		return truncate(lines[n-1], 500)
+	}
+	return "no runtime error logged"
+}
+
+func truncate(s string, n int) string {
+	if len(s) > n {
+		return s[len(s)-n:]
+	}
+	return s
+}
+
+// Wait implements Runtime.
+func (r *OCI) Wait(ctx context.Context, id string) (ExitStatus, error) {
+	c, err := r.get(id)
+	if err != nil {
+		return ExitStatus{}, err
+	}
+	r.mu.Lock()
+	started := c.cmd != nil
+	r.mu.Unlock()
+	if !started {
+		return ExitStatus{}, errdefs.WithRetry(fmt.Errorf("wait container %s: not started: %w", id, errdefs.ErrFailedPrecondition), false)
+	}
+	select {
+	case <-c.done:
+		return c.exit, c.waitErr
+	case <-ctx.Done():
+		return ExitStatus{}, fmt.Errorf("wait container %s: %w", id, ctx.Err())
+	}
+}
+
+// Kill implements Runtime. Killing a container that already exited is not
+// an error.
+func (r *OCI) Kill(ctx context.Context, id string, sig syscall.Signal) error {
+	c, err := r.get(id)
+	if err != nil {
+		return err
+	}
+	select {
+	case <-c.done:
+		return nil
+	default:
+	}
+	_, err = r.exec(ctx, c.dir, c.opts, "kill", id, strconv.Itoa(int(sig)))
+	if errdefs.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("kill container %s: %w", id, err)
+	}
+	return nil
+}
+
+// Delete implements Runtime: it kills a running container, waits for the
+// runtime to exit (bounded by ctx) and removes the container's directory.
+func (r *OCI) Delete(ctx context.Context, id string) error {
+	c, err := r.get(id)
+	if errdefs.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	r.mu.Lock()
+	started := c.cmd != nil
+	r.mu.Unlock()
+	if started {
+		select {
+		case <-c.done:
+		default:
+			if _, err := r.exec(ctx, c.dir, c.opts, "delete", "--force", id); err != nil && !errdefs.IsNotFound(err) {
+				return fmt.Errorf("delete container %s: %w", id, err)
+			}
+			select {
+			case <-c.done:
+			case <-ctx.Done():
+				return errdefs.WithRetry(fmt.Errorf("delete container %s: runtime did not exit: %w", id, ctx.Err()), true)
+			}
+		}
+	}
+	if err := os.RemoveAll(c.dir); err != nil {
+		return errdefs.WithRetry(fmt.Errorf("delete container %s: %w", id, err), true)
+	}
+	r.mu.Lock()
+	delete(r.containers, id)
+	r.mu.Unlock()
+	return nil
+}
+
+// State implements Runtime.
+func (r *OCI) State(ctx context.Context, id string) (State, error) {
+	c, err := r.get(id)
+	if err != nil {
+		return State{}, err
+	}
+	r.mu.Lock()
+	started := c.cmd != nil
+	r.mu.Unlock()
+	if !started {
+		return State{ID: id, Status: StatusCreated}, nil
+	}
+	select {
+	case <-c.done:
+		return State{ID: id, Status: StatusStopped}, nil
+	default:
+	}
+	out, err := r.exec(ctx, c.dir, c.opts, "state", id)
+	if errdefs.IsNotFound(err) {
+		// Between the process exiting and `run` deleting it.
+		return State{ID: id, Status: StatusStopped}, nil
+	}
+	if err != nil {
+		return State{}, fmt.Errorf("state of container %s: %w", id, err)
+	}
+	var st State
+	if err := json.Unmarshal(out, &st); err != nil {
+		return State{}, errdefs.WithRetry(fmt.Errorf("state of container %s: decode %q: %w", id, out, err), false)
+	}
+	if st.Status != StatusRunning && st.Status != StatusCreated {
+		st.Status = StatusStopped
+	}
+	return st, nil
+}
+
+// exec runs one short runtime command and classifies its failure.
+func (r *OCI) exec(ctx context.Context, dir string, opts CreateOpts, args ...string) ([]byte, error) {
+	cmd := exec.CommandContext(ctx, r.binary, append(r.globalArgs(dir, opts), args...)...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err == nil {
+		return out, nil
+	}
+	if ctx.Err() != nil {
+		return nil, fmt.Errorf("%s %s: %w", r.name, args[0], ctx.Err())
+	}
+	msg := strings.TrimSpace(stderr.String())
+	if msg == "" {
+		msg = r.logTail(dir)
+	}
+	return nil, classify(fmt.Errorf("%s %s: %w: %s", r.name, args[0], err, msg), msg)
+}
+
+// classify maps runtime messages to error kinds and retryability.
+func classify(err error, msg string) error {
+	m := strings.ToLower(msg)
+	switch {
+	case strings.Contains(m, "does not exist") || strings.Contains(m, "not found") || strings.Contains(m, "no such file"):
+		return errdefs.WithRetry(fmt.Errorf("%w: %w", err, errdefs.ErrNotFound), false)
+	case strings.Contains(m, "already exists"):
+		return errdefs.WithRetry(fmt.Errorf("%w: %w", err, errdefs.ErrAlreadyExists), false)
+	case strings.Contains(m, "resource temporarily unavailable") || strings.Contains(m, "device or resource busy") || strings.Contains(m, "too many open files"):
+		return errdefs.WithRetry(fmt.Errorf("%w: %w", err, errdefs.ErrUnavailable), true)
+	default:
+		return errdefs.WithRetry(err, false)
+	}
+}

@@ -1,0 +1,353 @@
+package sandbox
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/levers9/levers9/internal/errdefs"
+	"github.com/levers9/levers9/internal/testenv"
+)
+
+// syncBuffer is a bytes.Buffer safe to write from the runtime's copier
+// goroutine while the test reads it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+var bothRuntimes = []RuntimeName{RuntimeRunc, RuntimeRunsc}
+
+func TestRunExitCodeAndOutput(t *testing.T) {
+	testenv.RequireRoot(t)
+	testenv.RequireBinary(t, "runc", "runsc")
+	b := setupSandbox(t)
+	rootfs := makeRootfs(t, "")
+	for _, rt := range bothRuntimes {
+		t.Run(string(rt), func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			var out, errb syncBuffer
+			task := TaskSpec{ID: "exit-" + string(rt), Rootfs: rootfs, Args: []string{"sh", "-c", "echo hello $GREETING; echo oops >&2; exit 7"}, Env: []string{"GREETING=world"}}
+			h, err := b.sb.Run(ctx, task, Security{Profile: ProfileHardened, Seccomp: SeccompEnforce, DropNetRaw: true, Runtime: rt}, Stdio{Stdout: &out, Stderr: &errb})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = h.Delete(context.Background()) })
+			st, err := h.Wait(ctx)
+			if err != nil {
+				t.Fatalf("wait: %v", err)
+			}
+			if st.Code != 7 {
+				t.Errorf("exit code %d, want 7", st.Code)
+			}
+			if got := out.String(); got != "hello world\n" {
+				t.Errorf("stdout %q", got)
+			}
+			if got := errb.String(); !strings.Contains(got, "oops") {
+				t.Errorf("stderr %q", got)
+			}
+			if s, err := h.State(ctx); err != nil || s.Status != StatusStopped {
+				t.Errorf("state after exit: %+v %v", s, err)
+			}
+			if err := h.Delete(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if err := h.Delete(ctx); err != nil {
+				t.Errorf("second delete: %v", err)
+			}
+			if _, err := os.Stat(filepath.Join("/run/l9s-test", h.ID)); !os.IsNotExist(err) {
+				t.Errorf("container dir left: %v", err)
+			}
+		})
+	}
+}
+
+func TestKillAndCgroupLimits(t *testing.T) {
+	testenv.RequireRoot(t)
+	testenv.RequireBinary(t, "runc", "runsc")
+	b := setupSandbox(t)
+	rootfs := makeRootfs(t, "")
+	for _, rt := range bothRuntimes {
+		t.Run(string(rt), func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			task := TaskSpec{ID: "kill-" + string(rt), Rootfs: rootfs, Args: []string{"sleep", "60"},
+				Resources: Resources{CPUMillis: 500, MemoryBytes: 64 << 20, Pids: 32}}
+			h, err := b.sb.Run(ctx, task, Security{Profile: ProfileHardened, Seccomp: SeccompEnforce, Runtime: rt}, Stdio{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = h.Delete(context.Background()) })
+			waitFor(t, 10*time.Second, "running", func() bool {
+				s, err := h.State(ctx)
+				return err == nil && s.Status == StatusRunning
+			})
+			cg := "/l9s-test/" + h.ID
+			want := map[string]string{
+				"memory/" + cg + "/memory.limit_in_bytes": "67108864",
+				"pids/" + cg + "/pids.max":                "32",
+				"cpu/" + cg + "/cpu.cfs_quota_us":         "50000",
+			}
+			for f, v := range want {
+				got, err := os.ReadFile("/sys/fs/cgroup/" + f)
+				if err != nil {
+					t.Errorf("cgroup %s: %v", f, err)
+					continue
+				}
+				if strings.TrimSpace(string(got)) != v {
+					t.Errorf("cgroup %s = %q, want %s", f, got, v)
+				}
+			}
+			if err := h.Kill(ctx, syscall.SIGKILL); err != nil {
+				t.Fatal(err)
+			}
+			st, err := h.Wait(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st.Code != 137 {
+				t.Errorf("exit %+v, want 137", st)
+			}
+		})
+	}
+}
+
+func TestRuntimeErrors(t *testing.T) {
+	testenv.RequireRoot(t)
+	testenv.RequireBinary(t, "runc")
+	b := setupSandbox(t)
+	ctx := context.Background()
+	rt, err := b.sb.Runtime(RuntimeRunc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rt.State(ctx, "l9s-nope"); !errdefs.IsNotFound(err) || errdefs.IsRetryable(err) {
+		t.Errorf("state of unknown container: %v (retryable %v)", err, errdefs.IsRetryable(err))
+	}
+	rootfs := makeRootfs(t, "")
+	_, err = b.sb.Run(ctx, TaskSpec{ID: "noexec", Rootfs: rootfs, Args: []string{"/no/such/binary"}}, Security{Runtime: RuntimeRunc}, Stdio{})
+	if err == nil {
+		t.Fatal("running a missing binary succeeded")
+	}
+	if errdefs.IsRetryable(err) {
+		t.Errorf("missing binary is retryable: %v", err)
+	}
+	if !strings.Contains(err.Error(), "/no/such/binary") {
+		t.Errorf("error does not name the binary: %v", err)
+	}
+}
+
+// TestRuntimeLifecycle drives the Runtime interface step by step.
+func TestRuntimeLifecycle(t *testing.T) {
+	testenv.RequireRoot(t)
+	testenv.RequireBinary(t, "runc", "runsc")
+	b := setupSandbox(t)
+	rootfs := makeRootfs(t, "")
+	for _, name := range bothRuntimes {
+		t.Run(string(name), func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			rt, err := b.sb.Runtime(name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			spec, _, err := BuildSpec(TaskSpec{ID: "life", Rootfs: rootfs, Args: []string{"sleep", "60"}}, Security{Profile: ProfileHardened, Seccomp: SeccompEnforce, Runtime: name}, b.host)
+			if err != nil {
+				t.Fatal(err)
+			}
+			id := "l9s-life-" + string(name)
+			spec.Linux.CgroupsPath = "/l9s-test/" + id
+			bundle := filepath.Join(t.TempDir(), "bundle")
+			if err := writeBundle(bundle, spec); err != nil {
+				t.Fatal(err)
+			}
+			opts := CreateOpts{Bundle: bundle, OwnNetwork: true}
+			if err := rt.Create(ctx, id, opts); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = rt.Delete(context.Background(), id) })
+			if err := rt.Create(ctx, id, opts); !errdefs.IsAlreadyExists(err) {
+				t.Errorf("second create: %v", err)
+			}
+			if st, err := rt.State(ctx, id); err != nil || st.Status != StatusCreated {
+				t.Errorf("state after create: %+v %v", st, err)
+			}
+			if _, err := rt.Wait(ctx, id); !errdefs.IsFailedPrecondition(err) {
+				t.Errorf("wait before start: %v", err)
+			}
+			if err := rt.Start(ctx, id); err != nil {
+				t.Fatal(err)
+			}
+			if err := rt.Start(ctx, id); !errdefs.IsFailedPrecondition(err) {
+				t.Errorf("second start: %v", err)
+			}
+			waitFor(t, 10*time.Second, "running", func() bool {
+				st, err := rt.State(ctx, id)
+				return err == nil && st.Status == StatusRunning && st.Pid > 0
+			})
+			shortCtx, c2 := context.WithTimeout(ctx, 50*time.Millisecond)
+			if _, err := rt.Wait(shortCtx, id); !errdefs.IsCanceled(err) {
+				t.Errorf("wait on a running container with a short ctx: %v", err)
+			}
+			c2()
+			// SIGKILL: the container's pid 1 ignores signals it has
+			// no handler for.
+			if err := rt.Kill(ctx, id, syscall.SIGKILL); err != nil {
+				t.Fatal(err)
+			}
+			st, err := rt.Wait(ctx, id)
+			if err != nil || st.Signal != syscall.SIGKILL || st.Code != 137 {
+				t.Errorf("exit after SIGKILL: %+v %v", st, err)
+			}
+			if err := rt.Kill(ctx, id, syscall.SIGKILL); err != nil {
+				t.Errorf("kill after exit: %v", err)
+			}
+			if err := rt.Delete(ctx, id); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := rt.State(ctx, id); !errdefs.IsNotFound(err) {
+				t.Errorf("state after delete: %v", err)
+			}
+		})
+	}
+}
+
+// TestReconcileRemovesLeftovers starts containers with one Sandbox, drops
+// it as a killed agent would, and checks a fresh Sandbox's Reconcile
+// kills and removes them, their state and their cgroups.
+func TestReconcileRemovesLeftovers(t *testing.T) {
+	testenv.RequireRoot(t)
+	testenv.RequireBinary(t, "runc", "runsc")
+	b := setupSandbox(t)
+	rootfs := makeRootfs(t, "")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var pids []int
+	for _, rt := range bothRuntimes {
+		h, err := b.sb.Run(ctx, TaskSpec{ID: "orphan-" + string(rt), Rootfs: rootfs, Args: []string{"sleep", "600"}}, Security{Runtime: rt}, Stdio{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var st State
+		waitFor(t, 10*time.Second, "running", func() bool {
+			st, err = h.State(ctx)
+			return err == nil && st.Status == StatusRunning
+		})
+		pids = append(pids, st.Pid)
+	}
+	fresh, err := New(Config{StateDir: "/run/l9s-test", CgroupParent: "/l9s-test", Host: b.host})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := fresh.Reconcile(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, pid := range pids {
+		waitFor(t, 10*time.Second, "leftover process gone", func() bool {
+			return syscall.Kill(pid, 0) != nil
+		})
+	}
+	if _, err := os.Stat("/run/l9s-test"); !os.IsNotExist(err) {
+		t.Errorf("state dir still there: %v", err)
+	}
+	if dirs, _ := filepath.Glob("/sys/fs/cgroup/*/l9s-test/l9s-orphan-*"); len(dirs) > 0 {
+		t.Errorf("cgroups left: %v", dirs)
+	}
+}
+
+func TestConcurrentRuns(t *testing.T) {
+	testenv.RequireRoot(t)
+	testenv.RequireBinary(t, "runc")
+	b := setupSandbox(t)
+	rootfs := makeRootfs(t, "")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	errs := make(chan error, 6)
+	for i := 0; i < 6; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var out syncBuffer
+			h, err := b.sb.Run(ctx, TaskSpec{ID: "conc-" + strconv.Itoa(i), Rootfs: rootfs, Args: []string{"echo", strconv.Itoa(i)}}, Security{Runtime: RuntimeRunc}, Stdio{Stdout: &out})
+			if err != nil {
+				errs <- err
+				return
+			}
+			defer h.Delete(context.Background())
+			if st, err := h.Wait(ctx); err != nil || st.Code != 0 || out.String() != strconv.Itoa(i)+"\n" {
+				errs <- fmt.Errorf("container %d: %+v %v %q", i, st, err, out.String())
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+}
+
+func TestMissingRuntimeBinary(t *testing.T) {
+	sb, err := New(Config{StateDir: t.TempDir(), RuncPath: "/nonexistent/runc", RunscPath: "/nonexistent/runsc"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = sb.Run(context.Background(), TaskSpec{ID: "t", Rootfs: "/x", Args: []string{"true"}}, Security{Runtime: RuntimeRunc}, Stdio{})
+	if !errdefs.IsFailedPrecondition(err) || errdefs.IsRetryable(err) {
+		t.Errorf("run without runc: %v", err)
+	}
+
+	// A binary that disappears between lookup and start fails Start, and
+	// Wait does not hang on it.
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "runc")
+	if err := os.WriteFile(bin, []byte("#!/bin/sh\nexit 0\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	rt, err := NewOCI(RuntimeRunc, bin, filepath.Join(dir, "state"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bundle := filepath.Join(dir, "bundle")
+	if err := writeBundle(bundle, map[string]string{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := rt.Create(context.Background(), "l9s-gone", CreateOpts{Bundle: bundle}); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(bin); err != nil {
+		t.Fatal(err)
+	}
+	if err := rt.Start(context.Background(), "l9s-gone"); err == nil {
+		t.Fatal("start with a vanished binary succeeded")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := rt.Wait(ctx, "l9s-gone"); err == nil || errdefs.IsCanceled(err) {
+		t.Errorf("wait after failed start: %v", err)
+	}
+	if err := rt.Delete(ctx, "l9s-gone"); err != nil {
+		t.Errorf("delete after failed start: %v", err)
+	}
+}

@@ -1,0 +1,286 @@
+package sandbox
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/levers9/levers9/internal/errdefs"
+)
+
+// Config configures a Sandbox. Zero fields take the defaults below.
+type Config struct {
+	// Prefix starts every container ID, cgroup and state directory, so
+	// Reconcile only ever touches what a sandbox made. Default "l9s".
+	Prefix string
+	// StateDir holds one directory per container (bundle, state root,
+	// runtime log). Default /run/<Prefix>.
+	StateDir string
+	// CgroupParent is the cgroup every container is placed under.
+	// Default /<Prefix>.
+	CgroupParent string
+	// RuncPath and RunscPath default to runc and runsc on PATH.
+	RuncPath, RunscPath string
+	// MountValidation is worker.volumeMountValidation; default log.
+	MountValidation MountValidation
+	// SensitivePaths are added to the built-in list (the agent's state
+	// dir and socket).
+	SensitivePaths []string
+	// Host is the node; DetectHost fills it.
+	Host Host
+	// SeccompLog, when set, is told which task each container runs, so
+	// log-mode records are attributed to tasks. Its loop is the caller's
+	// to Start and Stop.
+	SeccompLog *SeccompLogReader
+	Logger     *slog.Logger
+}
+
+// Sandbox runs tasks as hardened containers. It is safe for concurrent use.
+type Sandbox struct {
+	cfg      Config
+	logger   *slog.Logger
+	mounts   MountValidator
+	runtimes map[RuntimeName]Runtime
+}
+
+// New checks the config and finds the runtimes. A runtime binary that is
+// missing makes only tasks asking for it fail.
+func New(cfg Config) (*Sandbox, error) {
+	if cfg.Prefix == "" {
+		cfg.Prefix = "l9s"
+	}
+	if cfg.StateDir == "" {
+		cfg.StateDir = "/run/" + cfg.Prefix
+	}
+	if cfg.CgroupParent == "" {
+		cfg.CgroupParent = "/" + cfg.Prefix
+	}
+	if cfg.MountValidation == "" {
+		cfg.MountValidation = MountValidationLog
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.MountValidation != MountValidationLog && cfg.MountValidation != MountValidationEnforce {
+		return nil, fmt.Errorf("worker.volumeMountValidation: %q is not log or enforce: %w", cfg.MountValidation, errdefs.ErrInvalidArgument)
+	}
+	s := &Sandbox{
+		cfg:      cfg,
+		logger:   cfg.Logger.With("component", "sandbox"),
+		runtimes: map[RuntimeName]Runtime{},
+		mounts: MountValidator{Mode: cfg.MountValidation, Logger: cfg.Logger,
+			Extra: append([]string{cfg.StateDir}, cfg.SensitivePaths...)},
+	}
+	for name, bin := range map[RuntimeName]string{RuntimeRunc: cfg.RuncPath, RuntimeRunsc: cfg.RunscPath} {
+		rt, err := NewOCI(name, bin, cfg.StateDir, cfg.Logger)
+		if err != nil {
+			s.logger.Warn("runtime unavailable", "runtime", string(name), "err", err)
+			continue
+		}
+		s.runtimes[name] = rt
+	}
+	return s, nil
+}
+
+// Runtime returns the named runtime, for callers that drive containers
+// step by step.
+func (s *Sandbox) Runtime(name RuntimeName) (Runtime, error) {
+	rt, ok := s.runtimes[name]
+	if !ok {
+		return nil, errdefs.WithRetry(fmt.Errorf("runtime %s: not installed: %w", name, errdefs.ErrFailedPrecondition), false)
+	}
+	return rt, nil
+}
+
+// ContainerID is the container a task runs in.
+func (s *Sandbox) ContainerID(taskID string) string { return s.cfg.Prefix + "-" + taskID }
+
+// Stdio is where a container's output goes; nil discards.
+type Stdio struct {
+	Stdout, Stderr io.Writer
+}
+
+// Handle is a started container.
+type Handle struct {
+	ID         string
+	Effective  Effective
+	Violations []Violation
+	rt         Runtime
+}
+
+// Wait blocks until the container exits or ctx ends.
+func (h *Handle) Wait(ctx context.Context) (ExitStatus, error) { return h.rt.Wait(ctx, h.ID) }
+
+// Kill signals the container's process.
+func (h *Handle) Kill(ctx context.Context, sig syscall.Signal) error {
+	return h.rt.Kill(ctx, h.ID, sig)
+}
+
+// State reports the container's state.
+func (h *Handle) State(ctx context.Context) (State, error) { return h.rt.State(ctx, h.ID) }
+
+// Delete kills (if needed) and removes the container and its directory.
+// Idempotent.
+func (h *Handle) Delete(ctx context.Context) error { return h.rt.Delete(ctx, h.ID) }
+
+// Run tightens the pool's settings with the task's requests, validates the
+// task's volumes, builds the spec, and creates and starts the container.
+// The caller must Delete the handle.
+func (s *Sandbox) Run(ctx context.Context, task TaskSpec, pool Security, stdio Stdio) (*Handle, error) {
+	sec, err := Tighten(pool.WithDefaults(), task.Env)
+	if err != nil {
+		return nil, errdefs.WithRetry(fmt.Errorf("task %s: %w", task.ID, err), false)
+	}
+	rt, err := s.Runtime(sec.Runtime)
+	if err != nil {
+		return nil, fmt.Errorf("task %s: %w", task.ID, err)
+	}
+	viol, err := s.mounts.Check(ctx, task.ID, task.Mounts)
+	if err != nil {
+		return nil, errdefs.WithRetry(err, false)
+	}
+	spec, eff, err := BuildSpec(task, sec, s.cfg.Host)
+	if err != nil {
+		return nil, errdefs.WithRetry(err, false)
+	}
+	id := s.ContainerID(task.ID)
+	spec.Linux.CgroupsPath = s.cfg.CgroupParent + "/" + id
+	bundle := filepath.Join(s.cfg.StateDir, "bundles", id)
+	if err := writeBundle(bundle, spec); err != nil {
+		return nil, errdefs.WithRetry(fmt.Errorf("task %s: %w", task.ID, err), true)
+	}
+	opts := CreateOpts{
+		Bundle: bundle, Stdout: stdio.Stdout, Stderr: stdio.Stderr,
+		OwnNetwork: task.NetNSPath == "",
+		NetRaw:     slices.Contains(spec.Process.Capabilities.Bounding, "CAP_NET_RAW"),
+	}
+	if err := rt.Create(ctx, id, opts); err != nil {
+		_ = os.RemoveAll(bundle)
+		return nil, fmt.Errorf("task %s: %w", task.ID, err)
+	}
+	h := &Handle{ID: id, Effective: eff, Violations: viol, rt: &bundleCleanup{Runtime: rt, bundle: bundle, seccomp: s.cfg.SeccompLog}}
+	if s.cfg.SeccompLog != nil {
+		s.cfg.SeccompLog.Track(id, task.ID)
+	}
+	if err := rt.Start(ctx, id); err != nil {
+		_ = h.Delete(context.WithoutCancel(ctx))
+		return nil, fmt.Errorf("task %s: %w", task.ID, err)
+	}
+	s.logger.Debug("container started", "task_id", task.ID, "container_id", id, "runtime", string(sec.Runtime))
+	return h, nil
+}
+
+// bundleCleanup removes the bundle and stops attributing seccomp records
+// after the runtime deleted the container.
+type bundleCleanup struct {
+	Runtime
+	bundle  string
+	seccomp *SeccompLogReader
+}
+
+func (b *bundleCleanup) Delete(ctx context.Context, id string) error {
+	if err := b.Runtime.Delete(ctx, id); err != nil {
+		return err
+	}
+	if b.seccomp != nil {
+		b.seccomp.Untrack(id)
+	}
+	if err := os.RemoveAll(b.bundle); err != nil {
+		return fmt.Errorf("delete container %s: bundle: %w", id, err)
+	}
+	return nil
+}
+
+func writeBundle(dir string, spec any) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("write bundle: %w", err)
+	}
+	b, err := json.Marshal(spec)
+	if err != nil {
+		return fmt.Errorf("write bundle: %w", err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "config.json"), b, 0o600); err != nil {
+		return fmt.Errorf("write bundle: %w", err)
+	}
+	return nil
+}
+
+// Reconcile removes what a killed agent or test left behind: every
+// container directory under StateDir whose name carries the prefix is
+// force-deleted with the runtime recorded in it, then its bundle and its
+// cgroups are removed. Call it before starting tasks; it must not run
+// while this Sandbox has live containers.
+func (s *Sandbox) Reconcile(ctx context.Context) error {
+	entries, err := os.ReadDir(s.cfg.StateDir)
+	if errors.Is(err, os.ErrNotExist) {
+		removeCgroups(s.cfg.CgroupParent)
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("reconcile: %w", err)
+	}
+	var errs []error
+	for _, e := range entries {
+		id := e.Name()
+		if !e.IsDir() || !strings.HasPrefix(id, s.cfg.Prefix+"-") {
+			continue
+		}
+		dir := filepath.Join(s.cfg.StateDir, id)
+		name, _ := os.ReadFile(filepath.Join(dir, "runtime"))
+		if rt, ok := s.runtimes[RuntimeName(name)].(*OCI); ok {
+			// Kill first and give a surviving `run` parent the chance to
+			// clean up after itself: racing it with a forced delete
+			// makes runsc time out.
+			_, _ = rt.exec(ctx, dir, CreateOpts{}, "kill", id, "9")
+			for i := 0; i < 100; i++ {
+				if _, err := rt.exec(ctx, dir, CreateOpts{}, "state", id); err != nil {
+					break
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+			if _, err := rt.exec(ctx, dir, CreateOpts{}, "delete", "--force", id); err != nil && !errdefs.IsNotFound(err) {
+				errs = append(errs, fmt.Errorf("reconcile container %s: %w", id, err))
+				continue
+			}
+		}
+		if err := os.RemoveAll(dir); err != nil {
+			errs = append(errs, fmt.Errorf("reconcile container %s: %w", id, err))
+		}
+		removeCgroups(s.cfg.CgroupParent + "/" + id)
+		s.logger.Info("reconciled leftover container", "container_id", id)
+	}
+	bundles, _ := os.ReadDir(filepath.Join(s.cfg.StateDir, "bundles"))
+	for _, b := range bundles {
+		if strings.HasPrefix(b.Name(), s.cfg.Prefix+"-") {
+			if _, err := os.Stat(filepath.Join(s.cfg.StateDir, b.Name())); errors.Is(err, os.ErrNotExist) {
+				_ = os.RemoveAll(filepath.Join(s.cfg.StateDir, "bundles", b.Name()))
+			}
+		}
+	}
+	if len(errs) == 0 {
+		// Empty leftovers only: rmdir refuses a parent still in use.
+		_ = syscall.Rmdir(filepath.Join(s.cfg.StateDir, "bundles"))
+		_ = syscall.Rmdir(s.cfg.StateDir)
+		removeCgroups(s.cfg.CgroupParent)
+	}
+	return errors.Join(errs...)
+}
+
+// removeCgroups removes a container's (empty) cgroup directories under
+// every v1 hierarchy or the v2 root; rmdir refuses non-empty ones.
+func removeCgroups(path string) {
+	dirs, _ := filepath.Glob("/sys/fs/cgroup/*" + path)
+	dirs = append(dirs, "/sys/fs/cgroup"+path)
+	for _, d := range dirs {
+		_ = syscall.Rmdir(d)
+	}
+}

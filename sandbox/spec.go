@@ -1,0 +1,281 @@
+package sandbox
+
+import (
+	"fmt"
+	"path/filepath"
+	"slices"
+	"strconv"
+
+	"github.com/levers9/levers9/internal/errdefs"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+)
+
+// AppArmorProfileName is the profile hardened containers get where the node
+// has AppArmor enabled and this profile loaded.
+const AppArmorProfileName = "levers9-default"
+
+// defaultCaps are Docker's default 14 capabilities.
+var defaultCaps = []string{
+	"CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FSETID", "CAP_FOWNER", "CAP_MKNOD",
+	"CAP_NET_RAW", "CAP_SETGID", "CAP_SETUID", "CAP_SETFCAP", "CAP_SETPCAP",
+	"CAP_NET_BIND_SERVICE", "CAP_SYS_CHROOT", "CAP_KILL", "CAP_AUDIT_WRITE",
+}
+
+// dockerMaskedPaths are Docker's masked paths; hardened adds each cpu's
+// thermal_throttle and, without GPUs, /proc/driver/nvidia.
+var dockerMaskedPaths = []string{
+	"/proc/asound", "/proc/acpi", "/proc/interrupts", "/proc/kcore", "/proc/keys",
+	"/proc/latency_stats", "/proc/timer_list", "/proc/timer_stats", "/proc/sched_debug",
+	"/proc/scsi", "/sys/firmware", "/sys/devices/virtual/powercap",
+}
+
+var dockerReadonlyPaths = []string{
+	"/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger",
+}
+
+// Effective is what was really applied to a container, which can be less
+// than what was asked: runsc ignores masked and read-only paths and
+// AppArmor, and cannot take a seccomp log action. Tasks report this, never
+// the request.
+type Effective struct {
+	Runtime         RuntimeName `json:"runtime"`
+	Profile         Profile     `json:"profile"`
+	Seccomp         SeccompMode `json:"seccomp"`
+	DropNetRaw      bool        `json:"dropNetRaw"`
+	NoNewPrivileges bool        `json:"noNewPrivileges"`
+	MaskedPaths     bool        `json:"maskedPaths"`
+	ReadonlyPaths   bool        `json:"readonlyPaths"`
+	AppArmorProfile string      `json:"appArmorProfile,omitempty"`
+	Capabilities    []string    `json:"capabilities"`
+	GPUs            []string    `json:"gpus,omitempty"`
+	// Notes say why something differs from the request.
+	Notes []string `json:"notes,omitempty"`
+}
+
+const (
+	defaultShm = 64 << 20
+	gpuShm     = 1 << 30
+)
+
+// BuildSpec turns a task and its (already tightened) security settings into
+// an OCI runtime spec for host, and says what of it the chosen runtime will
+// really enforce. Capabilities are decided first, and seccomp is resolved
+// against them, as Docker does.
+func BuildSpec(task TaskSpec, sec Security, host Host) (*specs.Spec, Effective, error) {
+	if err := sec.Validate(); err != nil {
+		return nil, Effective{}, err
+	}
+	if err := task.Validate(); err != nil {
+		return nil, Effective{}, err
+	}
+	uid, gid, err := resolveUser(task.Rootfs, task.effectiveUser())
+	if err != nil {
+		return nil, Effective{}, fmt.Errorf("task %s: task.user: %w: %w", task.ID, err, errdefs.ErrInvalidArgument)
+	}
+	imageUID, _, err := resolveUser(task.Rootfs, task.ImageUser)
+	if err != nil {
+		return nil, Effective{}, fmt.Errorf("task %s: task.imageUser: %w: %w", task.ID, err, errdefs.ErrInvalidArgument)
+	}
+	gpus, driver, err := selectGPUs(task.GPUs, host.GPUs)
+	if err != nil {
+		return nil, Effective{}, fmt.Errorf("task %s: %w", task.ID, err)
+	}
+	hardened := sec.Profile == ProfileHardened
+	eff := Effective{Runtime: sec.Runtime, Profile: sec.Profile}
+
+	// Capabilities first.
+	caps := slices.Clone(defaultCaps)
+	if sec.DropNetRaw {
+		caps = slices.DeleteFunc(caps, func(c string) bool { return c == "CAP_NET_RAW" })
+	}
+	pcaps := &specs.LinuxCapabilities{Bounding: caps}
+	if uid == 0 {
+		// Inheritable stays empty (CVE-2022-24769); a non-root process
+		// gets no effective capabilities at all, only the bounding set.
+		pcaps.Effective, pcaps.Permitted = slices.Clone(caps), slices.Clone(caps)
+	}
+	eff.Capabilities = slices.Clone(caps)
+	eff.DropNetRaw = !slices.Contains(caps, "CAP_NET_RAW")
+
+	nofile := uint64(maxNofile)
+	if host.NofileHard != 0 && host.NofileHard < nofile {
+		nofile = host.NofileHard
+	}
+	env := append([]string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}, task.Env...)
+	cwd := task.Cwd
+	if cwd == "" {
+		cwd = "/"
+	}
+	s := &specs.Spec{
+		Version:  specs.Version,
+		Hostname: task.Hostname,
+		Root:     &specs.Root{Path: task.Rootfs, Readonly: task.RootfsReadonly},
+		Process: &specs.Process{
+			Args:         slices.Clone(task.Args),
+			Env:          env,
+			Cwd:          cwd,
+			User:         specs.User{UID: uid, GID: gid},
+			Capabilities: pcaps,
+			Rlimits: []specs.POSIXRlimit{
+				{Type: "RLIMIT_NOFILE", Hard: nofile, Soft: min(1024, nofile)},
+			},
+		},
+		Linux: &specs.Linux{
+			Namespaces: []specs.LinuxNamespace{
+				{Type: specs.PIDNamespace}, {Type: specs.IPCNamespace}, {Type: specs.UTSNamespace},
+				{Type: specs.MountNamespace}, {Type: specs.NetworkNamespace, Path: task.NetNSPath},
+			},
+			Resources: &specs.LinuxResources{
+				Devices: []specs.LinuxDeviceCgroup{{Allow: false, Access: "rwm"}},
+			},
+			Sysctl: map[string]string{
+				// Both are per network namespace. Binding low ports as
+				// non-root without CAP_NET_BIND_SERVICE, like Docker.
+				"net.ipv4.ip_unprivileged_port_start": "0",
+			},
+		},
+	}
+	if sec.DropNetRaw {
+		// Datagram ICMP keeps ping working without raw sockets.
+		s.Linux.Sysctl["net.ipv4.ping_group_range"] = "0 2147483647"
+	}
+	if r := task.Resources; r.CPUMillis > 0 || r.MemoryBytes > 0 || r.Pids > 0 {
+		if r.CPUMillis > 0 {
+			period := uint64(100000)
+			quota := r.CPUMillis * 100
+			s.Linux.Resources.CPU = &specs.LinuxCPU{Period: &period, Quota: &quota}
+		}
+		if r.MemoryBytes > 0 {
+			m := r.MemoryBytes
+			s.Linux.Resources.Memory = &specs.LinuxMemory{Limit: &m, Swap: &m}
+		}
+		if r.Pids > 0 {
+			p := r.Pids
+			s.Linux.Resources.Pids = &specs.LinuxPids{Limit: &p}
+		}
+	}
+
+	shm := task.ShmBytes
+	if shm == 0 {
+		shm = defaultShm
+		if driver {
+			shm = gpuShm
+		}
+	}
+	sysOpts := []string{"nosuid", "noexec", "nodev"}
+	if hardened {
+		sysOpts = append(sysOpts, "ro")
+	}
+	s.Mounts = []specs.Mount{
+		{Destination: "/proc", Type: "proc", Source: "proc", Options: []string{"nosuid", "noexec", "nodev"}},
+		{Destination: "/dev", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "strictatime", "mode=755", "size=65536k"}},
+		{Destination: "/dev/pts", Type: "devpts", Source: "devpts", Options: []string{"nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620", "gid=5"}},
+		{Destination: "/dev/shm", Type: "tmpfs", Source: "shm", Options: []string{"nosuid", "noexec", "nodev", "mode=1777", "size=" + strconv.FormatInt(shm, 10)}},
+		{Destination: "/dev/mqueue", Type: "mqueue", Source: "mqueue", Options: []string{"nosuid", "noexec", "nodev"}},
+		{Destination: "/sys", Type: "sysfs", Source: "sysfs", Options: sysOpts},
+	}
+	if hardened {
+		s.Mounts = append(s.Mounts, specs.Mount{Destination: "/sys/fs/cgroup", Type: "cgroup", Source: "cgroup", Options: []string{"nosuid", "noexec", "nodev", "relatime", "ro"}})
+	}
+	for _, m := range task.Mounts {
+		// nosuid,nodev are forced: a volume must never carry a setuid
+		// binary or a device node into the container.
+		opts := []string{"rbind", "nosuid", "nodev", "rprivate"}
+		if m.ReadOnly {
+			opts = append(opts, "ro")
+		}
+		s.Mounts = append(s.Mounts, specs.Mount{Destination: filepath.Clean(m.Destination), Type: "bind", Source: m.Source, Options: opts})
+	}
+
+	if driver {
+		addGPUs(s, gpus, host.GPUs)
+		for _, g := range gpus {
+			eff.GPUs = append(eff.GPUs, g.UUID)
+		}
+	}
+
+	if hardened {
+		masked := slices.Clone(dockerMaskedPaths)
+		for i := 0; i < host.CPUs; i++ {
+			masked = append(masked, fmt.Sprintf("/sys/devices/system/cpu/cpu%d/thermal_throttle", i))
+		}
+		if !driver {
+			masked = append(masked, "/proc/driver/nvidia")
+		}
+		s.Linux.MaskedPaths = masked
+		s.Linux.ReadonlyPaths = slices.Clone(dockerReadonlyPaths)
+		imageNonRoot := task.ImageUser != "" && imageUID != 0
+		switch {
+		case task.DockerInDocker && !sec.NoNewPrivilegesExceptions.DenyDockerInDocker:
+			eff.Notes = append(eff.Notes, "noNewPrivileges not set: task runs Docker inside")
+		case imageNonRoot && !sec.NoNewPrivilegesExceptions.DenyNonRootImageUser:
+			eff.Notes = append(eff.Notes, "noNewPrivileges not set: image user is not root")
+		default:
+			s.Process.NoNewPrivileges = true
+		}
+		if host.AppArmorEnabled && slices.Contains(host.AppArmorProfiles, AppArmorProfileName) {
+			s.Process.ApparmorProfile = AppArmorProfileName
+		}
+	}
+	eff.NoNewPrivileges = s.Process.NoNewPrivileges
+	eff.MaskedPaths = len(s.Linux.MaskedPaths) > 0
+	eff.ReadonlyPaths = len(s.Linux.ReadonlyPaths) > 0
+	eff.AppArmorProfile = s.Process.ApparmorProfile
+
+	// Then seccomp, resolved against the capabilities.
+	mode := sec.Seccomp
+	if sec.Runtime == RuntimeRunsc && mode == SeccompLog {
+		// gVisor's in-sandbox seccomp has no log action; installing
+		// enforce instead could break a pool that only asked to observe.
+		mode = SeccompOff
+		eff.Notes = append(eff.Notes, "seccomp log not applied: runsc has no log action")
+	}
+	sc, err := seccompFor(mode, caps, driver, host)
+	if err != nil {
+		return nil, Effective{}, fmt.Errorf("task %s: %w", task.ID, err)
+	}
+	s.Linux.Seccomp = sc
+	eff.Seccomp = mode
+
+	if sec.Runtime == RuntimeRunsc {
+		if eff.MaskedPaths {
+			eff.MaskedPaths = false
+			eff.Notes = append(eff.Notes, "maskedPaths not applied: runsc ignores them (its /proc is synthetic)")
+		}
+		if eff.ReadonlyPaths {
+			eff.ReadonlyPaths = false
+			eff.Notes = append(eff.Notes, "readonlyPaths not applied: runsc ignores them (its /proc/sys is its own)")
+		}
+		if eff.AppArmorProfile != "" {
+			eff.AppArmorProfile = ""
+			eff.Notes = append(eff.Notes, "AppArmor not applied: runsc ignores it")
+		}
+	} else if hardened && s.Process.ApparmorProfile == "" {
+		eff.Notes = append(eff.Notes, "AppArmor not applied: not enabled on this node or profile "+AppArmorProfileName+" not loaded")
+	}
+	return s, eff, nil
+}
+
+func addGPUs(s *specs.Spec, gpus []GPU, inv GPUInventory) {
+	nodes := slices.Clone(inv.Control)
+	var uuids []string
+	for _, g := range gpus {
+		nodes = append(nodes, g.Node)
+		uuids = append(uuids, g.UUID)
+	}
+	mode := os0666
+	zero := uint32(0)
+	for _, n := range nodes {
+		s.Linux.Devices = append(s.Linux.Devices, specs.LinuxDevice{Path: n.Path, Type: "c", Major: n.Major, Minor: n.Minor, FileMode: &mode, UID: &zero, GID: &zero})
+		maj, mnr := n.Major, n.Minor
+		s.Linux.Resources.Devices = append(s.Linux.Resources.Devices, specs.LinuxDeviceCgroup{Allow: true, Type: "c", Major: &maj, Minor: &mnr, Access: "rwm"})
+	}
+	for _, lib := range inv.Libraries {
+		s.Mounts = append(s.Mounts, specs.Mount{Destination: lib.Destination, Type: "bind", Source: lib.Source, Options: []string{"rbind", "ro", "nosuid", "nodev", "rprivate"}})
+	}
+	vis := "none"
+	if len(uuids) > 0 {
+		vis = joinComma(uuids)
+	}
+	s.Process.Env = append(s.Process.Env, "NVIDIA_VISIBLE_DEVICES="+vis)
+}

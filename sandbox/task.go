@@ -1,0 +1,118 @@
+package sandbox
+
+import (
+	"errors"
+	"fmt"
+	"path/filepath"
+	"regexp"
+	"strings"
+
+	"github.com/levers9/levers9/internal/errdefs"
+)
+
+// TaskSpec is what one container runs: the image's unpacked root (the image
+// cache gives the path), the process, its limits, GPUs and mounts.
+type TaskSpec struct {
+	// ID names the task; the container ID is derived from it.
+	ID     string `json:"id"`
+	Rootfs string `json:"rootfs"`
+	// RootfsReadonly mounts the root read-only (an overlay upper makes it
+	// writable otherwise).
+	RootfsReadonly bool     `json:"rootfsReadonly"`
+	Args           []string `json:"args"`
+	Env            []string `json:"env"`
+	// User is "user[:group]", each a number or a name in the image's
+	// /etc/passwd and /etc/group; empty means ImageUser.
+	User string `json:"user"`
+	// ImageUser is the image config's user; it decides the no-new-privileges
+	// exception for non-root images.
+	ImageUser string    `json:"imageUser"`
+	Cwd       string    `json:"cwd"`
+	Hostname  string    `json:"hostname"`
+	Resources Resources `json:"resources"`
+	// GPUs uses NVIDIA_VISIBLE_DEVICES syntax: "" or "void" (no GPU, no
+	// driver), "none" (driver only), "all", or a comma list of indexes and
+	// UUIDs.
+	GPUs   string  `json:"gpus"`
+	Mounts []Mount `json:"mounts"`
+	// NetNSPath is a network namespace to join (the egress package makes
+	// it); empty means a fresh namespace with only loopback.
+	NetNSPath string `json:"netnsPath"`
+	// DockerInDocker marks tasks that run Docker inside.
+	DockerInDocker bool `json:"dockerInDocker"`
+	// ShmBytes sizes /dev/shm; zero means 64 MiB, or 1 GiB with GPUs.
+	ShmBytes int64 `json:"shmBytes"`
+}
+
+// Resources are the cgroup limits; zero means unlimited.
+type Resources struct {
+	// CPUMillis is CPU time in thousandths of a core (1500 = 1.5 cores).
+	CPUMillis   int64 `json:"cpuMillis"`
+	MemoryBytes int64 `json:"memoryBytes"`
+	Pids        int64 `json:"pids"`
+}
+
+// Mount is a user volume bind-mounted into the container.
+type Mount struct {
+	Source      string `json:"source"`
+	Destination string `json:"destination"`
+	ReadOnly    bool   `json:"readOnly"`
+}
+
+var taskIDRe = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$`)
+
+// Validate reports every bad field at once, each named.
+func (t TaskSpec) Validate() error {
+	var errs []error
+	if !taskIDRe.MatchString(t.ID) {
+		errs = append(errs, fmt.Errorf("task.id: %q must be 1-63 of [A-Za-z0-9_.-]", t.ID))
+	}
+	if !filepath.IsAbs(t.Rootfs) {
+		errs = append(errs, fmt.Errorf("task.rootfs: %q is not an absolute path", t.Rootfs))
+	}
+	if len(t.Args) == 0 {
+		errs = append(errs, errors.New("task.args: empty"))
+	}
+	for i, kv := range t.Env {
+		if k, _, ok := strings.Cut(kv, "="); !ok || k == "" {
+			errs = append(errs, fmt.Errorf("task.env[%d]: %q is not KEY=VALUE", i, kv))
+		}
+	}
+	for field, u := range map[string]string{"task.user": t.User, "task.imageUser": t.ImageUser} {
+		if us, gs, hasGroup := strings.Cut(u, ":"); u != "" && (us == "" || (hasGroup && gs == "")) {
+			errs = append(errs, fmt.Errorf("%s: %q has an empty user or group", field, u))
+		}
+	}
+	if t.Cwd != "" && !filepath.IsAbs(t.Cwd) {
+		errs = append(errs, fmt.Errorf("task.cwd: %q is not absolute", t.Cwd))
+	}
+	r := t.Resources
+	if r.CPUMillis < 0 || r.MemoryBytes < 0 || r.Pids < 0 {
+		errs = append(errs, fmt.Errorf("task.resources: negative limit in %+v", r))
+	}
+	if r.MemoryBytes != 0 && r.MemoryBytes < 4<<20 {
+		errs = append(errs, fmt.Errorf("task.resources.memoryBytes: %d is below 4 MiB", r.MemoryBytes))
+	}
+	for i, m := range t.Mounts {
+		if !filepath.IsAbs(m.Source) {
+			errs = append(errs, fmt.Errorf("task.mounts[%d].source: %q is not absolute", i, m.Source))
+		}
+		if !filepath.IsAbs(m.Destination) || filepath.Clean(m.Destination) == "/" {
+			errs = append(errs, fmt.Errorf("task.mounts[%d].destination: %q must be absolute and not /", i, m.Destination))
+		}
+	}
+	if t.ShmBytes < 0 {
+		errs = append(errs, fmt.Errorf("task.shmBytes: %d is negative", t.ShmBytes))
+	}
+	if len(errs) == 0 {
+		return nil
+	}
+	return fmt.Errorf("task %s: %w: %w", t.ID, errdefs.ErrInvalidArgument, errors.Join(errs...))
+}
+
+func (t TaskSpec) effectiveUser() string {
+	if t.User != "" {
+		return t.User
+	}
+	return t.ImageUser
+}
