@@ -1,0 +1,112 @@
+package egress
+
+import (
+	"flag"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+var update = flag.Bool("update", false, "rewrite golden files in testdata")
+
+func goldenPlan(t *testing.T, mode Mode, isolation bool) *plan {
+	t.Helper()
+	cfg := Config{
+		Prefix: "lv9",
+		Security: SecurityConfig{BridgePortIsolation: isolation, Egress: EgressConfig{Mode: mode,
+			Allow: []string{"192.168.77.10:8080/tcp", "[fd12:3456::10]:8080", "10.20.0.0/16"}}},
+		Resolvers:    []string{"192.0.2.53", "2001:db8::53"},
+		Controlplane: []string{"10.250.0.5:1995"},
+	}.WithDefaults()
+	p, err := cfg.plan()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func goldenCtrs() []ctrRules {
+	return []ctrRules{
+		{key: "0badcafe", addr: netip.MustParseAddr("10.209.0.3")},
+		{key: "0badcafe", addr: netip.MustParseAddr("fd6c:7639:9000::3")},
+		{key: "00c0ffee", addr: netip.MustParseAddr("10.209.0.2")},
+		{key: "00c0ffee", addr: netip.MustParseAddr("fd6c:7639:9000::2")},
+	}
+}
+
+func TestRulesGolden(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name      string
+		mode      Mode
+		isolation bool
+	}{
+		{"observe", ModeObserve, true},
+		{"enforce", ModeEnforce, true},
+		{"enforce-no-isolation", ModeEnforce, false},
+	} {
+		for _, fam := range []family{v4, v6} {
+			name := tc.name + "-" + fam.String() + ".golden"
+			t.Run(name, func(t *testing.T) {
+				p := goldenPlan(t, tc.mode, tc.isolation)
+				want := buildRules(p, fam, goldenCtrs(), "G")
+				rs := buildRules(p, fam, goldenCtrs(), "1")
+				rs.sum = want.sum
+				got := renderSave(rs, p.cfg.Prefix)
+				path := filepath.Join("testdata", name)
+				if *update {
+					if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
+						t.Fatal(err)
+					}
+				}
+				b, err := os.ReadFile(path)
+				if err != nil {
+					t.Fatalf("%v (run with -update)", err)
+				}
+				if string(b) != got {
+					t.Errorf("rules differ from %s (run with -update after checking):\n%s", path, got)
+				}
+			})
+		}
+	}
+}
+
+func TestRulesProperties(t *testing.T) {
+	t.Parallel()
+	p := goldenPlan(t, ModeEnforce, true)
+	for _, fam := range []family{v4, v6} {
+		rs := buildRules(p, fam, goldenCtrs(), "1")
+		text := renderSave(rs, "lv9")
+		// Every class rule names its class and is preceded by its log rule.
+		for _, c := range rs.chains {
+			for i, r := range c.rules {
+				j := strings.Join(r, " ")
+				if strings.Contains(j, "class=") && strings.Contains(j, "ctr=") {
+					prev := strings.Join(c.rules[i-1], " ")
+					if !strings.Contains(prev, "NFLOG") {
+						t.Errorf("%s: class rule %q not preceded by NFLOG", fam, j)
+					}
+				}
+			}
+		}
+		// Established first in the dispatch chains.
+		if !strings.Contains(strings.Join(rs.chains[0].rules[0], " "), "ESTABLISHED") {
+			t.Errorf("%s: first forward rule is not ESTABLISHED", fam)
+		}
+		// The same content hashes the same whatever the container order.
+		rev := goldenCtrs()
+		rev[0], rev[3] = rev[3], rev[0]
+		if a, b := buildRules(p, fam, goldenCtrs(), "G").sum, buildRules(p, fam, rev, "G").sum; a != b {
+			t.Errorf("%s: sum depends on order: %s != %s", fam, a, b)
+		}
+		if !strings.Contains(text, "metadata") {
+			t.Errorf("%s: no metadata class", fam)
+		}
+	}
+	// A different mode hashes differently.
+	if buildRules(p, v4, goldenCtrs(), "G").sum == buildRules(goldenPlan(t, ModeObserve, true), v4, goldenCtrs(), "G").sum {
+		t.Error("observe and enforce hash the same")
+	}
+}
