@@ -38,7 +38,7 @@ func newIPT(fam family, prefix string) (*ipt, error) {
 	}
 	return &ipt{
 		fam: fam, prefix: prefix, tables: t, restore: restore,
-		chainRE: regexp.MustCompile(`^` + regexp.QuoteMeta(prefix) + `-(F|I|N|c[0-9a-f]{8})-([0-9]+)$`),
+		chainRE: regexp.MustCompile(`^` + regexp.QuoteMeta(prefix) + `-(F|I|N|R|c[0-9a-f]{8})-([0-9]+)$`),
 	}, nil
 }
 

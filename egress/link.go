@@ -27,11 +27,6 @@ func writeSysctl(name, value string) error {
 	return nil
 }
 
-func readSysctl(name string) (string, error) {
-	b, err := os.ReadFile("/proc/sys/" + strings.ReplaceAll(name, ".", "/"))
-	return strings.TrimSpace(string(b)), err
-}
-
 func ipNet(a netip.Addr, bits int) *net.IPNet {
 	return &net.IPNet{IP: a.AsSlice(), Mask: net.CIDRMask(bits, a.BitLen())}
 }
@@ -192,16 +187,23 @@ func attachVeth(h *netlink.Handle, p *plan, br netlink.Link, key string, ctrNs n
 	if err := ch.LinkSetName(pl, "eth0"); err != nil {
 		return fmt.Errorf("rename %s to eth0: %w", peer, err)
 	}
-	if err := ch.AddrAdd(pl, &netlink.Addr{IPNet: ipNet(a4, p.v4.Bits())}); err != nil {
+	// Host-length addresses: nothing is on-link but the gateway, so even
+	// traffic to a neighbour container is routed through the node, where
+	// the egress chains see (and attribute) it; port isolation is the
+	// layer-2 backstop.
+	if err := ch.AddrAdd(pl, &netlink.Addr{IPNet: ipNet(a4, 32)}); err != nil {
 		return fmt.Errorf("address %s on eth0: %w", a4, err)
 	}
-	if err := ch.AddrAdd(pl, &netlink.Addr{IPNet: ipNet(a6, p.v6.Bits()), Flags: unix.IFA_F_NODAD}); err != nil {
+	if err := ch.AddrAdd(pl, &netlink.Addr{IPNet: ipNet(a6, 128), Flags: unix.IFA_F_NODAD}); err != nil {
 		return fmt.Errorf("address %s on eth0: %w", a6, err)
 	}
 	if err := ch.LinkSetUp(pl); err != nil {
 		return fmt.Errorf("bring up eth0: %w", err)
 	}
 	for _, gw := range []netip.Addr{p.gw4, p.gw6} {
+		if err := ch.RouteAdd(&netlink.Route{LinkIndex: pl.Attrs().Index, Dst: ipNet(gw, gw.BitLen()), Scope: netlink.SCOPE_LINK}); err != nil {
+			return fmt.Errorf("on-link route to %s: %w", gw, err)
+		}
 		if err := ch.RouteAdd(&netlink.Route{LinkIndex: pl.Attrs().Index, Gw: gw.AsSlice()}); err != nil {
 			return fmt.Errorf("default route via %s: %w", gw, err)
 		}
@@ -227,6 +229,9 @@ func readAttachment(path string, p *plan) (a4, a6 netip.Addr, err error) {
 		return a4, a6, err
 	}
 	addrs, err := ch.AddrList(l, netlink.FAMILY_ALL)
+	for try := 0; errors.Is(err, netlink.ErrDumpInterrupted) && try < 10; try++ {
+		addrs, err = ch.AddrList(l, netlink.FAMILY_ALL)
+	}
 	if err != nil {
 		return a4, a6, err
 	}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 
 	"github.com/levers9/levers9/internal/errdefs"
 )
@@ -305,7 +306,7 @@ func (n *Node) destroy(key string) error {
 	}
 	if h, err := n.ns.handle(); err == nil {
 		if l, err := h.LinkByName(nm.hostVeth(key)); err == nil {
-			if err := h.LinkDel(l); err != nil {
+			if err := h.LinkDel(l); err != nil && !gone(err) {
 				errs = append(errs, fmt.Errorf("delete veth %s: %w", nm.hostVeth(key), err))
 			}
 		}
@@ -421,13 +422,16 @@ func (n *Node) removeLeftovers(live map[string]bool) error {
 	}
 	defer h.Close()
 	links, err := h.LinkList()
+	for try := 0; errors.Is(err, netlink.ErrDumpInterrupted) && try < 10; try++ {
+		links, err = h.LinkList()
+	}
 	if err != nil {
 		return errors.Join(append(errs, fmt.Errorf("list links: %w", err))...)
 	}
 	for _, l := range links {
 		k, ok := strings.CutPrefix(l.Attrs().Name, pre+"v")
 		if ok && len(k) == 6 && leftoverRE.MatchString(k) && l.Type() == "veth" && !isLive(k) {
-			if err := h.LinkDel(l); err != nil {
+			if err := h.LinkDel(l); err != nil && !gone(err) {
 				errs = append(errs, fmt.Errorf("delete veth %s: %w", l.Attrs().Name, err))
 			}
 		}
@@ -518,5 +522,9 @@ func (n *Node) retire(x *ipt) func(table, chain string) {
 	}
 }
 
-// ensure the netlink import is used even when building without cgo quirks.
-var _ = netlink.LinkNotFoundError{}
+// gone reports whether a delete failed only because the namespace teardown
+// (asynchronous in the kernel) already removed the device.
+func gone(err error) bool {
+	var nf netlink.LinkNotFoundError
+	return errors.Is(err, unix.ENODEV) || errors.As(err, &nf)
+}

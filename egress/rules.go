@@ -87,9 +87,9 @@ type ctrRules struct {
 
 type names struct{ prefix string }
 
-func (n names) gen(g int) string           { return strconv.Itoa(g) }
 func (n names) fwd(g string) string        { return n.prefix + "-F-" + g }
 func (n names) input(g string) string      { return n.prefix + "-I-" + g }
+func (n names) reject(g string) string     { return n.prefix + "-R-" + g }
 func (n names) nat(g string) string        { return n.prefix + "-N-" + g }
 func (n names) ctr(key, g string) string   { return n.prefix + "-c" + key + "-" + g }
 func (n names) bridge() string             { return n.prefix + "br" }
@@ -111,9 +111,16 @@ func buildRules(p *plan, fam family, ctrs []ctrRules, g string) ruleSet {
 		rejectWith = "icmp6-adm-prohibited"
 		subnet = p.v6
 	}
+	// Refusals answer at once (TCP reset, ICMP administratively
+	// prohibited) so a refused connection fails fast and counts once.
+	rej := chainDef{table: "filter", name: n.reject(g), rules: [][]string{
+		{"-p", "tcp", "-j", "REJECT", "--reject-with", "tcp-reset"},
+		{"-j", "REJECT", "--reject-with", rejectWith},
+	}}
+	reject := []string{"-j", rej.name}
 	verdict := []string{"-j", "ACCEPT"}
 	if p.cfg.Security.Egress.Mode == ModeEnforce {
-		verdict = []string{"-j", "REJECT", "--reject-with", rejectWith}
+		verdict = reject
 	}
 	limit := []string{"-m", "limit", "--limit", strconv.Itoa(p.cfg.LogPerMinute) + "/minute", "--limit-burst", strconv.Itoa(p.cfg.LogBurst)}
 	nflog := func(class string) []string {
@@ -165,7 +172,7 @@ func buildRules(p *plan, fam family, ctrs []ctrRules, g string) ruleSet {
 		src := netip.PrefixFrom(c.addr, c.addr.BitLen()).String()
 		fwd.rules = append(fwd.rules, []string{"-i", br, "-s", src, "-j", cn})
 		in.rules = append(in.rules, []string{"-i", br, "-s", src, "-j", cn})
-		ctrChains = append(ctrChains, buildCtrChain(p, fam, c.key, cn, verdict, limit, nflog, entries, subnet))
+		ctrChains = append(ctrChains, buildCtrChain(p, fam, c.key, cn, verdict, reject, limit, nflog, entries, subnet))
 	}
 	fwd.rules = append(fwd.rules,
 		[]string{"-i", br, "-m", "comment", "--comment", pre + " class=unknown-source", "-j", "DROP"},
@@ -174,7 +181,7 @@ func buildRules(p *plan, fam family, ctrs []ctrRules, g string) ruleSet {
 	nat := chainDef{table: "nat", name: n.nat(g), rules: [][]string{
 		{"-s", subnet.String(), "!", "-o", br, "-j", "MASQUERADE"},
 	}}
-	rs.chains = append(rs.chains, fwd, in)
+	rs.chains = append(rs.chains, fwd, in, rej)
 	rs.chains = append(rs.chains, ctrChains...)
 	rs.chains = append(rs.chains, nat)
 	rs.hooks = []hookDef{
@@ -188,7 +195,7 @@ func buildRules(p *plan, fam family, ctrs []ctrRules, g string) ruleSet {
 	return rs
 }
 
-func buildCtrChain(p *plan, fam family, key, name string, verdict, limit []string, nflog func(string) []string, entries func([]AllowEntry) [][]string, subnet netip.Prefix) chainDef {
+func buildCtrChain(p *plan, fam family, key, name string, verdict, reject, limit []string, nflog func(string) []string, entries func([]AllowEntry) [][]string, subnet netip.Prefix) chainDef {
 	pre := p.cfg.Prefix
 	br := names{pre}.bridge()
 	c := chainDef{table: "filter", name: name}
@@ -197,10 +204,6 @@ func buildCtrChain(p *plan, fam family, key, name string, verdict, limit []strin
 	}
 	block := func(match []string, class string, v []string) {
 		c.rules = append(c.rules, cat(match, limit, nflog(class)), cat(match, comment(class), v))
-	}
-	reject := []string{"-j", "REJECT", "--reject-with", "icmp-admin-prohibited"}
-	if fam == v6 {
-		reject = []string{"-j", "REJECT", "--reject-with", "icmp6-adm-prohibited"}
 	}
 	if p.cfg.Security.BridgePortIsolation {
 		// Defence in depth behind port isolation: container to
