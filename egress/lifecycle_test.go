@@ -33,17 +33,20 @@ func metadataCount(t *testing.T, nb *nodeBundle, task string) float64 {
 	return testutil.ToFloat64(nb.node.matches.WithLabelValues("gpu", task, ClassMetadata))
 }
 
-func saveWithCounters(t *testing.T, nsPath string) string {
+// saveWithCounters returns the rules plus the counters of the container
+// chains (the hooks' counters also count the node's own background
+// traffic, so they are left out).
+func saveWithCounters(t *testing.T, w *world) string {
 	t.Helper()
-	var b strings.Builder
+	b := saveRules(t, w.nodeNS)
 	for _, bin := range []string{"iptables-save", "ip6tables-save"} {
-		for _, l := range strings.Split(run(t, "ip", "netns", "exec", filepath.Base(nsPath), bin, "-c"), "\n") {
-			if !strings.HasPrefix(l, "#") {
-				b.WriteString(l + "\n")
+		for _, l := range strings.Split(run(t, "ip", "netns", "exec", filepath.Base(w.nodeNS), bin, "-c"), "\n") {
+			if strings.Contains(l, "-A "+w.prefix+"-c") {
+				b += l + "\n"
 			}
 		}
 	}
-	return b.String()
+	return b
 }
 
 // hookTargets returns the first rule of each hooked built-in chain.
@@ -68,7 +71,7 @@ func TestApplyTwiceChangesNothing(t *testing.T) {
 	w := newWorld(t)
 	nb := setupNode(t, w, w.config(ModeObserve))
 	metadataHits(t, nb, nb.a.NetnsPath, 3)
-	before := saveWithCounters(t, w.nodeNS)
+	before := saveWithCounters(t, w)
 	ctx := context.Background()
 	if err := nb.node.Setup(ctx); err != nil {
 		t.Fatal(err)
@@ -76,7 +79,7 @@ func TestApplyTwiceChangesNothing(t *testing.T) {
 	if err := nb.node.Reconcile(ctx, []ContainerNet{{ID: "ctr-a", Task: "task-a", Pool: "gpu"}, {ID: "ctr-b", Task: "task-b", Pool: "gpu"}}); err != nil {
 		t.Fatal(err)
 	}
-	if after := saveWithCounters(t, w.nodeNS); after != before {
+	if after := saveWithCounters(t, w); after != before {
 		t.Errorf("re-apply changed the rules or counters:\nbefore:\n%s\nafter:\n%s", before, after)
 	}
 	if got := metadataCount(t, nb, "task-a"); got != 3 {
