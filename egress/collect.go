@@ -67,7 +67,13 @@ func (n *Node) Collect(ctx context.Context) error {
 // ReadinessReport returns what the pool's containers on this node had
 // refused (or would have, in observe mode) over the report window.
 func (n *Node) ReadinessReport(pool string) Report {
-	return n.readiness.Report(pool, n.plan.cfg.Security.Egress.Mode)
+	n.mu.Lock()
+	mode, ok := n.poolModes[pool]
+	n.mu.Unlock()
+	if !ok {
+		mode = n.plan.policy.mode
+	}
+	return n.readiness.Report(pool, mode)
 }
 
 // handleMatch attributes a logged match to its container by source address,
@@ -76,17 +82,21 @@ func (n *Node) handleMatch(m Match) {
 	n.mu.Lock()
 	key, ok := n.byAddr[m.Src]
 	lb := n.labels[key]
+	pol := n.plan.policy
+	if c := n.ctrs[key]; c != nil {
+		pol = c.pol
+	}
 	n.mu.Unlock()
 	if !ok {
 		n.log.Warn("egress match from an unknown source", "src", m.Src, "class", m.Class, "destination", m.Destination())
 		return
 	}
 	verb := "would refuse"
-	if n.plan.cfg.Security.Egress.Mode == ModeEnforce || m.Class == ClassContainer && n.plan.cfg.Security.BridgePortIsolation {
+	if pol.mode == ModeEnforce || m.Class == ClassContainer && pol.isolation {
 		verb = "refused"
 	}
 	n.log.Info("egress "+verb, "container_id", lb.ID, "task_id", lb.Task, "pool", lb.Pool,
-		"class", m.Class, "destination", m.Destination(), "mode", string(n.plan.cfg.Security.Egress.Mode))
+		"class", m.Class, "destination", m.Destination(), "mode", string(pol.mode))
 	n.readiness.AddSample(lb.Pool, lb.Task, m.Class, m.Destination())
 }
 

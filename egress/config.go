@@ -121,7 +121,38 @@ type plan struct {
 	gw4, gw6     netip.Addr
 	resolvers    []netip.Addr
 	controlplane []AllowEntry
-	allow        []AllowEntry
+	policy       policy // the node default; containers may override
+}
+
+// policy is a parsed SecurityConfig: what one container's chain enforces.
+type policy struct {
+	mode      Mode
+	isolation bool
+	allow     []AllowEntry
+}
+
+// Validate checks a (per-pool) security override; key names where it came
+// from, e.g. "worker.pools.gpu.security".
+func (s SecurityConfig) Validate(key string) error {
+	_, err := s.parse(key)
+	return err
+}
+
+func (s SecurityConfig) parse(key string) (policy, error) {
+	var errs []error
+	switch s.Egress.Mode {
+	case ModeObserve, ModeEnforce:
+	default:
+		errs = append(errs, fmt.Errorf("%s.egress.mode: %q is not observe or enforce", key, s.Egress.Mode))
+	}
+	allow, err := ParseAllow(key+".egress.allow", s.Egress.Allow)
+	if err != nil {
+		errs = append(errs, err)
+	}
+	if len(errs) > 0 {
+		return policy{}, fmt.Errorf("%w: %w", errdefs.ErrInvalidArgument, errors.Join(errs...))
+	}
+	return policy{mode: s.Egress.Mode, isolation: s.BridgePortIsolation, allow: allow}, nil
 }
 
 // Validate reports every problem at once, each naming its key.
@@ -139,15 +170,10 @@ func (c Config) plan() (*plan, error) {
 	if !prefixRE.MatchString(c.Prefix) {
 		bad("worker.network.prefix", "%q must be 1-8 characters of [a-z0-9] starting with a letter", c.Prefix)
 	}
-	switch c.Security.Egress.Mode {
-	case ModeObserve, ModeEnforce:
-	default:
-		bad("worker.containerSecurity.egress.mode", "%q is not observe or enforce", c.Security.Egress.Mode)
-	}
-	if allow, err := ParseAllow("worker.containerSecurity.egress.allow", c.Security.Egress.Allow); err != nil {
+	if pol, err := c.Security.parse("worker.containerSecurity"); err != nil {
 		errs = append(errs, err)
 	} else {
-		p.allow = allow
+		p.policy = pol
 	}
 	if cp, err := ParseAllow("worker.network.controlplane", c.Controlplane); err != nil {
 		errs = append(errs, err)

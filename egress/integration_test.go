@@ -4,7 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"net"
-	"net/netip"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"golang.org/x/net/icmp"
 	"golang.org/x/net/ipv4"
+	"golang.org/x/net/ipv6"
 )
 
 type nodeBundle struct {
@@ -89,6 +90,7 @@ func probes(nb *nodeBundle) []probeCase {
 		{"node gateway v4", "tcp", gw4 + ":" + nodePort, ClassNode, gw4 + ":" + nodePort + "/tcp"},
 		{"node gateway v6", "tcp", "[" + gw6 + "]:" + nodePort, ClassNode, "[" + gw6 + "]:" + nodePort + "/tcp"},
 		{"dns elsewhere", "udp", "203.0.113.10:53", ClassDNS, "203.0.113.10:53/udp"},
+		{"dns elsewhere v6", "udp", "[2001:db8::10]:53", ClassDNS, "[2001:db8::10]:53/udp"},
 		{"other container v4", "tcp", b4 + ":" + ctrPort, ClassContainer, b4 + ":" + ctrPort + "/tcp"},
 		{"other container v6", "tcp", "[" + b6 + "]:" + ctrPort, ClassContainer, "[" + b6 + "]:" + ctrPort + "/tcp"},
 	}
@@ -119,8 +121,10 @@ func TestEgressModes(t *testing.T) {
 				}
 			}
 			// ICMP datagram ping works without NET_RAW (ping_group_range).
-			if err := pingFrom(nb.a.NetnsPath, "203.0.113.10"); err != nil {
-				t.Errorf("datagram ping: %v", err)
+			for _, dst := range []string{"203.0.113.10", "2001:db8::10"} {
+				if err := pingFrom(nb.a.NetnsPath, dst); err != nil {
+					t.Errorf("datagram ping %s: %v", dst, err)
+				}
 			}
 			ctx := context.Background()
 			if err := nb.node.Collect(ctx); err != nil {
@@ -184,13 +188,20 @@ func TestEgressModes(t *testing.T) {
 }
 
 func pingFrom(nsPath, dst string) error {
+	v6 := strings.Contains(dst, ":")
 	return inNetns(nsPath, func() error {
-		c, err := icmp.ListenPacket("udp4", "0.0.0.0")
+		network, laddr, proto := "udp4", "0.0.0.0", 1
+		var typ, reply icmp.Type = ipv4.ICMPTypeEcho, ipv4.ICMPTypeEchoReply
+		if v6 {
+			network, laddr, proto = "udp6", "::", 58
+			typ, reply = ipv6.ICMPTypeEchoRequest, ipv6.ICMPTypeEchoReply
+		}
+		c, err := icmp.ListenPacket(network, laddr)
 		if err != nil {
 			return err
 		}
 		defer c.Close()
-		msg := icmp.Message{Type: ipv4.ICMPTypeEcho, Body: &icmp.Echo{ID: 1, Seq: 1, Data: []byte("l9e")}}
+		msg := icmp.Message{Type: typ, Body: &icmp.Echo{ID: 1, Seq: 1, Data: []byte("l9e")}}
 		b, err := msg.Marshal(nil)
 		if err != nil {
 			return err
@@ -204,15 +215,63 @@ func pingFrom(nsPath, dst string) error {
 		if err != nil {
 			return err
 		}
-		m, err := icmp.ParseMessage(1, buf[:n])
+		m, err := icmp.ParseMessage(proto, buf[:n])
 		if err != nil {
 			return err
 		}
-		if m.Type != ipv4.ICMPTypeEchoReply {
+		if m.Type != reply {
 			return &net.AddrError{Err: "unexpected ICMP type", Addr: dst}
 		}
 		return nil
 	})
 }
 
-var _ = netip.Addr{}
+// TestPoolOverride runs a pool in enforce beside the node default
+// (observe): each container gets its own pool's policy and allow list.
+func TestPoolOverride(t *testing.T) {
+	w := newWorld(t)
+	nb := setupNode(t, w, w.config(ModeObserve))
+	ctx := context.Background()
+	strict := &SecurityConfig{BridgePortIsolation: true, Egress: EgressConfig{Mode: ModeEnforce, Allow: []string{"100.64.5.5:80/tcp"}}}
+	c, err := nb.node.AddContainer(ctx, ContainerNet{ID: "ctr-c", Task: "task-c", Pool: "secure", Security: strict})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		ns, addr string
+		ok       bool
+	}{
+		{nb.a.NetnsPath, "169.254.169.254:80", true}, // observe
+		{c.NetnsPath, "169.254.169.254:80", false},   // enforce
+		{c.NetnsPath, "100.64.5.5:80", true},         // the pool's allow list
+		{nb.a.NetnsPath, "100.64.5.5:80", true},      // observe
+		{c.NetnsPath, "[2001:db8::10]:80", true},
+	} {
+		_, err := probe(tc.ns, "tcp", tc.addr)
+		if (err == nil) != tc.ok {
+			t.Errorf("%s from %s: err = %v, want reachable=%v", tc.addr, filepath.Base(tc.ns), err, tc.ok)
+		}
+	}
+	if err := nb.node.Collect(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := testutil.ToFloat64(nb.node.matches.WithLabelValues("secure", "task-c", ClassMetadata)); got != 1 {
+		t.Errorf("secure metadata = %v, want 1", got)
+	}
+	if got := testutil.ToFloat64(nb.node.matches.WithLabelValues("secure", "task-c", ClassShared)); got != 0 {
+		t.Errorf("secure shared = %v, want 0 (allowed)", got)
+	}
+	if rep := nb.node.ReadinessReport("secure"); rep.Mode != ModeEnforce || rep.Total != 1 {
+		t.Errorf("secure report: mode %s total %d", rep.Mode, rep.Total)
+	}
+	if rep := nb.node.ReadinessReport("gpu"); rep.Mode != ModeObserve || rep.Total != 2 {
+		t.Errorf("gpu report: mode %s total %d", rep.Mode, rep.Total)
+	}
+	bad := &SecurityConfig{Egress: EgressConfig{Mode: "block", Allow: []string{"1.2.3.4/40"}}}
+	_, err = nb.node.AddContainer(ctx, ContainerNet{ID: "ctr-d", Pool: "bad", Security: bad})
+	for _, want := range []string{`worker.pools.bad.security.egress.mode: "block"`, `worker.pools.bad.security.egress.allow[0]: "1.2.3.4/40": prefix length out of range`} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("bad override error %v lacks %q", err, want)
+		}
+	}
+}

@@ -146,7 +146,7 @@ func deleteNetns(name string) error {
 // attachVeth creates the veth pair, puts the peer into the container
 // namespace as eth0 with its addresses and default routes, and the host end
 // on the bridge (isolated when asked).
-func attachVeth(h *netlink.Handle, p *plan, br netlink.Link, key string, ctrNs netns.NsHandle, a4, a6 netip.Addr) error {
+func attachVeth(h *netlink.Handle, p *plan, br netlink.Link, key string, isolation bool, ctrNs netns.NsHandle, a4, a6 netip.Addr) error {
 	n := names{p.cfg.Prefix}
 	host, peer := n.hostVeth(key), n.peerVeth(key)
 	veth := &netlink.Veth{
@@ -164,7 +164,7 @@ func attachVeth(h *netlink.Handle, p *plan, br netlink.Link, key string, ctrNs n
 	if err := h.LinkSetMaster(hl, br); err != nil {
 		return fmt.Errorf("attach %s to bridge: %w", host, err)
 	}
-	if p.cfg.Security.BridgePortIsolation {
+	if isolation {
 		if err := h.LinkSetIsolated(hl, true); err != nil {
 			return fmt.Errorf("isolate bridge port %s: %w", host, err)
 		}

@@ -27,6 +27,9 @@ type ContainerNet struct {
 	ID   string
 	Task string
 	Pool string
+	// Security overrides the node's worker.containerSecurity for this
+	// container (worker.pools.NAME.security); nil uses the node's.
+	Security *SecurityConfig
 }
 
 // Attachment is what the sandbox needs to run a container on the network:
@@ -41,6 +44,7 @@ type Attachment struct {
 
 type container struct {
 	net       ContainerNet
+	pol       policy
 	key       string
 	a4, a6    netip.Addr
 	nsPath    string
@@ -70,6 +74,7 @@ type Node struct {
 	ctrs      map[string]*container // by key
 	byAddr    map[netip.Addr]string // container key by address
 	labels    map[string]ContainerNet
+	poolModes map[string]Mode       // last mode seen per pool, for reports
 	base      map[counterKey]uint64 // counts carried from retired chains
 	exported  map[counterKey]uint64
 	setupDone bool
@@ -95,7 +100,7 @@ func NewNode(cfg Config, logger *slog.Logger, reg prometheus.Registerer, opts ..
 	n := &Node{
 		plan: p, log: logger.With("component", "egress"), ns: netNS{path: p.cfg.NodeNetns}, now: time.Now,
 		ctrs: map[string]*container{}, byAddr: map[netip.Addr]string{}, labels: map[string]ContainerNet{},
-		base: map[counterKey]uint64{}, exported: map[counterKey]uint64{},
+		base: map[counterKey]uint64{}, exported: map[counterKey]uint64{}, poolModes: map[string]Mode{},
 	}
 	for _, o := range opts {
 		o(n)
@@ -115,6 +120,18 @@ func NewNode(cfg Config, logger *slog.Logger, reg prometheus.Registerer, opts ..
 
 // Config returns the effective configuration.
 func (n *Node) Config() Config { return n.plan.cfg }
+
+// policyFor resolves a container's policy: its override or the node's.
+func (n *Node) policyFor(cn ContainerNet) (policy, error) {
+	if cn.Security == nil {
+		return n.plan.policy, nil
+	}
+	pol, err := cn.Security.parse("worker.pools." + cn.Pool + ".security")
+	if err != nil {
+		return policy{}, fmt.Errorf("container %s: %w", cn.ID, err)
+	}
+	return pol, nil
+}
 
 func keyOf(id string) string {
 	h := sha256.Sum256([]byte(id))
@@ -219,6 +236,10 @@ func (n *Node) AddContainer(ctx context.Context, cn ContainerNet) (*Attachment, 
 	if !n.setupDone {
 		return nil, fmt.Errorf("add container %s: Setup has not run: %w", cn.ID, errdefs.ErrFailedPrecondition)
 	}
+	pol, err := n.policyFor(cn)
+	if err != nil {
+		return nil, fmt.Errorf("add container: %w", err)
+	}
 	key := keyOf(cn.ID)
 	if c := n.ctrs[key]; c != nil {
 		if c.net.ID != cn.ID {
@@ -235,7 +256,7 @@ func (n *Node) AddContainer(ctx context.Context, cn ContainerNet) (*Attachment, 
 	if err != nil {
 		return nil, fmt.Errorf("add container %s: %w", cn.ID, err)
 	}
-	c := &container{net: cn, key: key, a4: a4, a6: a6,
+	c := &container{net: cn, pol: pol, key: key, a4: a4, a6: a6,
 		nsPath:    filepath.Join(netnsDir, names{n.plan.cfg.Prefix}.netns(key)),
 		resolvDir: filepath.Join(n.plan.cfg.StateDir, names{n.plan.cfg.Prefix}.netns(key))}
 	if err := n.createLocked(c); err != nil {
@@ -268,7 +289,7 @@ func (n *Node) createLocked(c *container) error {
 	if err != nil {
 		return fmt.Errorf("look up bridge: %w", err)
 	}
-	if err := attachVeth(h, n.plan, br, c.key, ns, c.a4, c.a6); err != nil {
+	if err := attachVeth(h, n.plan, br, c.key, c.pol.isolation, ns, c.a4, c.a6); err != nil {
 		return err
 	}
 	if err := os.MkdirAll(c.resolvDir, 0o755); err != nil {
@@ -289,6 +310,7 @@ func (n *Node) trackLocked(c *container) {
 	n.ctrs[c.key] = c
 	n.byAddr[c.a4], n.byAddr[c.a6] = c.key, c.key
 	n.labels[c.key] = c.net
+	n.poolModes[c.net.Pool] = c.pol.mode
 }
 
 func (n *Node) untrackLocked(c *container) {
@@ -354,14 +376,18 @@ func (n *Node) Reconcile(ctx context.Context, live []ContainerNet) error {
 	liveKeys := map[string]bool{}
 	for _, cn := range live {
 		key := keyOf(cn.ID)
+		pol, err := n.policyFor(cn)
+		if err != nil {
+			return fmt.Errorf("reconcile: %w", err)
+		}
 		liveKeys[key] = true
 		if c := n.ctrs[key]; c != nil {
-			c.net = cn
+			c.net, c.pol = cn, pol
 			n.labels[key] = cn
 			continue
 		}
 		nm := names{n.plan.cfg.Prefix}
-		c := &container{net: cn, key: key, nsPath: filepath.Join(netnsDir, nm.netns(key)),
+		c := &container{net: cn, pol: pol, key: key, nsPath: filepath.Join(netnsDir, nm.netns(key)),
 			resolvDir: filepath.Join(n.plan.cfg.StateDir, nm.netns(key))}
 		a4, a6, err := readAttachment(c.nsPath, n.plan)
 		if err != nil {
@@ -484,7 +510,7 @@ func (n *Node) Uninstall(ctx context.Context) error {
 func (n *Node) applyLocked(ctx context.Context) error {
 	var ctrs []ctrRules
 	for _, c := range n.ctrs {
-		ctrs = append(ctrs, ctrRules{key: c.key, addr: c.a4}, ctrRules{key: c.key, addr: c.a6})
+		ctrs = append(ctrs, ctrRules{key: c.key, addr: c.a4, pol: c.pol}, ctrRules{key: c.key, addr: c.a6, pol: c.pol})
 	}
 	for _, x := range n.ipts {
 		build := func(g string) ruleSet { return buildRules(n.plan, x.fam, append([]ctrRules(nil), ctrs...), g) }

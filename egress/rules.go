@@ -83,6 +83,7 @@ type ruleSet struct {
 type ctrRules struct {
 	key  string // 8 hex digits, from the container ID
 	addr netip.Addr
+	pol  policy
 }
 
 type names struct{ prefix string }
@@ -118,10 +119,6 @@ func buildRules(p *plan, fam family, ctrs []ctrRules, g string) ruleSet {
 		{"-j", "REJECT", "--reject-with", rejectWith},
 	}}
 	reject := []string{"-j", rej.name}
-	verdict := []string{"-j", "ACCEPT"}
-	if p.cfg.Security.Egress.Mode == ModeEnforce {
-		verdict = reject
-	}
 	limit := []string{"-m", "limit", "--limit", strconv.Itoa(p.cfg.LogPerMinute) + "/minute", "--limit-burst", strconv.Itoa(p.cfg.LogBurst)}
 	nflog := func(class string) []string {
 		return []string{"-j", "NFLOG", "--nflog-group", strconv.Itoa(int(p.cfg.NFLOGGroup)), "--nflog-prefix", pre + " " + class}
@@ -172,7 +169,7 @@ func buildRules(p *plan, fam family, ctrs []ctrRules, g string) ruleSet {
 		src := netip.PrefixFrom(c.addr, c.addr.BitLen()).String()
 		fwd.rules = append(fwd.rules, []string{"-i", br, "-s", src, "-j", cn})
 		in.rules = append(in.rules, []string{"-i", br, "-s", src, "-j", cn})
-		ctrChains = append(ctrChains, buildCtrChain(p, fam, c.key, cn, verdict, reject, limit, nflog, entries, subnet))
+		ctrChains = append(ctrChains, buildCtrChain(p, fam, c, cn, reject, limit, nflog, entries, subnet))
 	}
 	fwd.rules = append(fwd.rules,
 		[]string{"-i", br, "-m", "comment", "--comment", pre + " class=unknown-source", "-j", "DROP"},
@@ -195,17 +192,22 @@ func buildRules(p *plan, fam family, ctrs []ctrRules, g string) ruleSet {
 	return rs
 }
 
-func buildCtrChain(p *plan, fam family, key, name string, verdict, reject, limit []string, nflog func(string) []string, entries func([]AllowEntry) [][]string, subnet netip.Prefix) chainDef {
+func buildCtrChain(p *plan, fam family, ctr ctrRules, name string, reject, limit []string, nflog func(string) []string, entries func([]AllowEntry) [][]string, subnet netip.Prefix) chainDef {
 	pre := p.cfg.Prefix
 	br := names{pre}.bridge()
 	c := chainDef{table: "filter", name: name}
+	key := ctr.key
+	verdict := []string{"-j", "ACCEPT"}
+	if ctr.pol.mode == ModeEnforce {
+		verdict = reject
+	}
 	comment := func(class string) []string {
 		return []string{"-m", "comment", "--comment", pre + " ctr=" + key + " class=" + class}
 	}
 	block := func(match []string, class string, v []string) {
 		c.rules = append(c.rules, cat(match, limit, nflog(class)), cat(match, comment(class), v))
 	}
-	if p.cfg.Security.BridgePortIsolation {
+	if ctr.pol.isolation {
 		// Defence in depth behind port isolation: container to
 		// container through the gateway (or bridged with br_netfilter)
 		// is refused whatever the egress mode.
@@ -225,7 +227,7 @@ func buildCtrChain(p *plan, fam family, key, name string, verdict, reject, limit
 	for _, m := range entries(p.controlplane) {
 		c.rules = append(c.rules, cat(m, []string{"-j", "ACCEPT"}))
 	}
-	for _, m := range entries(p.allow) {
+	for _, m := range entries(ctr.pol.allow) {
 		c.rules = append(c.rules, cat(m, []string{"-j", "ACCEPT"}))
 	}
 	meta, private, shared, linkLocal, multicast := MetadataV4, []string{"10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16"}, []string{"100.64.0.0/10"}, []string{"169.254.0.0/16"}, []string{"224.0.0.0/4"}

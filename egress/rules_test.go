@@ -27,12 +27,12 @@ func goldenPlan(t *testing.T, mode Mode, isolation bool) *plan {
 	return p
 }
 
-func goldenCtrs() []ctrRules {
+func goldenCtrs(p *plan) []ctrRules {
 	return []ctrRules{
-		{key: "0badcafe", addr: netip.MustParseAddr("10.209.0.3")},
-		{key: "0badcafe", addr: netip.MustParseAddr("fd6c:7639:9000::3")},
-		{key: "00c0ffee", addr: netip.MustParseAddr("10.209.0.2")},
-		{key: "00c0ffee", addr: netip.MustParseAddr("fd6c:7639:9000::2")},
+		{key: "0badcafe", addr: netip.MustParseAddr("10.209.0.3"), pol: p.policy},
+		{key: "0badcafe", addr: netip.MustParseAddr("fd6c:7639:9000::3"), pol: p.policy},
+		{key: "00c0ffee", addr: netip.MustParseAddr("10.209.0.2"), pol: p.policy},
+		{key: "00c0ffee", addr: netip.MustParseAddr("fd6c:7639:9000::2"), pol: p.policy},
 	}
 }
 
@@ -46,13 +46,23 @@ func TestRulesGolden(t *testing.T) {
 		{"observe", ModeObserve, true},
 		{"enforce", ModeEnforce, true},
 		{"enforce-no-isolation", ModeEnforce, false},
+		{"mixed", ModeObserve, true},
 	} {
 		for _, fam := range []family{v4, v6} {
 			name := tc.name + "-" + fam.String() + ".golden"
 			t.Run(name, func(t *testing.T) {
 				p := goldenPlan(t, tc.mode, tc.isolation)
-				want := buildRules(p, fam, goldenCtrs(), "G")
-				rs := buildRules(p, fam, goldenCtrs(), "1")
+				ctrs := goldenCtrs(p)
+				if tc.name == "mixed" {
+					// A pool override: enforce, no isolation, its own allow list.
+					pol, err := SecurityConfig{Egress: EgressConfig{Mode: ModeEnforce, Allow: []string{"172.16.5.0/24:443/tcp", "[fd99::/16]:443/tcp"}}}.parse("worker.pools.gpu.security")
+					if err != nil {
+						t.Fatal(err)
+					}
+					ctrs[0].pol, ctrs[1].pol = pol, pol
+				}
+				want := buildRules(p, fam, ctrs, "G")
+				rs := buildRules(p, fam, ctrs, "1")
 				rs.sum = want.sum
 				got := renderSave(rs, p.cfg.Prefix)
 				path := filepath.Join("testdata", name)
@@ -77,7 +87,7 @@ func TestRulesProperties(t *testing.T) {
 	t.Parallel()
 	p := goldenPlan(t, ModeEnforce, true)
 	for _, fam := range []family{v4, v6} {
-		rs := buildRules(p, fam, goldenCtrs(), "1")
+		rs := buildRules(p, fam, goldenCtrs(p), "1")
 		text := renderSave(rs, "lv9")
 		// Every class rule names its class and is preceded by its log rule.
 		for _, c := range rs.chains {
@@ -96,9 +106,9 @@ func TestRulesProperties(t *testing.T) {
 			t.Errorf("%s: first forward rule is not ESTABLISHED", fam)
 		}
 		// The same content hashes the same whatever the container order.
-		rev := goldenCtrs()
+		rev := goldenCtrs(p)
 		rev[0], rev[3] = rev[3], rev[0]
-		if a, b := buildRules(p, fam, goldenCtrs(), "G").sum, buildRules(p, fam, rev, "G").sum; a != b {
+		if a, b := buildRules(p, fam, goldenCtrs(p), "G").sum, buildRules(p, fam, rev, "G").sum; a != b {
 			t.Errorf("%s: sum depends on order: %s != %s", fam, a, b)
 		}
 		if !strings.Contains(text, "metadata") {
@@ -106,7 +116,7 @@ func TestRulesProperties(t *testing.T) {
 		}
 	}
 	// A different mode hashes differently.
-	if buildRules(p, v4, goldenCtrs(), "G").sum == buildRules(goldenPlan(t, ModeObserve, true), v4, goldenCtrs(), "G").sum {
+	if buildRules(p, v4, goldenCtrs(p), "G").sum == buildRules(goldenPlan(t, ModeObserve, true), v4, goldenCtrs(goldenPlan(t, ModeObserve, true)), "G").sum {
 		t.Error("observe and enforce hash the same")
 	}
 }

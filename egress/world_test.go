@@ -120,6 +120,7 @@ func newWorld(t *testing.T) *world {
 	w.serveUDP(t, w.worldNS, "192.0.2.53:53")
 	w.serveUDP(t, w.worldNS, "[2001:db8::53]:53")
 	w.serveUDP(t, w.worldNS, "203.0.113.10:53")
+	w.serveUDP(t, w.worldNS, "[2001:db8::10]:53")
 	// A listener on the node itself, on every node address.
 	w.serveTCP(t, w.nodeNS, ":"+nodePort)
 	t.Cleanup(w.close)
