@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"strings"
 	"time"
 
 	"github.com/levers9/levers9/internal/errdefs"
@@ -21,21 +20,12 @@ func (n *Node) Collect(ctx context.Context) error {
 	live := map[counterKey]uint64{}
 	for _, x := range n.ipts {
 		err := n.ns.do(func() error {
-			_, chains, err := x.inspect()
+			counts, err := x.counters(ctx, nil)
 			if err != nil {
 				return err
 			}
-			for _, c := range chains["filter"] {
-				if !strings.HasPrefix(c, n.plan.cfg.Prefix+"-c") {
-					continue
-				}
-				counts, err := x.counters(c)
-				if err != nil {
-					return err
-				}
-				for k, v := range counts {
-					live[k] += v
-				}
+			for k, v := range counts {
+				live[k] += v
 			}
 			return nil
 		})

@@ -20,13 +20,14 @@ type ipt struct {
 	prefix  string
 	tables  *iptables.IPTables
 	restore string
+	save    string
 	chainRE *regexp.Regexp
 }
 
 func newIPT(fam family, prefix string) (*ipt, error) {
-	proto, bin := iptables.ProtocolIPv4, "iptables-restore"
+	proto, bin, saveBin := iptables.ProtocolIPv4, "iptables-restore", "iptables-save"
 	if fam == v6 {
-		proto, bin = iptables.ProtocolIPv6, "ip6tables-restore"
+		proto, bin, saveBin = iptables.ProtocolIPv6, "ip6tables-restore", "ip6tables-save"
 	}
 	t, err := iptables.New(iptables.IPFamily(proto), iptables.Timeout(10))
 	if err != nil {
@@ -36,9 +37,13 @@ func newIPT(fam family, prefix string) (*ipt, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", fam, err)
 	}
+	save, err := exec.LookPath(saveBin)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", fam, err)
+	}
 	return &ipt{
-		fam: fam, prefix: prefix, tables: t, restore: restore,
-		chainRE: regexp.MustCompile(`^` + regexp.QuoteMeta(prefix) + `-(F|I|N|R|c[0-9a-f]{8})-([0-9]+)$`),
+		fam: fam, prefix: prefix, tables: t, restore: restore, save: save,
+		chainRE: regexp.MustCompile(`^` + regexp.QuoteMeta(prefix) + `-(F|I|N|R|c[0-9a-f]{8})-[0-9a-f]{6}$`),
 	}, nil
 }
 
@@ -47,10 +52,8 @@ type hookRule struct {
 	table, builtin string
 	pos            int    // 1-based among the chain's rules
 	spec           string // as listed, without "-A BUILTIN "
-	target, sum    string
+	target         string
 }
-
-var sumRE = regexp.MustCompile(`sum=([0-9a-f]+)`)
 
 var builtins = []struct{ table, chain string }{{"filter", "FORWARD"}, {"filter", "INPUT"}, {"nat", "POSTROUTING"}}
 
@@ -73,9 +76,6 @@ func (x *ipt) inspect() (hooks []hookRule, chains map[string][]string, err error
 				if f[i] == "-j" && x.chainRE.MatchString(f[i+1]) {
 					h := hookRule{table: b.table, builtin: b.chain, pos: pos, target: f[i+1],
 						spec: strings.TrimPrefix(l, "-A "+b.chain+" ")}
-					if m := sumRE.FindStringSubmatch(l); m != nil {
-						h.sum = m[1]
-					}
 					hooks = append(hooks, h)
 				}
 			}
@@ -95,133 +95,88 @@ func (x *ipt) inspect() (hooks []hookRule, chains map[string][]string, err error
 	return hooks, chains, nil
 }
 
-func (x *ipt) genOf(chain string) int {
-	m := x.chainRE.FindStringSubmatch(chain)
-	if m == nil {
-		return -1
-	}
-	g, _ := strconv.Atoi(m[2])
-	return g
-}
-
 // applyResult says what apply did.
 type applyResult struct {
-	gen     int
-	changed bool // a new generation was installed
-	moved   bool // hooks were put back at position 1
+	created int  // chains created
+	swapped bool // a hook now points at a different chain
+	moved   bool // a hook was put back at position 1
 }
 
-// apply makes the installed rules equal to build's, swapping in a new
-// generation only when the content changed. retire is called with each of
-// our chains about to be deleted (to read its final counters) while it still
-// exists. Safe to repeat; converges from any partial state a killed apply
-// left, since everything not hooked is garbage.
-func (x *ipt) apply(ctx context.Context, build func(g string) ruleSet, retire func(table, chain string)) (applyResult, error) {
-	want := build("G")
+// apply makes the installed rules equal to rs. Chains are named by their
+// content, so an installed chain with the wanted name is kept as it is
+// (with its counters); only missing chains are created, and the hooks are
+// swapped to new dispatch chains in the same iptables-restore transaction
+// that creates them, so no packet ever sees a half-built set. Chains of
+// ours that rs does not name are handed to retire (to carry their counters)
+// and deleted. Idempotent, and converges from whatever a killed apply left:
+// anything not hooked is garbage.
+func (x *ipt) apply(ctx context.Context, rs ruleSet, retire func(gone map[string]bool)) (applyResult, error) {
 	hooks, chains, err := x.inspect()
 	if err != nil {
 		return applyResult{}, err
 	}
 	exists := map[string]bool{}
-	maxGen := 0
 	for _, cs := range chains {
 		for _, c := range cs {
 			exists[c] = true
-			maxGen = max(maxGen, x.genOf(c))
-		}
-	}
-	// Is the installed generation current?
-	cur := -1
-	ok := true
-	for _, hd := range want.hooks {
-		var found []hookRule
-		for _, h := range hooks {
-			if h.table == hd.table && h.builtin == hd.builtin {
-				found = append(found, h)
-			}
-		}
-		if len(found) != 1 || found[0].sum != want.sum || !exists[found[0].target] {
-			ok = false
-			break
-		}
-		g := x.genOf(found[0].target)
-		if cur == -1 {
-			cur = g
-		} else if cur != g {
-			ok = false
 		}
 	}
 	var res applyResult
-	var keep ruleSet
-	if ok && cur >= 0 {
-		keep = build(strconv.Itoa(cur))
-		for _, c := range keep.chains {
-			if !exists[c.name] {
-				ok = false
+	var in bytes.Buffer
+	for _, table := range []string{"filter", "nat"} {
+		fmt.Fprintf(&in, "*%s\n", table)
+		for _, c := range rs.chains {
+			if c.table == table && !exists[c.name] {
+				fmt.Fprintf(&in, ":%s - [0:0]\n", c.name)
 			}
 		}
-	}
-	if ok && cur >= 0 {
-		res.gen = cur
-		var in bytes.Buffer
-		for _, table := range []string{"filter", "nat"} {
-			fmt.Fprintf(&in, "*%s\n", table)
+		for _, c := range rs.chains {
+			if c.table != table || exists[c.name] {
+				continue
+			}
+			res.created++
+			for _, r := range c.rules {
+				fmt.Fprintf(&in, "-A %s %s\n", c.name, joinArgs(r))
+			}
+		}
+		for _, hd := range rs.hooks {
+			if hd.table != table {
+				continue
+			}
+			var found []hookRule
 			for _, h := range hooks {
-				if h.table == table && h.pos != 1 {
-					fmt.Fprintf(&in, "-D %s %s\n-I %s 1 %s\n", h.builtin, h.spec, h.builtin, h.spec)
+				if h.table == hd.table && h.builtin == hd.builtin {
+					found = append(found, h)
+				}
+			}
+			if len(found) == 1 && found[0].target == hd.target && found[0].pos == 1 {
+				continue
+			}
+			for _, h := range found {
+				fmt.Fprintf(&in, "-D %s %s\n", h.builtin, h.spec)
+				if h.target == hd.target {
 					res.moved = true
+				} else {
+					res.swapped = true
 				}
 			}
-			in.WriteString("COMMIT\n")
+			if len(found) == 0 {
+				res.swapped = true
+			}
+			fmt.Fprintf(&in, "-I %s 1 %s\n", hd.builtin, joinArgs(hd.args(x.prefix)))
 		}
-		if res.moved {
-			if err := x.runRestore(ctx, in.Bytes()); err != nil {
-				return res, fmt.Errorf("%s move hooks to position 1: %w", x.fam, err)
-			}
-		}
-	} else {
-		res.gen, res.changed = maxGen+1, true
-		keep = build(strconv.Itoa(res.gen))
-		keep.sum = want.sum
-		var in bytes.Buffer
-		for _, table := range []string{"filter", "nat"} {
-			fmt.Fprintf(&in, "*%s\n", table)
-			for _, c := range keep.chains {
-				if c.table == table {
-					fmt.Fprintf(&in, ":%s - [0:0]\n", c.name)
-				}
-			}
-			for _, c := range keep.chains {
-				if c.table != table {
-					continue
-				}
-				for _, r := range c.rules {
-					fmt.Fprintf(&in, "-A %s %s\n", c.name, joinArgs(r))
-				}
-			}
-			// Swap: the old jump goes in the same transaction the
-			// new one arrives, so no packet sees neither.
-			for _, h := range hooks {
-				if h.table == table {
-					fmt.Fprintf(&in, "-D %s %s\n", h.builtin, h.spec)
-				}
-			}
-			for _, h := range keep.hooks {
-				if h.table == table {
-					fmt.Fprintf(&in, "-I %s 1 %s\n", h.builtin, joinArgs(h.args(x.prefix, want.sum)))
-				}
-			}
-			in.WriteString("COMMIT\n")
-		}
+		in.WriteString("COMMIT\n")
+	}
+	if res.created > 0 || res.swapped || res.moved {
 		if err := x.runRestore(ctx, in.Bytes()); err != nil {
-			return res, fmt.Errorf("%s install generation %d: %w", x.fam, res.gen, err)
+			return res, fmt.Errorf("%s install rules: %w", x.fam, err)
 		}
 	}
-	keepNames := map[string]bool{}
-	for _, c := range keep.chains {
-		keepNames[c.name] = true
+	keep := map[string]bool{}
+	for _, c := range rs.chains {
+		keep[c.name] = true
 	}
-	if err := x.deleteChains(ctx, chains, keepNames, retire); err != nil {
+	if err := x.deleteChains(ctx, chains, keep, retire); err != nil {
 		return res, err
 	}
 	return res, nil
@@ -229,9 +184,22 @@ func (x *ipt) apply(ctx context.Context, build func(g string) ruleSet, retire fu
 
 // deleteChains flushes and deletes every chain of ours not in keep, after
 // handing each to retire.
-func (x *ipt) deleteChains(ctx context.Context, chains map[string][]string, keep map[string]bool, retire func(table, chain string)) error {
+func (x *ipt) deleteChains(ctx context.Context, chains map[string][]string, keep map[string]bool, retire func(gone map[string]bool)) error {
 	var in bytes.Buffer
-	any := false
+	all := map[string]bool{}
+	for _, table := range []string{"filter", "nat"} {
+		for _, c := range chains[table] {
+			if !keep[c] {
+				all[c] = true
+			}
+		}
+	}
+	if len(all) == 0 {
+		return nil
+	}
+	if retire != nil {
+		retire(all)
+	}
 	for _, table := range []string{"filter", "nat"} {
 		var gone []string
 		for _, c := range chains[table] {
@@ -242,19 +210,12 @@ func (x *ipt) deleteChains(ctx context.Context, chains map[string][]string, keep
 		sort.Strings(gone)
 		fmt.Fprintf(&in, "*%s\n", table)
 		for _, c := range gone {
-			if retire != nil {
-				retire(table, c)
-			}
 			fmt.Fprintf(&in, "-F %s\n", c)
-			any = true
 		}
 		for _, c := range gone {
 			fmt.Fprintf(&in, "-X %s\n", c)
 		}
 		in.WriteString("COMMIT\n")
-	}
-	if !any {
-		return nil
 	}
 	if err := x.runRestore(ctx, in.Bytes()); err != nil {
 		return fmt.Errorf("%s delete old chains: %w", x.fam, err)
@@ -263,7 +224,7 @@ func (x *ipt) deleteChains(ctx context.Context, chains map[string][]string, keep
 }
 
 // uninstall removes our hooks and chains.
-func (x *ipt) uninstall(ctx context.Context, retire func(table, chain string)) error {
+func (x *ipt) uninstall(ctx context.Context, retire func(gone map[string]bool)) error {
 	hooks, chains, err := x.inspect()
 	if err != nil {
 		return err
@@ -297,23 +258,37 @@ func (x *ipt) runRestore(ctx context.Context, input []byte) error {
 	return nil
 }
 
-// counters reads the attributed counters of one of our container chains:
-// packets per (container key, class).
-func (x *ipt) counters(chain string) (map[counterKey]uint64, error) {
-	stats, err := x.tables.StructuredStats("filter", chain)
-	if err != nil {
-		return nil, fmt.Errorf("%s stats %s: %w", x.fam, chain, err)
+// counters reads the attributed counters of the given chains of ours
+// (all container chains when chains is nil): packets per (container key,
+// class). One iptables-save -c reads every chain at once; asking per chain
+// (go-iptables Stats) costs an exec each, which dominated at ~20 containers.
+func (x *ipt) counters(ctx context.Context, chains map[string]bool) (map[counterKey]uint64, error) {
+	cmd := exec.CommandContext(ctx, x.save, "-c", "-t", "filter")
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		return nil, fmt.Errorf("%s -c: %w: %s", x.save, err, strings.TrimSpace(stderr.String()))
 	}
 	out := map[counterKey]uint64{}
-	for _, s := range stats {
-		m := ctrCommentRE.FindStringSubmatch(s.Options)
-		if m == nil {
+	for _, line := range strings.Split(stdout.String(), "\n") {
+		m := counterLineRE.FindStringSubmatch(line)
+		if m == nil || !strings.HasPrefix(m[2], x.prefix+"-c") || chains != nil && !chains[m[2]] {
 			continue
 		}
-		out[counterKey{key: m[1], class: m[2]}] += s.Packets
+		c := ctrCommentRE.FindStringSubmatch(line)
+		if c == nil {
+			continue
+		}
+		n, err := strconv.ParseUint(m[1], 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("%s: bad counter in %q", x.save, line)
+		}
+		out[counterKey{key: c[1], class: c[2]}] += n
 	}
 	return out, nil
 }
+
+var counterLineRE = regexp.MustCompile(`^\[([0-9]+):[0-9]+\] -A (\S+) `)
 
 var ctrCommentRE = regexp.MustCompile(`ctr=([0-9a-f]{8}) class=([a-z-]+)`)
 

@@ -484,7 +484,7 @@ func (n *Node) Uninstall(ctx context.Context) error {
 			errs = append(errs, err)
 			continue
 		}
-		if err := n.ns.do(func() error { return x.uninstall(ctx, n.retire(x)) }); err != nil {
+		if err := n.ns.do(func() error { return x.uninstall(ctx, n.retire(ctx, x)) }); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -513,11 +513,11 @@ func (n *Node) applyLocked(ctx context.Context) error {
 		ctrs = append(ctrs, ctrRules{key: c.key, addr: c.a4, pol: c.pol}, ctrRules{key: c.key, addr: c.a6, pol: c.pol})
 	}
 	for _, x := range n.ipts {
-		build := func(g string) ruleSet { return buildRules(n.plan, x.fam, append([]ctrRules(nil), ctrs...), g) }
+		rs := buildRules(n.plan, x.fam, append([]ctrRules(nil), ctrs...))
 		var res applyResult
 		err := n.ns.do(func() error {
 			var err error
-			res, err = x.apply(ctx, build, n.retire(x))
+			res, err = x.apply(ctx, rs, n.retire(ctx, x))
 			return err
 		})
 		if err != nil {
@@ -530,16 +530,13 @@ func (n *Node) applyLocked(ctx context.Context) error {
 	return nil
 }
 
-// retire returns the callback that carries a retiring chain's counts into
+// retire returns the callback that carries retiring chains' counts into
 // base. Called with mu held, inside the node namespace.
-func (n *Node) retire(x *ipt) func(table, chain string) {
-	return func(table, chain string) {
-		if table != "filter" || !strings.HasPrefix(chain, n.plan.cfg.Prefix+"-c") {
-			return
-		}
-		counts, err := x.counters(chain)
+func (n *Node) retire(ctx context.Context, x *ipt) func(map[string]bool) {
+	return func(gone map[string]bool) {
+		counts, err := x.counters(ctx, gone)
 		if err != nil {
-			n.log.Warn("reading counters of a retiring chain", "chain", chain, "err", err)
+			n.log.Warn("reading counters of retiring chains", "family", x.fam.String(), "err", err)
 			return
 		}
 		for k, v := range counts {

@@ -76,7 +76,6 @@ type ruleSet struct {
 	fam    family
 	chains []chainDef
 	hooks  []hookDef
-	sum    string // hash of the generation-independent rendering
 }
 
 // ctrRules is what the rule builder needs to know of a container.
@@ -88,19 +87,26 @@ type ctrRules struct {
 
 type names struct{ prefix string }
 
-func (n names) fwd(g string) string        { return n.prefix + "-F-" + g }
-func (n names) input(g string) string      { return n.prefix + "-I-" + g }
-func (n names) reject(g string) string     { return n.prefix + "-R-" + g }
-func (n names) nat(g string) string        { return n.prefix + "-N-" + g }
-func (n names) ctr(key, g string) string   { return n.prefix + "-c" + key + "-" + g }
+// name gives a chain its content-derived name: kind (F, I, N, R or
+// c+container key) and a hash of its table and rules, so equal content
+// means an equal name and an installed chain is reused as it is.
+func (n names) name(c *chainDef, kind string) {
+	var b strings.Builder
+	b.WriteString(c.table)
+	for _, r := range c.rules {
+		b.WriteString("\n" + joinArgs(r))
+	}
+	c.name = n.prefix + "-" + kind + "-" + hashText(b.String())[:6]
+}
+
 func (n names) bridge() string             { return n.prefix + "br" }
 func (n names) hostVeth(key string) string { return n.prefix + "v" + key[:6] }
 func (n names) peerVeth(key string) string { return n.prefix + "p" + key[:6] }
 func (n names) netns(key string) string    { return n.prefix + "-" + key }
 
-// buildRules renders the rule set of one family for generation g ("G" when
-// only hashing). Containers are sorted by key so output is stable.
-func buildRules(p *plan, fam family, ctrs []ctrRules, g string) ruleSet {
+// buildRules renders the rule set of one family. Containers are sorted by
+// key so output is stable; chain names derive from content (see names.name).
+func buildRules(p *plan, fam family, ctrs []ctrRules) ruleSet {
 	n := names{p.cfg.Prefix}
 	br := n.bridge()
 	pre := p.cfg.Prefix
@@ -114,10 +120,11 @@ func buildRules(p *plan, fam family, ctrs []ctrRules, g string) ruleSet {
 	}
 	// Refusals answer at once (TCP reset, ICMP administratively
 	// prohibited) so a refused connection fails fast and counts once.
-	rej := chainDef{table: "filter", name: n.reject(g), rules: [][]string{
+	rej := chainDef{table: "filter", rules: [][]string{
 		{"-p", "tcp", "-j", "REJECT", "--reject-with", "tcp-reset"},
 		{"-j", "REJECT", "--reject-with", rejectWith},
 	}}
+	n.name(&rej, "R")
 	reject := []string{"-j", rej.name}
 	limit := []string{"-m", "limit", "--limit", strconv.Itoa(p.cfg.LogPerMinute) + "/minute", "--limit-burst", strconv.Itoa(p.cfg.LogBurst)}
 	nflog := func(class string) []string {
@@ -148,8 +155,8 @@ func buildRules(p *plan, fam family, ctrs []ctrRules, g string) ruleSet {
 
 	rs := ruleSet{fam: fam}
 	var ctrChains []chainDef
-	fwd := chainDef{table: "filter", name: n.fwd(g)}
-	in := chainDef{table: "filter", name: n.input(g)}
+	fwd := chainDef{table: "filter"}
+	in := chainDef{table: "filter"}
 	fwd.rules = append(fwd.rules,
 		cat([]string{"-o", br}, established),
 		cat([]string{"-i", br}, established))
@@ -165,19 +172,23 @@ func buildRules(p *plan, fam family, ctrs []ctrRules, g string) ruleSet {
 		if !c.addr.IsValid() || !inFam(c.addr) {
 			continue
 		}
-		cn := n.ctr(c.key, g)
+		cc := buildCtrChain(p, fam, c, reject, limit, nflog, entries, subnet)
+		n.name(&cc, "c"+c.key)
 		src := netip.PrefixFrom(c.addr, c.addr.BitLen()).String()
-		fwd.rules = append(fwd.rules, []string{"-i", br, "-s", src, "-j", cn})
-		in.rules = append(in.rules, []string{"-i", br, "-s", src, "-j", cn})
-		ctrChains = append(ctrChains, buildCtrChain(p, fam, c, cn, reject, limit, nflog, entries, subnet))
+		fwd.rules = append(fwd.rules, []string{"-i", br, "-s", src, "-j", cc.name})
+		in.rules = append(in.rules, []string{"-i", br, "-s", src, "-j", cc.name})
+		ctrChains = append(ctrChains, cc)
 	}
 	fwd.rules = append(fwd.rules,
 		[]string{"-i", br, "-m", "comment", "--comment", pre + " class=unknown-source", "-j", "DROP"},
 		[]string{"-o", br, "-m", "comment", "--comment", pre + " class=inbound", "-j", "DROP"})
 	in.rules = append(in.rules, []string{"-i", br, "-m", "comment", "--comment", pre + " class=unknown-source", "-j", "DROP"})
-	nat := chainDef{table: "nat", name: n.nat(g), rules: [][]string{
+	nat := chainDef{table: "nat", rules: [][]string{
 		{"-s", subnet.String(), "!", "-o", br, "-j", "MASQUERADE"},
 	}}
+	n.name(&fwd, "F")
+	n.name(&in, "I")
+	n.name(&nat, "N")
 	rs.chains = append(rs.chains, fwd, in, rej)
 	rs.chains = append(rs.chains, ctrChains...)
 	rs.chains = append(rs.chains, nat)
@@ -186,16 +197,13 @@ func buildRules(p *plan, fam family, ctrs []ctrRules, g string) ruleSet {
 		{table: "filter", builtin: "INPUT", match: []string{"-i", br}, target: in.name},
 		{table: "nat", builtin: "POSTROUTING", target: nat.name},
 	}
-	if g == "G" {
-		rs.sum = hashText(renderSave(rs, ""))
-	}
 	return rs
 }
 
-func buildCtrChain(p *plan, fam family, ctr ctrRules, name string, reject, limit []string, nflog func(string) []string, entries func([]AllowEntry) [][]string, subnet netip.Prefix) chainDef {
+func buildCtrChain(p *plan, fam family, ctr ctrRules, reject, limit []string, nflog func(string) []string, entries func([]AllowEntry) [][]string, subnet netip.Prefix) chainDef {
 	pre := p.cfg.Prefix
 	br := names{pre}.bridge()
-	c := chainDef{table: "filter", name: name}
+	c := chainDef{table: "filter"}
 	key := ctr.key
 	verdict := []string{"-j", "ACCEPT"}
 	if ctr.pol.mode == ModeEnforce {
@@ -263,14 +271,12 @@ func cat(parts ...[]string) []string {
 	return out
 }
 
-// hookArgs are the arguments of the jump rule (after "-A BUILTIN").
-func (h hookDef) args(prefix, sum string) []string {
-	return cat(h.match, []string{"-m", "comment", "--comment", prefix + " sum=" + sum, "-j", h.target})
+// args are the arguments of the jump rule (after "-A BUILTIN").
+func (h hookDef) args(prefix string) []string {
+	return cat(h.match, []string{"-m", "comment", "--comment", prefix + " egress", "-j", h.target})
 }
 
-// renderSave renders rs in iptables-save syntax (the golden format and,
-// with hooks as inserts, the iptables-restore input). prefix "" leaves
-// the hooks' comments without a sum (used for hashing).
+// renderSave renders rs in iptables-save syntax (the golden format).
 func renderSave(rs ruleSet, prefix string) string {
 	var b strings.Builder
 	for _, table := range []string{"filter", "nat"} {
@@ -282,7 +288,7 @@ func renderSave(rs ruleSet, prefix string) string {
 		}
 		for _, h := range rs.hooks {
 			if h.table == table {
-				fmt.Fprintf(&b, "-A %s %s\n", h.builtin, joinArgs(h.args(prefix, rs.sum)))
+				fmt.Fprintf(&b, "-A %s %s\n", h.builtin, joinArgs(h.args(prefix)))
 			}
 		}
 		for _, c := range rs.chains {
