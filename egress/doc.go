@@ -12,9 +12,11 @@
 // chains, resolv.conf directories) carries the configured prefix, and it must
 // never touch an object without that prefix: the only shared host state it
 // edits is one jump rule at the head of the built-in FORWARD, INPUT and nat
-// POSTROUTING chains. Chains are replaced by building a new generation and
-// swapping that jump atomically (iptables-restore), never by flushing a live
-// chain, so there is no fail-open moment. It knows nothing of the
+// POSTROUTING chains (plus the forwarding and bridge-nf-call sysctls).
+// Chains are named by a hash of their content: a changed chain is built
+// under its new name and the jumps are swapped in the same iptables-restore
+// transaction, never flushed in place, so there is no fail-open moment, and
+// an unchanged container chain keeps its counters. It knows nothing of the
 // controlplane, tasks beyond their ID/task/pool labels, or runtimes.
 //
 // API stability: experimental. The agent calls NewNode, Setup, AddContainer,
