@@ -270,6 +270,12 @@ func TestReconcileRemovesCrashLeftovers(t *testing.T) {
 	if got := metadataCount(t, nb, "task-a"); got != 1 {
 		t.Errorf("adopted container metadata count = %v, want 1", got)
 	}
+	if att, ok := nb.node.Attached("ctr-a"); !ok || *att != *a {
+		t.Errorf("Attached(ctr-a) = %+v, %v; want %+v", att, ok, a)
+	}
+	if _, ok := nb.node.Attached("ctr-b"); ok {
+		t.Error("ctr-b still attached")
+	}
 	if att, err := nb.node.AddContainer(ctx, ContainerNet{ID: "ctr-a", Task: "task-a", Pool: "gpu"}); err != nil || att.IPv4 != a.IPv4 {
 		t.Errorf("re-adding adopted container: %+v, %v", att, err)
 	}
