@@ -1,10 +1,15 @@
 package egress
 
 import (
+	"bufio"
 	"context"
+	"net"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/levers9/levers9/internal/errdefs"
 )
@@ -44,6 +49,28 @@ func TestPortIsolation(t *testing.T) {
 	if _, err := probe(nb.a.NetnsPath, "tcp", "["+nb.b.IPv6.String()+"]:"+ctrPort); err == nil {
 		t.Error("container b reachable on-link across the bridge over IPv6")
 	}
+	// A container cannot pass as another, nor use an address it was not
+	// given: the node drops such packets (observe mode too).
+	run(t, "ip", "-n", ctrNS, "addr", "add", "10.209.0.200/32", "dev", "eth0")
+	if nb.node.BridgeNetfilter() {
+		run(t, "ip", "-n", ctrNS, "addr", "add", nb.b.IPv4.String()+"/32", "dev", "eth0")
+	}
+	if reply, err := probeFrom(nb.a.NetnsPath, "10.209.0.200", "203.0.113.10:80"); err == nil {
+		t.Errorf("from an address it was not given: reached public: %q", reply)
+	}
+	if nb.node.BridgeNetfilter() {
+		// Posing as b: the packet must not be judged (or counted) as b's.
+		_, _ = probeFrom(nb.a.NetnsPath, nb.b.IPv4.String(), "169.254.169.254:80")
+		if err := nb.node.Collect(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if got := testutil.ToFloat64(nb.node.matches.WithLabelValues("gpu", "task-b", ClassMetadata)); got != 0 {
+			t.Errorf("a posing as b was counted as b: %v", got)
+		}
+	}
+	if reply, err := probeFrom(nb.a.NetnsPath, nb.a.IPv4.String(), "203.0.113.10:80"); err != nil {
+		t.Errorf("from its own address: %q %v", reply, err)
+	}
 	// Start and Stop repeatedly (the NFLOG reader and the loop).
 	for i := 0; i < 5; i++ {
 		nb.node.Stop()
@@ -75,4 +102,22 @@ func TestNodeAPIErrors(t *testing.T) {
 	if _, err := NewNode(Config{}, nil, nil); !errdefs.IsInvalidArgument(err) {
 		t.Errorf("NewNode with bad config: %v", err)
 	}
+}
+
+// probeFrom dials from a chosen source address inside a namespace.
+func probeFrom(nsPath, src, addr string) (string, error) {
+	var reply string
+	err := inNetns(nsPath, func() error {
+		d := net.Dialer{Timeout: time.Second, LocalAddr: &net.TCPAddr{IP: net.ParseIP(src)}}
+		c, err := d.Dial("tcp", addr)
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		_ = c.SetDeadline(time.Now().Add(time.Second))
+		line, err := bufio.NewReader(c).ReadString('\n')
+		reply = strings.TrimSpace(line)
+		return err
+	})
+	return reply, err
 }

@@ -376,7 +376,11 @@ func (n *Node) RemoveContainer(ctx context.Context, id string) error {
 func (n *Node) applyLocked(ctx context.Context) error {
 	var ctrs []ctrRules
 	for _, c := range n.ctrs {
-		ctrs = append(ctrs, ctrRules{key: c.key, addr: c.a4, pol: c.pol}, ctrRules{key: c.key, addr: c.a6, pol: c.pol})
+		veth := ""
+		if n.brNF {
+			veth = names{n.plan.cfg.Prefix}.hostVeth(c.key)
+		}
+		ctrs = append(ctrs, ctrRules{key: c.key, addr: c.a4, pol: c.pol, veth: veth}, ctrRules{key: c.key, addr: c.a6, pol: c.pol, veth: veth})
 	}
 	for _, x := range n.ipts {
 		rs := buildRules(n.plan, x.fam, append([]ctrRules(nil), ctrs...))

@@ -158,4 +158,3 @@ func (n *Node) Uninstall(ctx context.Context) error {
 	}
 	return nil
 }
-

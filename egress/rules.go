@@ -83,6 +83,9 @@ type ctrRules struct {
 	key  string // 8 hex digits, from the container ID
 	addr netip.Addr
 	pol  policy
+	// veth, when set (br_netfilter present), is also matched, so a
+	// container cannot pass as another by taking its address.
+	veth string
 }
 
 type names struct{ prefix string }
@@ -174,9 +177,12 @@ func buildRules(p *plan, fam family, ctrs []ctrRules) ruleSet {
 		}
 		cc := buildCtrChain(p, fam, c, reject, limit, nflog, entries, subnet)
 		n.name(&cc, "c"+c.key)
-		src := netip.PrefixFrom(c.addr, c.addr.BitLen()).String()
-		fwd.rules = append(fwd.rules, []string{"-i", br, "-s", src, "-j", cc.name})
-		in.rules = append(in.rules, []string{"-i", br, "-s", src, "-j", cc.name})
+		match := []string{"-i", br, "-s", netip.PrefixFrom(c.addr, c.addr.BitLen()).String()}
+		if c.veth != "" {
+			match = append(match, "-m", "physdev", "--physdev-in", c.veth)
+		}
+		fwd.rules = append(fwd.rules, cat(match, []string{"-j", cc.name}))
+		in.rules = append(in.rules, cat(match, []string{"-j", cc.name}))
 		ctrChains = append(ctrChains, cc)
 	}
 	fwd.rules = append(fwd.rules,

@@ -53,6 +53,12 @@ func TestRulesGolden(t *testing.T) {
 			t.Run(name, func(t *testing.T) {
 				p := goldenPlan(t, tc.mode, tc.isolation)
 				ctrs := goldenCtrs(p)
+				if tc.name == "observe" {
+					// br_netfilter present: the port is matched too.
+					for i := range ctrs {
+						ctrs[i].veth = names{"lv9"}.hostVeth(ctrs[i].key)
+					}
+				}
 				if tc.name == "mixed" {
 					// A pool override: enforce, no isolation, its own allow list.
 					pol, err := SecurityConfig{Egress: EgressConfig{Mode: ModeEnforce, Allow: []string{"172.16.5.0/24:443/tcp", "[fd99::/16]:443/tcp"}}}.parse("worker.pools.gpu.security")
