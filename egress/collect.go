@@ -81,13 +81,17 @@ func (n *Node) handleMatch(m Match) {
 		n.log.Warn("egress match from an unknown source", "src", m.Src, "class", m.Class, "destination", m.Destination())
 		return
 	}
+	allowed, suppressed := n.logLimit.allow(counterKey{key: key, class: m.Class})
+	n.readiness.AddSample(lb.Pool, lb.Task, m.Class, m.Destination())
+	if !allowed {
+		return
+	}
 	verb := "would refuse"
 	if pol.mode == ModeEnforce || m.Class == ClassContainer && pol.isolation {
 		verb = "refused"
 	}
 	n.log.Info("egress "+verb, "container_id", lb.ID, "task_id", lb.Task, "pool", lb.Pool,
-		"class", m.Class, "destination", m.Destination(), "mode", string(pol.mode))
-	n.readiness.AddSample(lb.Pool, lb.Task, m.Class, m.Destination())
+		"class", m.Class, "destination", m.Destination(), "mode", string(pol.mode), "suppressed", suppressed)
 }
 
 // Start begins reading the NFLOG group and, every CollectInterval, collects

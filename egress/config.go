@@ -55,7 +55,8 @@ type Config struct {
 	StateDir string
 	// NFLOGGroup is the netlink log group matches are sent to.
 	NFLOGGroup uint16
-	// LogPerMinute and LogBurst rate-limit logged matches per rule.
+	// LogPerMinute and LogBurst rate-limit logged matches per rule in
+	// the kernel and again per container and class in the agent.
 	LogPerMinute int
 	LogBurst     int
 	// CollectInterval is how often counters are read and hooks checked.

@@ -66,6 +66,7 @@ type Node struct {
 	now       func() time.Time
 	matches   *prometheus.CounterVec
 	readiness *Readiness
+	logLimit  *logLimiter
 	ipts      []*ipt
 
 	// mu guards everything below and serialises rule changes.
@@ -105,6 +106,7 @@ func NewNode(cfg Config, logger *slog.Logger, reg prometheus.Registerer, opts ..
 		o(n)
 	}
 	n.readiness = NewReadiness(p.cfg.ReportWindow, n.now)
+	n.logLimit = newLogLimiter(p.cfg.LogPerMinute, p.cfg.LogBurst, n.now)
 	n.matches = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "worker_container_egress_matches_total",
 		Help: "Packets from containers that matched a blocked egress class (refused in enforce mode, counted only in observe mode).",
