@@ -267,6 +267,25 @@ func TestPoolOverride(t *testing.T) {
 	if rep := nb.node.ReadinessReport("gpu"); rep.Mode != ModeObserve || rep.Total != 2 {
 		t.Errorf("gpu report: mode %s total %d", rep.Mode, rep.Total)
 	}
+	// A pool without isolation in observe: its container reaches b
+	// through the gateway, counted as class container.
+	open := &SecurityConfig{Egress: EgressConfig{Mode: ModeObserve}}
+	e, err := nb.node.AddContainer(ctx, ContainerNet{ID: "ctr-e", Task: "task-e", Pool: "open", Security: open})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if reply, err := probe(e.NetnsPath, "tcp", nb.b.IPv4.String()+":"+ctrPort); err != nil || !strings.HasPrefix(reply, "ok") {
+		t.Errorf("open pool to b: %q %v", reply, err)
+	}
+	if _, err := probe(c.NetnsPath, "tcp", nb.b.IPv4.String()+":"+ctrPort); err == nil {
+		t.Error("secure pool (isolated) reached b")
+	}
+	if err := nb.node.Collect(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := testutil.ToFloat64(nb.node.matches.WithLabelValues("open", "task-e", ClassContainer)); got != 1 {
+		t.Errorf("open pool container matches = %v, want 1", got)
+	}
 	bad := &SecurityConfig{Egress: EgressConfig{Mode: "block", Allow: []string{"1.2.3.4/40"}}}
 	_, err = nb.node.AddContainer(ctx, ContainerNet{ID: "ctr-d", Pool: "bad", Security: bad})
 	for _, want := range []string{`worker.pools.bad.security.egress.mode: "block"`, `worker.pools.bad.security.egress.allow[0]: "1.2.3.4/40": prefix length out of range`} {

@@ -27,7 +27,9 @@ type ContainerNet struct {
 	Task string
 	Pool string
 	// Security overrides the node's worker.containerSecurity for this
-	// container (worker.pools.NAME.security); nil uses the node's.
+	// container (worker.pools.NAME.security, already merged with the
+	// defaults by the caller: an empty mode is refused); nil uses the
+	// node's.
 	Security *SecurityConfig
 }
 
