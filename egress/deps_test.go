@@ -1,0 +1,35 @@
+package egress
+
+import (
+	"go/parser"
+	"go/token"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// TestImports keeps egress independent of every other levers9 part: it may
+// import only internal/errdefs from this module.
+func TestImports(t *testing.T) {
+	t.Parallel()
+	ents, err := os.ReadDir(".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range ents {
+		if !strings.HasSuffix(e.Name(), ".go") || strings.HasSuffix(e.Name(), "_test.go") {
+			continue
+		}
+		f, err := parser.ParseFile(token.NewFileSet(), e.Name(), nil, parser.ImportsOnly)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, imp := range f.Imports {
+			p, _ := strconv.Unquote(imp.Path.Value)
+			if strings.HasPrefix(p, "github.com/levers9/levers9/") && p != "github.com/levers9/levers9/internal/errdefs" {
+				t.Errorf("%s imports %s", e.Name(), p)
+			}
+		}
+	}
+}
