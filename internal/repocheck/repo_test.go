@@ -112,7 +112,8 @@ func TestDependenciesPointOneWay(t *testing.T) {
 				if to == "cmd" {
 					t.Errorf("%s imports %s: nothing imports a main", p.ImportPath, imp)
 				}
-				if isTestSupport(imp) && !isTestSupport(p.ImportPath) {
+				// Benchmarks are test programs and may use test support.
+				if isTestSupport(imp) && !isTestSupport(p.ImportPath) && from != "bench" {
 					t.Errorf("%s imports test-only %s outside tests", p.ImportPath, imp)
 				}
 				if to == "internal" || (to == "api" && from != "api") {
