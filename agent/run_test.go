@@ -103,7 +103,7 @@ func TestPushThroughAnotherReplica(t *testing.T) {
 	})
 	cfg2 := *b.in.Config
 	cfg2.Controlplane = b.in.Config.Controlplane
-	port, _ := devstack.FreePort()
+	port, _ := devstack.FreeTCPUDPPort()
 	cfg2.Controlplane.GRPCAddr, cfg2.Controlplane.RESTAddr = "127.0.0.1:0", "127.0.0.1:0"
 	cfg2.Controlplane.TunnelAddr = fmt.Sprintf("127.0.0.1:%d", port)
 	in2 := controlplanetest.Start(t, &cfg2, true)

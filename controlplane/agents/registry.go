@@ -60,6 +60,7 @@ type Registry struct {
 	grpc    *grpc.Server
 	fwd     *forwarder
 	metrics *registryMetrics
+	tm      *tunnel.Metrics
 
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -89,6 +90,10 @@ func New(cfg Config) (*Registry, error) {
 	}
 	r := &Registry{cfg: cfg, replica: ids.New("rep"), pools: map[string]string{}}
 	r.metrics = newRegistryMetrics(cfg.Registerer)
+	var err error
+	if r.tm, err = tunnel.NewMetrics(cfg.Registerer); err != nil {
+		return nil, fmt.Errorf("tunnel metrics: %w", err)
+	}
 	return r, nil
 }
 
@@ -96,20 +101,24 @@ func New(cfg Config) (*Registry, error) {
 func (r *Registry) ReplicaID() string { return r.replica }
 
 // Start listens for tunnels and starts the presence and forwarding loops.
+// After a failed Start (port taken, Redis down) Start may be called again.
 func (r *Registry) Start(ctx context.Context) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.started {
-		return errors.New("agents: already started")
+	if r.started || r.stopped {
+		return errors.New("agents: already started or stopped")
+	}
+	if err := r.startLocked(ctx); err != nil {
+		return err
 	}
 	r.started = true
+	return nil
+}
+
+func (r *Registry) startLocked(ctx context.Context) error {
 	cert, err := r.cfg.CA.ServerCertificate(r.cfg.Hosts, 10*365*24*time.Hour)
 	if err != nil {
 		return err
-	}
-	tm, err := tunnel.NewMetrics(r.cfg.Registerer)
-	if err != nil {
-		return fmt.Errorf("tunnel metrics: %w", err)
 	}
 	r.grpc = grpc.NewServer(tunnel.ServerOptions(tunnel.Limits{})...)
 	agentv1.RegisterControlplaneServer(r.grpc, &controlplaneService{r: r})
@@ -124,12 +133,13 @@ func (r *Registry) Start(ctx context.Context) error {
 		OnSession: r.hub.HandleSession,
 		Liveness:  r.cfg.Liveness,
 		Logger:    r.cfg.Log.With("component", "tunnel"),
-		Metrics:   tm,
+		Metrics:   r.tm,
 	})
 	if err != nil {
 		return err
 	}
 	if err := r.server.Start(ctx); err != nil {
+		r.grpc.Stop()
 		return fmt.Errorf("listen for tunnels on %s: %w", r.cfg.Addr, err)
 	}
 	loopCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
@@ -138,6 +148,7 @@ func (r *Registry) Start(ctx context.Context) error {
 	if err := r.fwd.start(loopCtx, &r.wg); err != nil {
 		cancel()
 		r.server.Stop()
+		r.grpc.Stop()
 		return err
 	}
 	r.wg.Add(1)

@@ -7,11 +7,15 @@ import (
 	"github.com/levers9/levers9/controlplane/agents"
 )
 
-// startAgents starts the tunnel endpoint once the agent CA is loaded.
+// startAgents starts the tunnel endpoint once the agent CA is loaded; after
+// a failure the same registry is started again on the next check.
 func (s *Server) startAgents(ctx context.Context) error {
 	ca := s.ca.Load()
 	if ca == nil || s.agents.Load() != nil {
 		return nil
+	}
+	if s.pendingAgents != nil {
+		return s.startRegistry(ctx, s.pendingAgents)
 	}
 	hosts := []string{s.cfg.Controlplane.PublicHost, "127.0.0.1", "::1", "localhost"}
 	if h, _, err := net.SplitHostPort(s.cfg.Controlplane.TunnelAddr); err == nil && h != "" {
@@ -24,6 +28,11 @@ func (s *Server) startAgents(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	s.pendingAgents = r
+	return s.startRegistry(ctx, r)
+}
+
+func (s *Server) startRegistry(ctx context.Context, r *agents.Registry) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.stopped {

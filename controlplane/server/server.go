@@ -60,8 +60,11 @@ type Server struct {
 	health  *health.Server
 	ca      atomic.Pointer[enroll.CA]
 	agents  atomic.Pointer[agents.Registry]
-	caErr   atomic.Pointer[error]
-	deps    *api.Deps
+	// pendingAgents is the registry while its Start keeps failing; only
+	// the dependency loop touches it.
+	pendingAgents *agents.Registry
+	caErr         atomic.Pointer[error]
+	deps          *api.Deps
 
 	public   *grpc.Server // TLS (when configured) on controlplane.grpcAddr
 	internal *grpc.Server // plaintext, in memory, for the REST gateway

@@ -29,6 +29,23 @@ func FreePort() (int, error) {
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
+// FreeTCPUDPPort finds a port free for both TCP and UDP on 127.0.0.1 (the
+// tunnel listens on both with one number).
+func FreeTCPUDPPort() (int, error) {
+	for range 50 {
+		p, err := FreePort()
+		if err != nil {
+			return 0, err
+		}
+		u, err := net.ListenPacket("udp", net.JoinHostPort("127.0.0.1", strconv.Itoa(p)))
+		if err == nil {
+			u.Close()
+			return p, nil
+		}
+	}
+	return 0, fmt.Errorf("no port free for both TCP and UDP")
+}
+
 // serviceUser is who runs the servers: Postgres refuses to run as root, so
 // root runs them as the "postgres" user the Debian package creates.
 type serviceUser struct {
