@@ -20,6 +20,7 @@ import (
 	"github.com/levers9/levers9/agent/inventory"
 	agentv1 "github.com/levers9/levers9/api/levers9/agent/v1"
 	v1 "github.com/levers9/levers9/api/levers9/v1"
+	"github.com/levers9/levers9/egress"
 	"github.com/levers9/levers9/enroll"
 	"github.com/levers9/levers9/tunnel"
 )
@@ -37,6 +38,14 @@ type RunOptions struct {
 	Inventory *inventory.Collector
 	// Client overrides tunnel settings (backoff, liveness) for tests.
 	Client tunnel.ClientConfig
+	// Egress, when the agent runs container networking, supplies the
+	// pool's readiness report sent with each heartbeat.
+	Egress ReadinessSource
+}
+
+// ReadinessSource is what the agent needs of the egress node.
+type ReadinessSource interface {
+	ReadinessReport(pool string) egress.Report
 }
 
 // Agent is a running agent: one tunnel kept up by tunnel.Auto, the agent API
@@ -136,6 +145,9 @@ func (a *Agent) onSession(ctx context.Context, s tunnel.Session) {
 		if lastInv == nil || !proto.Equal(inv, lastInv) || time.Since(lastInvSent) > 5*time.Minute {
 			req.Inventory = inv
 		}
+		if a.o.Egress != nil {
+			req.EgressReport = reportPB(a.o.Egress.ReadinessReport(a.settings.Pool))
+		}
 		hctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		resp, err := cp.Heartbeat(hctx, req)
 		cancel()
@@ -218,6 +230,26 @@ func (a *Agent) renew(ctx context.Context, cp agentv1.ControlplaneClient) {
 	}
 	a.cert.Store(&cert)
 	a.o.Log.Info("certificate renewed", "expires", resp.ExpiresAt.AsTime())
+}
+
+func reportPB(r egress.Report) *v1.ReadinessReport {
+	pb := &v1.ReadinessReport{Pool: r.Pool, Mode: string(r.Mode), Total: r.Total, SafeToEnforce: r.SafeToEnforce}
+	if !r.From.IsZero() {
+		pb.From = timestamppb.New(r.From)
+	}
+	if !r.To.IsZero() {
+		pb.To = timestamppb.New(r.To)
+	}
+	for _, c := range r.ByClass {
+		pb.ByClass = append(pb.ByClass, &v1.EgressClassCount{Class: c.Class, Count: c.Count})
+	}
+	for _, t := range r.ByTask {
+		pb.ByTask = append(pb.ByTask, &v1.EgressTaskCount{Task: t.Task, Class: t.Class, Count: t.Count})
+	}
+	for _, d := range r.Destinations {
+		pb.Destinations = append(pb.Destinations, &v1.EgressDestination{Class: d.Class, Destination: d.Destination, Task: d.Task, Samples: d.Samples})
+	}
+	return pb
 }
 
 type agentService struct {

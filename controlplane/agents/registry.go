@@ -24,6 +24,7 @@ import (
 	"google.golang.org/grpc"
 
 	agentv1 "github.com/levers9/levers9/api/levers9/agent/v1"
+	"github.com/levers9/levers9/controlplane/bus"
 	"github.com/levers9/levers9/controlplane/store"
 	"github.com/levers9/levers9/enroll"
 	"github.com/levers9/levers9/internal/errdefs"
@@ -41,7 +42,9 @@ type Config struct {
 	CertTTL time.Duration
 	Store   *store.Store
 	Redis   *redis.Client
-	Log     *slog.Logger
+	// Bus keeps what agents report for the API (egress readiness).
+	Bus *bus.Bus
+	Log *slog.Logger
 	// Registerer takes the tunnel's and the registry's metrics.
 	Registerer prometheus.Registerer
 	Liveness   tunnel.Liveness
@@ -76,8 +79,8 @@ type Registry struct {
 
 // New builds a registry; nothing listens until Start.
 func New(cfg Config) (*Registry, error) {
-	if cfg.CA == nil || cfg.Store == nil || cfg.Redis == nil {
-		return nil, errors.New("agents: CA, Store and Redis are required")
+	if cfg.CA == nil || cfg.Store == nil || cfg.Redis == nil || cfg.Bus == nil {
+		return nil, errors.New("agents: CA, Store, Redis and Bus are required")
 	}
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()

@@ -3,6 +3,7 @@ package agents
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -47,6 +48,15 @@ func (s *controlplaneService) Heartbeat(ctx context.Context, req *agentv1.Heartb
 	}
 	if err := s.r.cfg.Store.Heartbeat(ctx, id, transport, req.GetAgentVersion(), inv); err != nil {
 		return nil, errdefs.ToGRPC(err)
+	}
+	if rep := req.GetEgressReport(); rep != nil {
+		b, err := protojson.Marshal(rep)
+		if err != nil {
+			return nil, errdefs.ToGRPC(err)
+		}
+		if err := s.r.cfg.Bus.PutEgressReport(ctx, id, b, 10*time.Minute); err != nil {
+			s.r.cfg.Log.Warn("egress report not kept", "machine_id", id, "err", err)
+		}
 	}
 	resp := &agentv1.HeartbeatResponse{IntervalSeconds: 10}
 	if m, err := s.r.cfg.Store.MachineByID(ctx, id); err == nil && m.CertNotAfter != nil && m.EnrolledAt != nil {

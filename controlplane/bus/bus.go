@@ -96,3 +96,37 @@ func (b *Bus) Recent(ctx context.Context, workspace string, n int) ([]Event, err
 
 // Redis is the client, for parts that keep their own keys (agent presence).
 func (b *Bus) Redis() *redis.Client { return b.rdb }
+
+func egressReportKey(machineID string) string { return "levers9:egress-report:" + machineID }
+
+// PutEgressReport keeps a machine's latest egress readiness report (encoded
+// by the caller) for ttl.
+func (b *Bus) PutEgressReport(ctx context.Context, machineID string, report []byte, ttl time.Duration) error {
+	if err := b.rdb.Set(ctx, egressReportKey(machineID), report, ttl).Err(); err != nil {
+		return fmt.Errorf("store egress report of %s: %v: %w", machineID, err, errdefs.ErrUnavailable)
+	}
+	return nil
+}
+
+// EgressReports returns the latest reports of the given machines; machines
+// without one are absent.
+func (b *Bus) EgressReports(ctx context.Context, machineIDs []string) (map[string][]byte, error) {
+	out := map[string][]byte{}
+	if len(machineIDs) == 0 {
+		return out, nil
+	}
+	keys := make([]string, len(machineIDs))
+	for i, id := range machineIDs {
+		keys[i] = egressReportKey(id)
+	}
+	vals, err := b.rdb.MGet(ctx, keys...).Result()
+	if err != nil {
+		return nil, fmt.Errorf("read egress reports: %v: %w", err, errdefs.ErrUnavailable)
+	}
+	for i, v := range vals {
+		if s, ok := v.(string); ok {
+			out[machineIDs[i]] = []byte(s)
+		}
+	}
+	return out, nil
+}

@@ -27,8 +27,11 @@ type HeartbeatRequest struct {
 	state        protoimpl.MessageState `protogen:"open.v1"`
 	AgentVersion string                 `protobuf:"bytes,1,opt,name=agent_version,json=agentVersion,proto3" json:"agent_version,omitempty"`
 	// Set on the first heartbeat of a session and when it changed.
-	Inventory     *v1.Inventory          `protobuf:"bytes,2,opt,name=inventory,proto3" json:"inventory,omitempty"`
-	SentAt        *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=sent_at,json=sentAt,proto3" json:"sent_at,omitempty"`
+	Inventory *v1.Inventory          `protobuf:"bytes,2,opt,name=inventory,proto3" json:"inventory,omitempty"`
+	SentAt    *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=sent_at,json=sentAt,proto3" json:"sent_at,omitempty"`
+	// The egress readiness report of this machine's pool, when the agent
+	// runs container networking.
+	EgressReport  *v1.ReadinessReport `protobuf:"bytes,4,opt,name=egress_report,json=egressReport,proto3" json:"egress_report,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -80,6 +83,13 @@ func (x *HeartbeatRequest) GetInventory() *v1.Inventory {
 func (x *HeartbeatRequest) GetSentAt() *timestamppb.Timestamp {
 	if x != nil {
 		return x.SentAt
+	}
+	return nil
+}
+
+func (x *HeartbeatRequest) GetEgressReport() *v1.ReadinessReport {
+	if x != nil {
+		return x.EgressReport
 	}
 	return nil
 }
@@ -334,11 +344,12 @@ var File_api_levers9_agent_v1_agent_proto protoreflect.FileDescriptor
 
 const file_api_levers9_agent_v1_agent_proto_rawDesc = "" +
 	"\n" +
-	" api/levers9/agent/v1/agent.proto\x12\x10levers9.agent.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1capi/levers9/v1/machine.proto\"\xa1\x01\n" +
+	" api/levers9/agent/v1/agent.proto\x12\x10levers9.agent.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1capi/levers9/v1/machine.proto\x1a\x1dapi/levers9/v1/security.proto\"\xe3\x01\n" +
 	"\x10HeartbeatRequest\x12#\n" +
 	"\ragent_version\x18\x01 \x01(\tR\fagentVersion\x123\n" +
 	"\tinventory\x18\x02 \x01(\v2\x15.levers9.v1.InventoryR\tinventory\x123\n" +
-	"\asent_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x06sentAt\"k\n" +
+	"\asent_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x06sentAt\x12@\n" +
+	"\regress_report\x18\x04 \x01(\v2\x1b.levers9.v1.ReadinessReportR\fegressReport\"k\n" +
 	"\x11HeartbeatResponse\x12)\n" +
 	"\x10interval_seconds\x18\x01 \x01(\x05R\x0fintervalSeconds\x12+\n" +
 	"\x11renew_certificate\x18\x02 \x01(\bR\x10renewCertificate\"2\n" +
@@ -382,22 +393,24 @@ var file_api_levers9_agent_v1_agent_proto_goTypes = []any{
 	(*PingResponse)(nil),             // 5: levers9.agent.v1.PingResponse
 	(*v1.Inventory)(nil),             // 6: levers9.v1.Inventory
 	(*timestamppb.Timestamp)(nil),    // 7: google.protobuf.Timestamp
+	(*v1.ReadinessReport)(nil),       // 8: levers9.v1.ReadinessReport
 }
 var file_api_levers9_agent_v1_agent_proto_depIdxs = []int32{
 	6, // 0: levers9.agent.v1.HeartbeatRequest.inventory:type_name -> levers9.v1.Inventory
 	7, // 1: levers9.agent.v1.HeartbeatRequest.sent_at:type_name -> google.protobuf.Timestamp
-	7, // 2: levers9.agent.v1.RenewCertificateResponse.expires_at:type_name -> google.protobuf.Timestamp
-	0, // 3: levers9.agent.v1.Controlplane.Heartbeat:input_type -> levers9.agent.v1.HeartbeatRequest
-	2, // 4: levers9.agent.v1.Controlplane.RenewCertificate:input_type -> levers9.agent.v1.RenewCertificateRequest
-	4, // 5: levers9.agent.v1.Agent.Ping:input_type -> levers9.agent.v1.PingRequest
-	1, // 6: levers9.agent.v1.Controlplane.Heartbeat:output_type -> levers9.agent.v1.HeartbeatResponse
-	3, // 7: levers9.agent.v1.Controlplane.RenewCertificate:output_type -> levers9.agent.v1.RenewCertificateResponse
-	5, // 8: levers9.agent.v1.Agent.Ping:output_type -> levers9.agent.v1.PingResponse
-	6, // [6:9] is the sub-list for method output_type
-	3, // [3:6] is the sub-list for method input_type
-	3, // [3:3] is the sub-list for extension type_name
-	3, // [3:3] is the sub-list for extension extendee
-	0, // [0:3] is the sub-list for field type_name
+	8, // 2: levers9.agent.v1.HeartbeatRequest.egress_report:type_name -> levers9.v1.ReadinessReport
+	7, // 3: levers9.agent.v1.RenewCertificateResponse.expires_at:type_name -> google.protobuf.Timestamp
+	0, // 4: levers9.agent.v1.Controlplane.Heartbeat:input_type -> levers9.agent.v1.HeartbeatRequest
+	2, // 5: levers9.agent.v1.Controlplane.RenewCertificate:input_type -> levers9.agent.v1.RenewCertificateRequest
+	4, // 6: levers9.agent.v1.Agent.Ping:input_type -> levers9.agent.v1.PingRequest
+	1, // 7: levers9.agent.v1.Controlplane.Heartbeat:output_type -> levers9.agent.v1.HeartbeatResponse
+	3, // 8: levers9.agent.v1.Controlplane.RenewCertificate:output_type -> levers9.agent.v1.RenewCertificateResponse
+	5, // 9: levers9.agent.v1.Agent.Ping:output_type -> levers9.agent.v1.PingResponse
+	7, // [7:10] is the sub-list for method output_type
+	4, // [4:7] is the sub-list for method input_type
+	4, // [4:4] is the sub-list for extension type_name
+	4, // [4:4] is the sub-list for extension extendee
+	0, // [0:4] is the sub-list for field type_name
 }
 
 func init() { file_api_levers9_agent_v1_agent_proto_init() }
