@@ -22,7 +22,9 @@ import (
 // readiness adapts the egress aggregator the node uses to ReadinessSource.
 type readiness struct{ r *egress.Readiness }
 
-func (r readiness) ReadinessReport(pool string) egress.Report { return r.r.Report(pool, egress.ModeObserve) }
+func (r readiness) ReadinessReport(pool string) egress.Report {
+	return r.r.Report(pool, egress.ModeObserve)
+}
 
 func startAgentWith(t *testing.T, b *joinBundle, src ReadinessSource) *Agent {
 	t.Helper()
