@@ -11,6 +11,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"log/slog"
 	"os"
@@ -68,6 +69,15 @@ func StartEnv(ctx context.Context) (*Env, error) {
 // Main is a TestMain body: start the env, run, stop. When the services
 // cannot start it fails under CI and skips the package elsewhere.
 func Main(m *testing.M, envOut **Env) int {
+	// A fuzzing run (and each of its worker processes) runs no tests that
+	// need the services; starting Postgres per worker would stall it.
+	flag.Parse()
+	if f := flag.Lookup("test.fuzz"); f != nil && f.Value.String() != "" {
+		return m.Run()
+	}
+	if f := flag.Lookup("test.fuzzworker"); f != nil && f.Value.String() == "true" {
+		return m.Run()
+	}
 	e, err := StartEnv(context.Background())
 	if err != nil {
 		if testenv.InCI() {
