@@ -257,6 +257,9 @@ func (s *Server) Stop() {
 	s.wg.Wait()
 }
 
+// InflightHandshakesForTest returns how many handshake slots are taken.
+func (s *Server) InflightHandshakesForTest() int { return int(s.inflight.Load()) }
+
 // SessionsForTest returns the number of admitted sessions.
 func (s *Server) SessionsForTest() int {
 	s.mu.Lock()

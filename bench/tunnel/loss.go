@@ -24,7 +24,7 @@ import (
 type lossResult struct{ quic, yamux float64 }
 
 // Host objects: namespaces l9tb<hex>s and l9tb<hex>c joined by the veth
-// pair l9tb<hex>a/b (10.199.1.1 and .2); the loss rules live inside them.
+// pair l9tb<hex>a/b (10.199.0.1 and .2); the loss rules live inside them.
 func sh(args ...string) error {
 	if out, err := exec.Command(args[0], args[1:]...).CombinedOutput(); err != nil {
 		return fmt.Errorf("%s: %v: %s", strings.Join(args, " "), err, out)
@@ -86,8 +86,8 @@ func measureLoss(quick bool) (lossResult, error) {
 	for _, c := range [][]string{
 		{"ip", "netns", "add", srvNS}, {"ip", "netns", "add", cliNS},
 		{"ip", "link", "add", id + "a", "netns", srvNS, "type", "veth", "peer", "name", id + "b", "netns", cliNS},
-		{"ip", "-n", srvNS, "addr", "add", "10.199.1.1/24", "dev", id + "a"},
-		{"ip", "-n", cliNS, "addr", "add", "10.199.1.2/24", "dev", id + "b"},
+		{"ip", "-n", srvNS, "addr", "add", "10.199.0.1/24", "dev", id + "a"},
+		{"ip", "-n", cliNS, "addr", "add", "10.199.0.2/24", "dev", id + "b"},
 		{"ip", "-n", srvNS, "link", "set", id + "a", "up"}, {"ip", "-n", cliNS, "link", "set", id + "b", "up"},
 		{"ip", "netns", "exec", srvNS, "iptables", "-w", "-A", "INPUT", "-m", "statistic", "--mode", "random", "--probability", "0.01", "-j", "DROP"},
 		{"ip", "netns", "exec", cliNS, "iptables", "-w", "-A", "INPUT", "-m", "statistic", "--mode", "random", "--probability", "0.01", "-j", "DROP"},
@@ -114,7 +114,7 @@ func measureLoss(quick bool) (lossResult, error) {
 	stls, _ := ca.ServerTLS()
 	ctls, _ := ca.ClientTLS("loss-agent")
 	srv, err := tunnel.NewServer(tunnel.ServerConfig{
-		Addr: "10.199.1.1:0", TLS: stls,
+		Addr: "10.199.0.1:0", TLS: stls,
 		Authorize: func(_ context.Context, c *x509Cert) (string, error) { return c.Subject.CommonName, nil },
 		OnSession: func(ctx context.Context, s tunnel.Session) {
 			for {
