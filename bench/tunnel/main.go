@@ -210,7 +210,7 @@ func orchestrate(quick bool) error {
 	wait1k, wait5k := 60*time.Second, 120*time.Second
 	if quick {
 		pushes, rate = 1500, 500
-		wait1k, wait5k = 20*time.Second, 40*time.Second
+		wait1k, wait5k = 15*time.Second, 30*time.Second
 	}
 	cp, err := spawn(dir, "cp", "-role", "cp")
 	if err != nil {
@@ -314,7 +314,7 @@ func orchestrate(quick bool) error {
 	}
 	limit := 60 * time.Second
 	if quick {
-		limit = 25 * time.Second
+		limit = 20 * time.Second
 	}
 	var back []float64
 	for {
