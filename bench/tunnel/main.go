@@ -110,7 +110,7 @@ func (c *child) stop() {
 	go func() { _ = c.cmd.Wait(); close(done) }()
 	select {
 	case <-done:
-	case <-time.After(20 * time.Second):
+	case <-time.After(5 * time.Second):
 		_ = c.cmd.Process.Kill()
 		<-done
 	}
