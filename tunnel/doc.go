@@ -13,8 +13,13 @@
 // Identity. The agent presents a client certificate that must chain to the
 // server's CA pool; then an injected Authorizer maps it to an identity (a
 // machine) or refuses it (unknown, expired, revoked) before any stream is
-// served. A server over its handshake admission rate refuses with a
-// retry-after hint instead of doing the work.
+// served. Overload protection has two stages: at most
+// ServerConfig.MaxConcurrentHandshakes connections may be between accept and
+// verdict (beyond that a connection is dropped before any crypto: TCP closed,
+// QUIC refused), and admitted handshakes are rate limited by a token bucket
+// (HandshakesPerSecond) whose refusals carry a retry-after hint that places
+// each refused agent in a virtual queue, so a fleet reconnecting after a
+// restart is spread out instead of retrying in lockstep.
 //
 // Dialling. Direct makes one session: a happy-eyeballs race per address,
 // QUIC first and TCP after a short head start, the first to complete wins and
@@ -39,6 +44,12 @@
 // warm (UDP ones often expire after 30 s, TCP ones after 350 s). yamux runs
 // with a connection write timeout and a stream close timeout so no write can
 // hang; QUIC runs with a keepalive and an idle timeout tied to the heartbeat.
+// Both sides must use compatible settings: each side's HeartbeatTimeout must
+// exceed the other side's HeartbeatInterval several times over (use the same
+// Liveness on both). Reads on application streams have no idle deadline of
+// their own (an idle gRPC connection is normal); a dead peer fails them
+// through the session ending. A restarted server given the same
+// QUICStatelessResetKey resets old QUIC connections at their next packet.
 //
 // What it must never do: know about tasks, machines' state or any other
 // levers9 part (it imports only internal/errdefs); dial from the controlplane

@@ -63,7 +63,7 @@ func FuzzServerFirstBytes(f *testing.F) {
 		done := make(chan struct{})
 		go func() {
 			defer close(done)
-			srv.handleTCP(context.Background(), server)
+			srv.handleTCP(context.Background(), server, nil)
 		}()
 		go func() {
 			_, _ = client.Write(b)

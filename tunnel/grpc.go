@@ -47,19 +47,11 @@ func (l *streamListener) Addr() net.Addr { return l.s.LocalAddr() }
 // Handlers learn the caller with CallerFromContext.
 func ServeGRPC(ctx context.Context, s Session, srv *grpc.Server) {
 	l := Listener(s)
+	// Accept fails once s ends, which ends Serve; ctx closes the listener.
 	stop := context.AfterFunc(ctx, func() { _ = l.Close() })
 	defer stop()
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = srv.Serve(l)
-	}()
-	select {
-	case <-s.Done():
-	case <-ctx.Done():
-	}
+	_ = srv.Serve(l)
 	_ = l.Close()
-	<-done
 }
 
 // CallerFromContext returns the tunnel address of the peer calling a gRPC

@@ -53,13 +53,14 @@ type cpEnv struct {
 }
 
 type cpOpts struct {
-	addr    string
-	live    tunnel.Liveness
-	rate    float64
-	burst   int
-	startFn func(func() error) error // wraps Start (e.g. inside a netns)
-	ca      *tunneltest.CA
-	limits  tunnel.Limits
+	addr          string
+	live          tunnel.Liveness
+	rate          float64
+	burst         int
+	startFn       func(func() error) error // wraps Start (e.g. inside a netns)
+	ca            *tunneltest.CA
+	limits        tunnel.Limits
+	maxHandshakes int
 }
 
 // setupCP starts a controlplane side: server + hub with an echo service that
@@ -115,7 +116,7 @@ func setupCP(t testing.TB, o cpOpts) *cpEnv {
 	}
 	e.srv, err = tunnel.NewServer(tunnel.ServerConfig{
 		Addr: o.addr, TLS: stls, Liveness: o.live, Limits: o.limits,
-		HandshakesPerSecond: o.rate, HandshakeBurst: o.burst,
+		HandshakesPerSecond: o.rate, HandshakeBurst: o.burst, MaxConcurrentHandshakes: o.maxHandshakes,
 		Authorize: func(_ context.Context, c *x509.Certificate) (string, error) {
 			cn := c.Subject.CommonName
 			if _, ok := e.revoked.Load(cn); ok {

@@ -368,3 +368,47 @@ func startBareAgent(t *testing.T, e *cpEnv, cn string, quic bool) *bareAgent {
 	_ = a.Start(context.Background())
 	return &bareAgent{stop: func() { a.Stop(); gs.Stop() }}
 }
+
+// Over MaxConcurrentHandshakes a new connection is dropped before any
+// crypto; once the slot frees up the agent gets in.
+func TestHandshakeConcurrencyCap(t *testing.T) {
+	live := fast
+	live.HandshakeTimeout = 1500 * time.Millisecond
+	e := setupCP(t, cpOpts{live: live, maxHandshakes: 1})
+	// A slowloris holds the only slot.
+	c, err := net.Dial("tcp", e.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	waitFor(t, 2*time.Second, "slowloris holds the slot", func() bool { return e.srv.InflightHandshakesForTest() == 1 })
+	ctls, err := e.ca.ClientTLS("m-cap")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tr := range transports {
+		cfg := tunnel.ClientConfig{Addrs: []string{e.addr}, TLS: ctls, Liveness: fast, Proxy: noProxy}
+		tr.mod(&cfg)
+		d, err := tunnel.NewDirect(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		start := time.Now()
+		s, err := d.Dial(ctx, tunnel.DialRace)
+		cancel()
+		if err == nil {
+			_ = s.Close()
+			t.Fatalf("%s: admitted while the slowloris held the only handshake slot", tr.name)
+		}
+		if time.Since(start) > time.Second {
+			t.Fatalf("%s: refusal took %s, want it before any crypto", tr.name, time.Since(start))
+		}
+	}
+	if got := e.counter("levers9_tunnel_handshakes_total", "side", "server", "result", "refused"); got < 2 {
+		t.Fatalf("refused handshakes %v, want >= 2", got)
+	}
+	// The slowloris times out, the slot frees, an agent gets in.
+	setupAgent(t, e, "m-cap", nil)
+	e.waitPush(t, 10*time.Second, "m-cap", "in")
+}

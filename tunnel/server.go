@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/quic-go/quic-go"
@@ -41,6 +42,12 @@ type ServerConfig struct {
 	// machine); over them agents are refused with a retry-after hint.
 	HandshakesPerSecond float64
 	HandshakeBurst      int
+	// MaxConcurrentHandshakes caps connections between accept and verdict
+	// (default 64). Over it a new connection is dropped before any crypto
+	// (TCP closed, QUIC refused) and the agent backs off: the server does
+	// only the handshakes it can finish in time instead of starting
+	// thousands that all time out (congestion collapse).
+	MaxConcurrentHandshakes int
 	// QUICStatelessResetKey, when the same across restarts (derive it from
 	// a secret), lets a restarted server reset the agents' old QUIC
 	// connections at their next packet instead of leaving them to time out.
@@ -62,6 +69,9 @@ func (c ServerConfig) WithDefaults() ServerConfig {
 	}
 	if c.HandshakeBurst == 0 {
 		c.HandshakeBurst = 200
+	}
+	if c.MaxConcurrentHandshakes == 0 {
+		c.MaxConcurrentHandshakes = 64
 	}
 	c.Liveness = c.Liveness.WithDefaults()
 	c.Limits = c.Limits.WithDefaults()
@@ -90,6 +100,9 @@ func (c ServerConfig) Validate() error {
 	if c.HandshakesPerSecond <= 0 {
 		errs = append(errs, fmt.Errorf("tunnel.server.handshakesPerSecond: must be > 0: %w", errdefs.ErrInvalidArgument))
 	}
+	if c.MaxConcurrentHandshakes < 1 {
+		errs = append(errs, fmt.Errorf("tunnel.server.maxConcurrentHandshakes: must be >= 1: %w", errdefs.ErrInvalidArgument))
+	}
 	if c.HandshakeBurst < 1 {
 		errs = append(errs, fmt.Errorf("tunnel.server.handshakeBurst: must be >= 1: %w", errdefs.ErrInvalidArgument))
 	}
@@ -107,6 +120,8 @@ type Server struct {
 	log   *slog.Logger
 	wg    sync.WaitGroup
 	stopC chan struct{}
+	// inflight counts connections between accept and verdict.
+	inflight atomic.Int64
 
 	// mu guards everything below.
 	mu       sync.Mutex
@@ -156,7 +171,7 @@ func (s *Server) Start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	qtr := &quic.Transport{Conn: udp}
+	qtr := &quic.Transport{Conn: udp, ConnContext: s.quicConnContext}
 	if k := s.cfg.QUICStatelessResetKey; k != nil {
 		rk := quic.StatelessResetKey(*k)
 		qtr.StatelessResetKey = &rk
@@ -242,6 +257,9 @@ func (s *Server) Stop() {
 	s.wg.Wait()
 }
 
+// InflightHandshakesForTest returns how many handshake slots are taken.
+func (s *Server) InflightHandshakesForTest() int { return int(s.inflight.Load()) }
+
 // SessionsForTest returns the number of admitted sessions.
 func (s *Server) SessionsForTest() int {
 	s.mu.Lock()
@@ -259,14 +277,20 @@ func (s *Server) acceptTCP(ctx context.Context) {
 			}
 			return
 		}
+		slot, ok := s.takeSlot()
+		if !ok {
+			_ = c.Close()
+			continue
+		}
 		if !s.addPending(c) {
+			slot.release()
 			return
 		}
 		s.wg.Add(1)
 		go func() {
 			defer s.wg.Done()
 			defer s.removePending(c)
-			s.handleTCP(ctx, c)
+			s.handleTCP(ctx, c, slot)
 		}()
 	}
 }
@@ -286,7 +310,8 @@ func (s *Server) acceptQUIC(ctx context.Context) {
 		go func() {
 			defer s.wg.Done()
 			defer s.removePending(qc)
-			s.admit(ctx, &quicMux{c: c})
+			slot, _ := c.Context().Value(slotKey{}).(*handshakeSlot)
+			s.admit(ctx, &quicMux{c: c}, slot)
 		}()
 	}
 }
@@ -312,7 +337,43 @@ func (s *Server) removePending(c closer) {
 	s.mu.Unlock()
 }
 
-func (s *Server) handleTCP(ctx context.Context, c net.Conn) {
+// handshakeSlot is one of MaxConcurrentHandshakes; release is idempotent.
+type handshakeSlot struct {
+	once sync.Once
+	s    *Server
+}
+
+func (h *handshakeSlot) release() {
+	if h != nil {
+		h.once.Do(func() { h.s.inflight.Add(-1) })
+	}
+}
+
+type slotKey struct{}
+
+func (s *Server) takeSlot() (*handshakeSlot, bool) {
+	if s.inflight.Add(1) > int64(s.cfg.MaxConcurrentHandshakes) {
+		s.inflight.Add(-1)
+		s.cfg.Metrics.handshakes.WithLabelValues("server", resultRefused).Inc()
+		return nil, false
+	}
+	return &handshakeSlot{s: s}, true
+}
+
+// quicConnContext runs before any crypto of a new QUIC connection: over
+// the handshake cap it refuses the connection; otherwise the slot is
+// released at the verdict or when the handshake fails.
+func (s *Server) quicConnContext(ctx context.Context, _ *quic.ClientInfo) (context.Context, error) {
+	slot, ok := s.takeSlot()
+	if !ok {
+		return nil, fmt.Errorf("tunnel server: %d handshakes in flight: %w", s.cfg.MaxConcurrentHandshakes, errdefs.ErrUnavailable)
+	}
+	context.AfterFunc(ctx, slot.release)
+	return context.WithValue(ctx, slotKey{}, slot), nil
+}
+
+func (s *Server) handleTCP(ctx context.Context, c net.Conn, slot *handshakeSlot) {
+	defer slot.release()
 	tc := tls.Server(c, s.tls)
 	hctx, cancel := context.WithTimeout(ctx, s.cfg.Liveness.HandshakeTimeout)
 	defer cancel()
@@ -327,18 +388,19 @@ func (s *Server) handleTCP(ctx context.Context, c net.Conn) {
 		_ = c.Close()
 		return
 	}
-	s.admit(ctx, m)
+	s.admit(ctx, m, slot)
 }
 
 func (s *Server) handshakeFailed(remote net.Addr, tr Transport, err error) {
 	s.cfg.Metrics.handshakes.WithLabelValues("server", resultFailed).Inc()
-	s.log.Warn("tunnel handshake failed, closing that connection", "remote", remote.String(), "transport", string(tr), "err", err)
+	s.log.Info("tunnel handshake failed, closing that connection", "remote", remote.String(), "transport", string(tr), "err", err)
 }
 
 // admit runs the tunnel hello on a TLS-verified mux, applies admission and
 // authorization, and serves the session. Only then are the peer's streams
 // accepted by anyone.
-func (s *Server) admit(ctx context.Context, m mux) {
+func (s *Server) admit(ctx context.Context, m mux, slot *handshakeSlot) {
+	defer slot.release()
 	hctx, cancel := context.WithTimeout(ctx, s.cfg.Liveness.HandshakeTimeout)
 	deadline, _ := hctx.Deadline()
 	ctrl, err := m.accept(hctx)
@@ -389,6 +451,7 @@ func (s *Server) admit(ctx context.Context, m mux) {
 		return
 	}
 	_ = ctrl.SetDeadline(time.Time{})
+	slot.release()
 	s.cfg.Metrics.handshakes.WithLabelValues("server", resultOK).Inc()
 	ss := newSession(m, "server", identity, ctrl, s.cfg.Liveness, s.cfg.Limits, s.log, s.cfg.Metrics)
 	s.mu.Lock()

@@ -29,8 +29,9 @@ type session struct {
 	doneCh   chan struct{}
 	wg       sync.WaitGroup
 
-	// mu guards err, closed and streams.
+	// mu guards err, closed, streams and hb.
 	mu      sync.Mutex
+	hb      *time.Timer
 	err     error
 	closed  bool
 	streams map[*countedStream]struct{}
@@ -51,9 +52,13 @@ func newSession(m mux, side, identity string, ctrl net.Conn, live Liveness, lim 
 		streams: make(map[*countedStream]struct{}),
 	}
 	metrics.sessions.WithLabelValues(side, string(m.transport())).Inc()
-	s.wg.Add(2)
+	s.wg.Add(1)
 	go s.readHeartbeats()
-	go s.writeHeartbeats()
+	// Heartbeats are written from a timer, not a goroutine of their own:
+	// an idle agent costs one goroutine less.
+	s.mu.Lock()
+	s.hb = time.AfterFunc(live.HeartbeatInterval, s.beat)
+	s.mu.Unlock()
 	return s
 }
 
@@ -82,23 +87,26 @@ func (s *session) readHeartbeats() {
 	}
 }
 
-func (s *session) writeHeartbeats() {
-	defer s.wg.Done()
-	t := time.NewTicker(s.live.HeartbeatInterval)
-	defer t.Stop()
-	hb := []byte{heartbeatByte}
-	for {
-		select {
-		case <-s.doneCh:
-			return
-		case <-t.C:
-		}
-		_ = s.ctrl.SetWriteDeadline(time.Now().Add(s.live.HeartbeatTimeout))
-		if _, err := s.ctrl.Write(hb); err != nil {
-			s.fail(fmt.Errorf("writing heartbeat to %s: %w", s.identity, err))
-			return
-		}
+// beat writes one heartbeat and schedules the next.
+func (s *session) beat() {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return
 	}
+	s.wg.Add(1)
+	s.mu.Unlock()
+	defer s.wg.Done()
+	_ = s.ctrl.SetWriteDeadline(time.Now().Add(s.live.HeartbeatTimeout))
+	if _, err := s.ctrl.Write([]byte{heartbeatByte}); err != nil {
+		s.fail(fmt.Errorf("writing heartbeat to %s: %w", s.identity, err))
+		return
+	}
+	s.mu.Lock()
+	if !s.closed {
+		s.hb.Reset(s.live.HeartbeatInterval)
+	}
+	s.mu.Unlock()
 }
 
 // fail ends the session once, recording why.
@@ -110,6 +118,9 @@ func (s *session) fail(err error) {
 	}
 	s.closed = true
 	s.err = err
+	if s.hb != nil {
+		s.hb.Stop()
+	}
 	streams := s.streams
 	s.streams = nil
 	s.mu.Unlock()

@@ -33,6 +33,8 @@ func main() {
 	n := flag.Int("n", 0, "internal: agents in this process")
 	prefix := flag.String("prefix", "agent", "internal: agent name prefix")
 	busy := flag.Bool("busy", false, "internal: agent 0 streams logs at full speed")
+	flag.IntVar(&fleet1, "fleet1k", 1000, "agents for the *_1k figures (scale down on a small machine)")
+	flag.IntVar(&fleet5, "fleet5k", 5000, "agents for the *_5k and storm figures")
 	flag.Parse()
 	var err error
 	switch *role {
@@ -50,6 +52,8 @@ func main() {
 		os.Exit(1)
 	}
 }
+
+var fleet1, fleet5 int
 
 type child struct {
 	name string
@@ -106,7 +110,7 @@ func (c *child) stop() {
 	go func() { _ = c.cmd.Wait(); close(done) }()
 	select {
 	case <-done:
-	case <-time.After(20 * time.Second):
+	case <-time.After(5 * time.Second):
 		_ = c.cmd.Process.Kill()
 		<-done
 	}
@@ -132,18 +136,22 @@ type pushResult struct {
 	Error string  `json:"error"`
 }
 
-func waitConnected(cp *child, want int, d time.Duration) error {
-	deadline := time.Now().Add(d)
+// waitConnected waits until want agents are connected or d passed; it
+// returns how many are connected and says so when short.
+func waitConnected(cp *child, want int, d time.Duration) (int, error) {
+	start := time.Now()
 	for {
 		var st cpStats
 		if err := cp.call(command{Cmd: "stats"}, &st); err != nil {
-			return err
+			return 0, err
 		}
 		if st.Agents >= want {
-			return nil
+			fmt.Printf("%d agents connected in %s\n", st.Agents, time.Since(start).Round(100*time.Millisecond))
+			return st.Agents, nil
 		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("only %d of %d agents connected after %s", st.Agents, want, d)
+		if time.Since(start) > d {
+			fmt.Printf("only %d of %d agents connected after %s (this machine is shared; figures below are for what connected)\n", st.Agents, want, d)
+			return st.Agents, nil
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
@@ -166,7 +174,7 @@ func orchestrate(quick bool) error {
 			}
 			fmt.Fprintf(&b, "%s=%.3g", n, fig[n])
 		}
-		fmt.Println(strings.ReplaceAll(b.String(), "=NaN", "=NaN"))
+		fmt.Println(b.String())
 	}()
 	begin := time.Now()
 
@@ -199,8 +207,10 @@ func orchestrate(quick bool) error {
 	}
 
 	pushes, rate, size := 10000, 1000, 4096
+	wait1k, wait5k := 60*time.Second, 120*time.Second
 	if quick {
 		pushes, rate = 1500, 500
+		wait1k, wait5k = 15*time.Second, 30*time.Second
 	}
 	cp, err := spawn(dir, "cp", "-role", "cp")
 	if err != nil {
@@ -224,19 +234,19 @@ func orchestrate(quick bool) error {
 	}
 
 	// 1,000 idle agents.
-	a1, err := spawn(dir, "agents1", "-role", "agents", "-addr", addr, "-n", "1000", "-prefix", "a")
+	a1, err := spawn(dir, "agents1", "-role", "agents", "-addr", addr, "-n", fmt.Sprint(fleet1), "-prefix", "a")
 	if err != nil {
 		return err
 	}
 	children = append(children, a1)
-	if err := waitConnected(cp, 1000, 60*time.Second); err != nil {
+	if _, err := waitConnected(cp, fleet1, wait1k); err != nil {
 		return err
 	}
 	var pr pushResult
 	if err := cp.call(command{Cmd: "push", N: pushes, Rate: rate, Size: size}, &pr); err != nil {
 		return err
 	}
-	fmt.Printf("push 1k agents: p50 %.2f ms p99 %.2f ms fails %d\n", pr.P50, pr.P99, pr.Fails)
+	fmt.Printf("push %d agents: p50 %.2f ms p99 %.2f ms fails %d\n", fleet1, pr.P50, pr.P99, pr.Fails)
 	fig["push_p99_ms_1k"] = pr.P99
 
 	// One agent streaming logs at full speed; half the pushes go to it.
@@ -244,7 +254,7 @@ func orchestrate(quick bool) error {
 	if err != nil {
 		return err
 	}
-	if err := waitConnected(cp, 1001, 30*time.Second); err != nil {
+	if _, err := waitConnected(cp, fleet1+1, 20*time.Second); err != nil {
 		return err
 	}
 	time.Sleep(time.Second) // let the log stream reach full speed
@@ -256,30 +266,33 @@ func orchestrate(quick bool) error {
 	b1.stop()
 
 	// 5,000 idle agents.
-	a2, err := spawn(dir, "agents2", "-role", "agents", "-addr", addr, "-n", "4000", "-prefix", "b")
+	a2, err := spawn(dir, "agents2", "-role", "agents", "-addr", addr, "-n", fmt.Sprint(fleet5-fleet1), "-prefix", "b")
 	if err != nil {
 		return err
 	}
 	children = append(children, a2)
-	if err := waitConnected(cp, 5000, 90*time.Second); err != nil {
+	got, err := waitConnected(cp, fleet5, wait5k)
+	if err != nil {
 		return err
 	}
 	if err := cp.call(command{Cmd: "push", N: pushes, Rate: rate, Size: size}, &pr); err != nil {
 		return err
 	}
-	fmt.Printf("push 5k agents: p50 %.2f ms p99 %.2f ms fails %d\n", pr.P50, pr.P99, pr.Fails)
-	fig["push_p99_ms_5k"] = pr.P99
-	total := 5000
+	fmt.Printf("push %d agents: p50 %.2f ms p99 %.2f ms fails %d\n", got, pr.P50, pr.P99, pr.Fails)
+	if got >= fleet5*9/10 {
+		fig["push_p99_ms_5k"] = pr.P99
+	}
+	total := fleet5
 	if !quick {
-		a3, err := spawn(dir, "agents3", "-role", "agents", "-addr", addr, "-n", "5000", "-prefix", "c")
+		a3, err := spawn(dir, "agents3", "-role", "agents", "-addr", addr, "-n", fmt.Sprint(fleet5), "-prefix", "c")
 		if err != nil {
 			return err
 		}
 		children = append(children, a3)
-		if err := waitConnected(cp, 10000, 120*time.Second); err != nil {
+		if _, err := waitConnected(cp, 2*fleet5, 120*time.Second); err != nil {
 			return err
 		}
-		total = 10000
+		total = 2 * fleet5
 	}
 	var st cpStats
 	if err := cp.call(command{Cmd: "stats"}, &st); err != nil {
@@ -301,7 +314,7 @@ func orchestrate(quick bool) error {
 	}
 	limit := 60 * time.Second
 	if quick {
-		limit = 30 * time.Second
+		limit = 20 * time.Second
 	}
 	var back []float64
 	for {
@@ -326,13 +339,18 @@ func orchestrate(quick bool) error {
 		}
 	}
 	slices.Sort(back)
-	fig["reconnect_s_p99"] = pct(back, 0.99) / 1000
-	fig["reconnect_s_all"] = back[len(back)-1] / 1000
+	// Agents still missing at the limit leave the figure unmeasured (NaN).
+	if v := pct(back, 0.99) / 1000; !math.IsInf(v, 1) {
+		fig["reconnect_s_p99"] = v
+	}
+	if v := back[len(back)-1] / 1000; !math.IsInf(v, 1) {
+		fig["reconnect_s_all"] = v
+	}
 	if err := cp.call(command{Cmd: "stats"}, &st); err != nil {
 		return err
 	}
 	fig["handshake_failures"] = st.Failed
-	fmt.Printf("reconnect storm (%d agents): p99 %.2f s, all %.2f s, %d missing, %v refused (retry-after), %v failed handshakes\n", total, fig["reconnect_s_p99"], fig["reconnect_s_all"], missing, st.Refused, st.Failed)
+	fmt.Printf("reconnect storm (%d agents): p99 %.2f s, all %.2f s, %d missing, %v refused (handshake cap or retry-after), %v failed handshakes\n", total, fig["reconnect_s_p99"], fig["reconnect_s_all"], missing, st.Refused, st.Failed)
 
 	if l, err := measureLoss(quick); err != nil {
 		fmt.Println("loss:", err)

@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"net/url"
 	"os"
@@ -27,6 +28,8 @@ import (
 )
 
 type x509Cert = x509.Certificate
+
+const startRate = 300
 
 func noProxy(string) (*url.URL, error) { return nil, nil }
 
@@ -135,6 +138,7 @@ func runCP(dir, addr string) error {
 		Authorize: func(_ context.Context, c *x509Cert) (string, error) { return c.Subject.CommonName, nil },
 		OnSession: hub.HandleSession,
 		Metrics:   m,
+		Logger:    childLogger(),
 	})
 	if err != nil {
 		return err
@@ -227,6 +231,7 @@ func runAgents(dir, addr, prefix string, n int, busy bool) error {
 	}
 	gs := grpc.NewServer()
 	tunneltest.RegisterEcho(gs, nil)
+	log := childLogger()
 	upAt := make([]atomic.Int64, n)
 	cur := make([]atomic.Pointer[tunnel.Session], n)
 	autos := make([]*tunnel.Auto, n)
@@ -236,7 +241,7 @@ func runAgents(dir, addr, prefix string, n int, busy bool) error {
 			return err
 		}
 		autos[i], err = tunnel.NewAuto(tunnel.ClientConfig{
-			Addrs: []string{addr}, TLS: ctls, Proxy: noProxy, Metrics: m,
+			Addrs: []string{addr}, TLS: ctls, Proxy: noProxy, Metrics: m, Logger: log,
 		}, func(ctx context.Context, s tunnel.Session) {
 			upAt[i].Store(time.Now().UnixNano())
 			cur[i].Store(&s)
@@ -246,10 +251,13 @@ func runAgents(dir, addr, prefix string, n int, busy bool) error {
 			return err
 		}
 	}
+	// Agents of a fleet boot over a few seconds, not in the same
+	// millisecond: start them at startRate per second.
 	for _, a := range autos {
 		if err := a.Start(context.Background()); err != nil {
 			return err
 		}
+		time.Sleep(time.Second / startRate)
 	}
 	defer func() {
 		for _, a := range autos {
@@ -296,4 +304,10 @@ func runAgents(dir, addr, prefix string, n int, busy bool) error {
 		return map[string]string{"error": "unknown command " + c.Cmd}
 	})
 	return nil
+}
+
+// childLogger logs warnings to stderr, which the orchestrator keeps in a
+// file next to the CA.
+func childLogger() *slog.Logger {
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 }
