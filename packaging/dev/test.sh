@@ -8,7 +8,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 export GOFLAGS="${GOFLAGS:--mod=mod}"
 
-step() { echo; echo "=== $*"; }
+step() { echo; echo "=== $* ($(date -u +%H:%M:%S))"; }
 
 step "gofmt"
 unformatted="$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))"
@@ -30,7 +30,7 @@ go test -count=1 -timeout 40m ./...
 
 step "go test -race (concurrent packages)"
 race_pkgs=()
-for d in controlplane cli tunnel; do
+for d in controlplane cli tunnel agent egress sandbox; do
   [ -d "$d" ] && race_pkgs+=("./$d/...")
 done
 go test -race -count=1 -timeout 30m "${race_pkgs[@]}"
@@ -46,4 +46,4 @@ done < <(grep -rl --include='*_test.go' '^func Fuzz' . | while read -r f; do
 done | sort -u)
 
 echo
-echo "all checks passed"
+echo "all checks passed ($(date -u +%H:%M:%S))"
