@@ -230,6 +230,6 @@ func (a *app) poolCmd() *cobra.Command {
 			return w.Flush()
 		},
 	}
-	cmd.AddCommand(list)
+	cmd.AddCommand(list, a.poolJoinCmd())
 	return cmd
 }

@@ -26,6 +26,8 @@ type ScriptParams struct {
 	AgentSHA256 map[string]string
 	Token       string
 	ExpiresAt   time.Time
+	// DevBuild makes the script download the controlplane's source build.
+	DevBuild bool
 }
 
 var (
@@ -131,7 +133,7 @@ else
   esac
   say "downloading the agent for $PLATFORM"
   # shellcheck disable=SC2086
-  curl -fsS $CURL_CA -o "$STATE_DIR/levers9-agent.download" "$CONTROLPLANE_REST/agent/v1/download/$PLATFORM" \
+  curl -fsS $CURL_CA -o "$STATE_DIR/levers9-agent.download" "$CONTROLPLANE_REST/agent/v1/download/$PLATFORM{{if .DevBuild}}?dev=1{{end}}" \
     || fail "could not download the agent from $CONTROLPLANE_REST"
   echo "$WANT_SHA256  $STATE_DIR/levers9-agent.download" | sha256sum -c - >/dev/null 2>&1 \
     || { rm -f "$STATE_DIR/levers9-agent.download"; fail "the downloaded agent's checksum is wrong; refusing to run it"; }

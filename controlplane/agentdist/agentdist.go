@@ -138,6 +138,24 @@ func (d *Dist) build(ctx context.Context, platform string) (string, error) {
 	return out, nil
 }
 
+// DevChecksums builds the agent from source for the controlplane's own
+// platform (even when a prebuilt one exists) and returns its checksum.
+func (d *Dist) DevChecksums(ctx context.Context) (map[string]string, error) {
+	if !d.devBuilds || d.sourceDir == "" {
+		return nil, fmt.Errorf("dev builds are off on this controlplane (set LEVERS9_AGENT_DEV_BUILDS=true and run it from a levers9 checkout): %w", errdefs.ErrFailedPrecondition)
+	}
+	host := runtime.GOOS + "-" + runtime.GOARCH
+	p, err := d.build(ctx, host)
+	if err != nil {
+		return nil, err
+	}
+	sum, err := d.checksum(p)
+	if err != nil {
+		return nil, err
+	}
+	return map[string]string{host: sum}, nil
+}
+
 // Checksums returns the SHA-256 of every platform's agent that is
 // available (building the controlplane's own platform in dev mode).
 func (d *Dist) Checksums(ctx context.Context) (map[string]string, error) {
@@ -207,7 +225,23 @@ func (d *Dist) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	platform := strings.TrimPrefix(r.URL.Path, "/agent/v1/download/")
-	p, err := d.Path(r.Context(), platform)
+	var (
+		p   string
+		err error
+	)
+	if r.URL.Query().Get("dev") == "1" {
+		if !d.devBuilds || d.sourceDir == "" {
+			http.Error(w, "dev builds are off on this controlplane", http.StatusNotFound)
+			return
+		}
+		if !platformRE.MatchString(platform) {
+			http.Error(w, "unknown platform", http.StatusBadRequest)
+			return
+		}
+		p, err = d.build(r.Context(), platform)
+	} else {
+		p, err = d.Path(r.Context(), platform)
+	}
 	switch {
 	case errdefs.IsInvalidArgument(err):
 		http.Error(w, err.Error(), http.StatusBadRequest)

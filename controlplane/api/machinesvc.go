@@ -103,7 +103,12 @@ func (s *MachineService) createMachine(ctx context.Context, req *v1.CreateMachin
 		}
 		ttl = time.Duration(req.GetJoinTtlSeconds()) * time.Second
 	}
-	sums, err := s.Dist.Checksums(ctx)
+	var sums map[string]string
+	if req.GetDevBuild() {
+		sums, err = s.Dist.DevChecksums(ctx)
+	} else {
+		sums, err = s.Dist.Checksums(ctx)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -112,7 +117,7 @@ func (s *MachineService) createMachine(ctx context.Context, req *v1.CreateMachin
 	m := store.Machine{ID: machineID, WorkspaceID: p.WorkspaceID, Name: name, Pool: pool, CreatedAt: now}
 	expires := now.Add(ttl)
 	script, err := enroll.JoinScript(enroll.ScriptParams{MachineID: m.ID, Pool: pool, ControlplaneGRPC: s.Public.GRPC,
-		ControlplaneREST: s.Public.REST, CAPEM: s.Public.CAPEM, AgentSHA256: sums, Token: token, ExpiresAt: expires})
+		ControlplaneREST: s.Public.REST, CAPEM: s.Public.CAPEM, AgentSHA256: sums, Token: token, ExpiresAt: expires, DevBuild: req.GetDevBuild()})
 	if err != nil {
 		return nil, err
 	}

@@ -301,3 +301,21 @@ func TestNoAgentBinaryIsAClearError(t *testing.T) {
 		t.Errorf("message: %v", err)
 	}
 }
+
+func TestDevBuildNeedsTheSetting(t *testing.T) {
+	t.Parallel()
+	b := setupMachines(t, nil)
+	_, err := b.machines.CreateMachine(b.ctx, &v1.CreateMachineRequest{Pool: "default", DevBuild: true})
+	wantCode(t, "dev build with dev builds off", err, codes.FailedPrecondition)
+	if err == nil || !strings.Contains(err.Error(), "LEVERS9_AGENT_DEV_BUILDS") {
+		t.Errorf("message: %v", err)
+	}
+	resp, err := http.Get("http://" + b.in.Server.RESTAddr() + "/agent/v1/download/linux-amd64?dev=1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNotFound {
+		t.Errorf("dev download with dev builds off: %d", resp.StatusCode)
+	}
+}

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	v1 "github.com/levers9/levers9/api/levers9/v1"
+	"github.com/levers9/levers9/controlplane/config"
 	"github.com/levers9/levers9/controlplane/controlplanetest"
 	"github.com/levers9/levers9/internal/devstack"
 )
@@ -51,7 +52,15 @@ func (w *joinWorld) cli(t *testing.T, args ...string) (string, string, error) {
 	return out.String(), errb.String(), err
 }
 
+// controlplanetestConfig is the controlplane config a world starts with.
+type controlplanetestConfig = config.Config
+
 func setupJoinWorld(t *testing.T) *joinWorld {
+	t.Helper()
+	return setupJoinWorldWith(t, nil)
+}
+
+func setupJoinWorldWith(t *testing.T, mutate func(*config.Config)) *joinWorld {
 	t.Helper()
 	b := newBox(t)
 	cert, key := controlplanetest.SelfSignedTLS(t, b.hostIP)
@@ -69,6 +78,9 @@ func setupJoinWorld(t *testing.T) *joinWorld {
 	cfg.Controlplane.PublicHost = b.hostIP
 	cfg.Controlplane.TLS.CertFile, cfg.Controlplane.TLS.KeyFile = cert, key
 	cfg.Controlplane.AgentBinariesDir = bin
+	if mutate != nil {
+		mutate(cfg)
+	}
 	in := controlplanetest.Start(t, cfg, true)
 	controlplanetest.Eventually(t, 10*time.Second, "tunnel endpoint", func() bool { return in.Server.Agents() != nil })
 	w := &joinWorld{box: b, in: in, home: filepath.Join(t.TempDir(), "home"), cert: cert}

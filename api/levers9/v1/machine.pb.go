@@ -721,8 +721,11 @@ type CreateMachineRequest struct {
 	Name string `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
 	// How long the join token lives, in seconds (default 3600).
 	JoinTtlSeconds int64 `protobuf:"varint,3,opt,name=join_ttl_seconds,json=joinTtlSeconds,proto3" json:"join_ttl_seconds,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// Hand the machine an agent built from the controlplane's own source
+	// (only when the controlplane runs with LEVERS9_AGENT_DEV_BUILDS=true).
+	DevBuild      bool `protobuf:"varint,4,opt,name=dev_build,json=devBuild,proto3" json:"dev_build,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CreateMachineRequest) Reset() {
@@ -774,6 +777,13 @@ func (x *CreateMachineRequest) GetJoinTtlSeconds() int64 {
 		return x.JoinTtlSeconds
 	}
 	return 0
+}
+
+func (x *CreateMachineRequest) GetDevBuild() bool {
+	if x != nil {
+		return x.DevBuild
+	}
+	return false
 }
 
 type CreateMachineResponse struct {
@@ -1320,11 +1330,12 @@ const file_api_levers9_v1_machine_proto_rawDesc = "" +
 	" \x01(\tR\ttransport\x123\n" +
 	"\tinventory\x18\v \x01(\v2\x15.levers9.v1.InventoryR\tinventory\x12B\n" +
 	"\x0fjoin_expires_at\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\rjoinExpiresAt\x12P\n" +
-	"\x16certificate_expires_at\x18\r \x01(\v2\x1a.google.protobuf.TimestampR\x14certificateExpiresAt\"h\n" +
+	"\x16certificate_expires_at\x18\r \x01(\v2\x1a.google.protobuf.TimestampR\x14certificateExpiresAt\"\x85\x01\n" +
 	"\x14CreateMachineRequest\x12\x12\n" +
 	"\x04pool\x18\x01 \x01(\tR\x04pool\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12(\n" +
-	"\x10join_ttl_seconds\x18\x03 \x01(\x03R\x0ejoinTtlSeconds\"\x86\x01\n" +
+	"\x10join_ttl_seconds\x18\x03 \x01(\x03R\x0ejoinTtlSeconds\x12\x1b\n" +
+	"\tdev_build\x18\x04 \x01(\bR\bdevBuild\"\x86\x01\n" +
 	"\x15CreateMachineResponse\x12-\n" +
 	"\amachine\x18\x01 \x01(\v2\x13.levers9.v1.MachineR\amachine\x12\x1d\n" +
 	"\n" +
