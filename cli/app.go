@@ -190,3 +190,24 @@ func (a *app) promptSecret(q string) (string, error) {
 	}
 	return a.prompt(q)
 }
+
+// rpc connects to the active context, runs one call with its token and the
+// --timeout, turns errors into advice, and closes the connection.
+func rpc[T any](a *app, fn func(ctx context.Context, conn *grpc.ClientConn) (T, error)) (T, error) {
+	var zero T
+	s, err := a.connect(true)
+	if err != nil {
+		return zero, err
+	}
+	defer s.Close()
+	var out T
+	err = a.call(s, func(ctx context.Context) error {
+		var err error
+		out, err = fn(ctx, s.conn)
+		return err
+	})
+	if err != nil {
+		return zero, err
+	}
+	return out, nil
+}

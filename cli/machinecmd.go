@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"google.golang.org/grpc"
 
 	v1 "github.com/levers9/levers9/api/levers9/v1"
 	"github.com/levers9/levers9/enroll"
@@ -85,15 +86,8 @@ machine and run it there as root; the printed command hides the token.`,
 		Short: "List machines: state, last heartbeat, agent version, transport, GPUs, pool",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			s, err := a.connect(true)
-			if err != nil {
-				return err
-			}
-			defer s.Close()
-			var resp *v1.ListMachinesResponse
-			err = a.call(s, func(ctx context.Context) error {
-				resp, err = v1.NewMachineServiceClient(s.conn).ListMachines(ctx, &v1.ListMachinesRequest{Pool: listPool})
-				return err
+			resp, err := rpc(a, func(ctx context.Context, conn *grpc.ClientConn) (*v1.ListMachinesResponse, error) {
+				return v1.NewMachineServiceClient(conn).ListMachines(ctx, &v1.ListMachinesRequest{Pool: listPool})
 			})
 			if err != nil {
 				return err
@@ -118,15 +112,8 @@ machine and run it there as root; the printed command hides the token.`,
 		Short: "Show a machine with its inventory",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			s, err := a.connect(true)
-			if err != nil {
-				return err
-			}
-			defer s.Close()
-			var resp *v1.GetMachineResponse
-			err = a.call(s, func(ctx context.Context) error {
-				resp, err = v1.NewMachineServiceClient(s.conn).GetMachine(ctx, &v1.GetMachineRequest{Id: args[0]})
-				return err
+			resp, err := rpc(a, func(ctx context.Context, conn *grpc.ClientConn) (*v1.GetMachineResponse, error) {
+				return v1.NewMachineServiceClient(conn).GetMachine(ctx, &v1.GetMachineRequest{Id: args[0]})
 			})
 			if err != nil {
 				return err
@@ -200,15 +187,8 @@ func (a *app) poolCmd() *cobra.Command {
 		Short: "List pools with their machines, GPUs and effective security",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			s, err := a.connect(true)
-			if err != nil {
-				return err
-			}
-			defer s.Close()
-			var resp *v1.ListPoolsResponse
-			err = a.call(s, func(ctx context.Context) error {
-				resp, err = v1.NewPoolServiceClient(s.conn).ListPools(ctx, &v1.ListPoolsRequest{})
-				return err
+			resp, err := rpc(a, func(ctx context.Context, conn *grpc.ClientConn) (*v1.ListPoolsResponse, error) {
+				return v1.NewPoolServiceClient(conn).ListPools(ctx, &v1.ListPoolsRequest{})
 			})
 			if err != nil {
 				return err

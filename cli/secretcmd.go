@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
+	"google.golang.org/grpc"
 
 	v1 "github.com/levers9/levers9/api/levers9/v1"
 )
@@ -61,15 +62,8 @@ never from the command line, so they stay out of shell history and process lists
 			if len(vals) == 0 {
 				return fmt.Errorf("no KEY=VALUE lines read (pipe them in, or use --from-file)")
 			}
-			s, err := a.connect(true)
-			if err != nil {
-				return err
-			}
-			defer s.Close()
-			var resp *v1.PutSecretResponse
-			err = a.call(s, func(ctx context.Context) error {
-				resp, err = v1.NewSecretServiceClient(s.conn).PutSecret(ctx, &v1.PutSecretRequest{Name: args[0], Values: vals})
-				return err
+			resp, err := rpc(a, func(ctx context.Context, conn *grpc.ClientConn) (*v1.PutSecretResponse, error) {
+				return v1.NewSecretServiceClient(conn).PutSecret(ctx, &v1.PutSecretRequest{Name: args[0], Values: vals})
 			})
 			if err != nil {
 				return err
@@ -84,15 +78,8 @@ never from the command line, so they stay out of shell history and process lists
 		Short: "List secrets and their keys (never values)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			s, err := a.connect(true)
-			if err != nil {
-				return err
-			}
-			defer s.Close()
-			var resp *v1.ListSecretsResponse
-			err = a.call(s, func(ctx context.Context) error {
-				resp, err = v1.NewSecretServiceClient(s.conn).ListSecrets(ctx, &v1.ListSecretsRequest{})
-				return err
+			resp, err := rpc(a, func(ctx context.Context, conn *grpc.ClientConn) (*v1.ListSecretsResponse, error) {
+				return v1.NewSecretServiceClient(conn).ListSecrets(ctx, &v1.ListSecretsRequest{})
 			})
 			if err != nil {
 				return err

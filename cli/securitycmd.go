@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/spf13/cobra"
+	"google.golang.org/grpc"
 
 	v1 "github.com/levers9/levers9/api/levers9/v1"
 )
@@ -21,15 +22,8 @@ over the agents' report window. "safe to enforce" means machines reported and no
 been refused.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			s, err := a.connect(true)
-			if err != nil {
-				return err
-			}
-			defer s.Close()
-			var resp *v1.GetReadinessReportResponse
-			err = a.call(s, func(ctx context.Context) error {
-				resp, err = v1.NewSecurityServiceClient(s.conn).GetReadinessReport(ctx, &v1.GetReadinessReportRequest{Pool: pool})
-				return err
+			resp, err := rpc(a, func(ctx context.Context, conn *grpc.ClientConn) (*v1.GetReadinessReportResponse, error) {
+				return v1.NewSecurityServiceClient(conn).GetReadinessReport(ctx, &v1.GetReadinessReportRequest{Pool: pool})
 			})
 			if err != nil {
 				return err

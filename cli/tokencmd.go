@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"google.golang.org/grpc"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -37,15 +38,8 @@ func (a *app) tokenCmd() *cobra.Command {
 		Short: "Create a token; its secret is printed once, so store it now",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			s, err := a.connect(true)
-			if err != nil {
-				return err
-			}
-			defer s.Close()
-			var resp *v1.CreateTokenResponse
-			err = a.call(s, func(ctx context.Context) error {
-				resp, err = v1.NewTokenServiceClient(s.conn).CreateToken(ctx, &v1.CreateTokenRequest{Name: name})
-				return err
+			resp, err := rpc(a, func(ctx context.Context, conn *grpc.ClientConn) (*v1.CreateTokenResponse, error) {
+				return v1.NewTokenServiceClient(conn).CreateToken(ctx, &v1.CreateTokenRequest{Name: name})
 			})
 			if err != nil {
 				return err
@@ -65,15 +59,8 @@ func (a *app) tokenCmd() *cobra.Command {
 		Short: "List tokens (never their secrets)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			s, err := a.connect(true)
-			if err != nil {
-				return err
-			}
-			defer s.Close()
-			var resp *v1.ListTokensResponse
-			err = a.call(s, func(ctx context.Context) error {
-				resp, err = v1.NewTokenServiceClient(s.conn).ListTokens(ctx, &v1.ListTokensRequest{IncludeRevoked: all})
-				return err
+			resp, err := rpc(a, func(ctx context.Context, conn *grpc.ClientConn) (*v1.ListTokensResponse, error) {
+				return v1.NewTokenServiceClient(conn).ListTokens(ctx, &v1.ListTokensRequest{IncludeRevoked: all})
 			})
 			if err != nil {
 				return err
@@ -95,15 +82,8 @@ func (a *app) tokenCmd() *cobra.Command {
 		Short: "Revoke a token at once",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			s, err := a.connect(true)
-			if err != nil {
-				return err
-			}
-			defer s.Close()
-			var resp *v1.RevokeTokenResponse
-			err = a.call(s, func(ctx context.Context) error {
-				resp, err = v1.NewTokenServiceClient(s.conn).RevokeToken(ctx, &v1.RevokeTokenRequest{Id: args[0]})
-				return err
+			resp, err := rpc(a, func(ctx context.Context, conn *grpc.ClientConn) (*v1.RevokeTokenResponse, error) {
+				return v1.NewTokenServiceClient(conn).RevokeToken(ctx, &v1.RevokeTokenRequest{Id: args[0]})
 			})
 			if err != nil {
 				return err
@@ -125,15 +105,8 @@ func (a *app) whoamiCmd() *cobra.Command {
 		Short: "Show the workspace and token the current context uses",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			s, err := a.connect(true)
-			if err != nil {
-				return err
-			}
-			defer s.Close()
-			var resp *v1.AuthorizeResponse
-			err = a.call(s, func(ctx context.Context) error {
-				resp, err = v1.NewAuthServiceClient(s.conn).Authorize(ctx, &v1.AuthorizeRequest{})
-				return err
+			resp, err := rpc(a, func(ctx context.Context, conn *grpc.ClientConn) (*v1.AuthorizeResponse, error) {
+				return v1.NewAuthServiceClient(conn).Authorize(ctx, &v1.AuthorizeRequest{})
 			})
 			if err != nil {
 				return err
@@ -141,7 +114,11 @@ func (a *app) whoamiCmd() *cobra.Command {
 			if a.output == "json" {
 				return a.printJSON(resp)
 			}
-			fmt.Fprintf(a.io.Out, "context %s: workspace %s (%s), token %s, controlplane %s\n", s.name, resp.WorkspaceName, resp.WorkspaceId, resp.TokenId, s.ctx.Controlplane)
+			c, name, err := a.activeContext()
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(a.io.Out, "context %s: workspace %s (%s), token %s, controlplane %s\n", name, resp.WorkspaceName, resp.WorkspaceId, resp.TokenId, c.Controlplane)
 			return nil
 		},
 	}
