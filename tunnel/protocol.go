@@ -47,6 +47,10 @@ type verdict struct {
 	reason     string
 }
 
+// maxWireRetryAfter bounds the retry-after hint on the wire: a longer one
+// is a broken or hostile server, and an agent must not sleep for weeks on it.
+const maxWireRetryAfter = time.Hour
+
 func (v verdict) encode() []byte {
 	reason := v.reason
 	if len(reason) > maxReasonLen {
@@ -56,8 +60,8 @@ func (v verdict) encode() []byte {
 	if ms < 0 {
 		ms = 0
 	}
-	if ms > 1<<31 {
-		ms = 1 << 31
+	if ms > maxWireRetryAfter.Milliseconds() {
+		ms = maxWireRetryAfter.Milliseconds()
 	}
 	b := make([]byte, 7+len(reason))
 	b[0] = v.status
@@ -76,6 +80,9 @@ func readVerdict(r io.Reader) (verdict, error) {
 	v := verdict{status: h[0], retryAfter: time.Duration(binary.BigEndian.Uint32(h[1:5])) * time.Millisecond}
 	if v.status > verdictPermanent {
 		return verdict{}, fmt.Errorf("tunnel verdict: unknown status %d: %w", v.status, errdefs.ErrInvalidArgument)
+	}
+	if v.retryAfter > maxWireRetryAfter {
+		return verdict{}, fmt.Errorf("tunnel verdict: retry-after %v over %v: %w", v.retryAfter, maxWireRetryAfter, errdefs.ErrInvalidArgument)
 	}
 	n := binary.BigEndian.Uint16(h[5:7])
 	if n > maxReasonLen {
