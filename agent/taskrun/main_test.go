@@ -229,3 +229,5 @@ func (w testWriter) Write(p []byte) (int, error) {
 	}
 	return len(p), nil
 }
+
+func contains(s, sub string) bool { return strings.Contains(s, sub) }
