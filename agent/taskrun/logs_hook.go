@@ -81,10 +81,10 @@ func (h *logsHook) pump(ctx context.Context, q *lineQueue, closing <-chan struct
 				break
 			}
 			if err := h.sink.Line(ctx, l); err != nil {
+				q.countDropped(1)
 				if ctx.Err() != nil {
 					return
 				}
-				q.countDropped(1)
 				if !failed {
 					h.logger.Warn("log sink refused a line; dropping", "err", err)
 					failed = true
