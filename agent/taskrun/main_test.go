@@ -133,7 +133,7 @@ func (b *bundle) assertClean(t *testing.T, tk Task) {
 	defer f.Close()
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
-		if strings.Contains(sc.Text(), " "+testMountSource+" ") {
+		if strings.Contains(sc.Text(), " "+testMountSource+" ") && strings.Contains(sc.Text(), "/tasks/"+tk.runID()+"/") {
 			t.Errorf("mount left behind: %s", sc.Text())
 		}
 	}

@@ -12,8 +12,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/levers9/levers9/internal/errdefs"
 	"github.com/levers9/levers9/internal/testenv"
 	"github.com/levers9/levers9/sandbox"
+	"github.com/levers9/levers9/sandbox/image"
 )
 
 func TestRunOutputAndExitCode(t *testing.T) {
@@ -274,5 +276,64 @@ func TestRunsc(t *testing.T) {
 	b.assertClean(t, tk)
 	if _, err := os.Stat(filepath.Join(testStateDir, b.sb.ContainerID(tk.runID()))); !os.IsNotExist(err) {
 		t.Errorf("runsc state left: %v", err)
+	}
+}
+
+// TestConcurrentAttempts runs several attempts at once through one Runner
+// and checks each gets its own output and exit code.
+func TestConcurrentAttempts(t *testing.T) {
+	b := setup(t, setupOpts{})
+	const n = 4
+	type out struct {
+		res  Result
+		err  error
+		rec  *recorder
+		task Task
+	}
+	results := make(chan out, n)
+	for i := 0; i < n; i++ {
+		tk := b.task("conc-"+strconv.Itoa(i), "echo task "+strconv.Itoa(i)+"; exit "+strconv.Itoa(i))
+		go func() {
+			rec := &recorder{}
+			res, err := b.runner.Run(testCtx(t), tk, rec.output())
+			results <- out{res, err, rec, tk}
+		}()
+	}
+	for i := 0; i < n; i++ {
+		o := <-results
+		want, _ := strconv.Atoi(o.task.ID[len("conc-"):])
+		if o.err != nil || o.res.Exit.Code != want || !slices.Equal(o.rec.texts(Stdout), []string{"task " + strconv.Itoa(want)}) {
+			t.Errorf("%s: %v exit %d output %q", o.task.ID, o.err, o.res.Exit.Code, o.rec.texts(Stdout))
+		}
+		b.assertClean(t, o.task)
+	}
+}
+
+// TestStartStop: Stop before Start and twice is safe, Run outside
+// Start..Stop is refused, and a stopped Runner does not start again.
+func TestStartStop(t *testing.T) {
+	for i := 0; i < 50; i++ {
+		r, err := New(Config{Sandbox: &sandbox.Sandbox{}, Images: &image.Store{}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i%2 == 0 {
+			r.Stop()
+		}
+		if _, err := r.Run(context.Background(), Task{ID: "t", Attempt: 1, Image: "x"}, Output{}); !errdefs.IsUnavailable(err) {
+			t.Fatalf("Run before Start: %v", err)
+		}
+		err = r.Start(context.Background())
+		if (i%2 == 0) != (err != nil) {
+			t.Fatalf("Start after Stop=%v: %v", i%2 == 0, err)
+		}
+		r.Stop()
+		r.Stop()
+		if _, err := r.Run(context.Background(), Task{ID: "t", Attempt: 1, Image: "x"}, Output{}); !errdefs.IsUnavailable(err) {
+			t.Fatalf("Run after Stop: %v", err)
+		}
+	}
+	if _, err := New(Config{KillGrace: -1}); err == nil || !contains(err.Error(), "taskrun.sandbox") || !contains(err.Error(), "taskrun.killGrace") {
+		t.Errorf("bad config: %v", err)
 	}
 }
