@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -24,8 +25,12 @@ type attempt struct {
 	logger *slog.Logger
 	cid    string
 
-	// Only Run's goroutine touches the fields below.
+	// stateMu guards state, which Attempts reads from other goroutines;
+	// only Run's goroutine writes it.
+	stateMu sync.Mutex
 	state   State
+
+	// Only Run's goroutine touches the fields below.
 	image   *imageHook
 	network *networkHook
 	logs    *logsHook
@@ -69,12 +74,20 @@ func (a *attempt) to(s State, cause error) {
 	if cause != nil {
 		e.Err = cause.Error()
 	}
+	a.stateMu.Lock()
 	a.state = next
+	a.stateMu.Unlock()
 	a.logger.Info("task state", "from", string(e.From), "to", string(next))
 	a.emit(e)
 }
 
 func (a *attempt) fail(err error) { a.to(StateFailed, err) }
+
+func (a *attempt) currentState() State {
+	a.stateMu.Lock()
+	defer a.stateMu.Unlock()
+	return a.state
+}
 
 func (a *attempt) result() Result {
 	a.res.State = a.state

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -120,6 +122,35 @@ type Runner struct {
 	stopped  bool
 	active   sync.WaitGroup
 	running  int
+	// attempts are the attempts inside Run, by runID.
+	attempts map[string]*attempt
+}
+
+// AttemptInfo describes an attempt this Runner is running, for the agent
+// to tell the controlplane on (re)connect what it runs.
+type AttemptInfo struct {
+	TaskID      string
+	Attempt     int
+	State       State
+	ContainerID string
+}
+
+// Attempts lists the attempts inside Run, sorted by task and attempt.
+// Safe to call concurrently with Run.
+func (r *Runner) Attempts() []AttemptInfo {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]AttemptInfo, 0, len(r.attempts))
+	for _, a := range r.attempts {
+		out = append(out, AttemptInfo{TaskID: a.task.ID, Attempt: a.task.Attempt, State: a.currentState(), ContainerID: a.cid})
+	}
+	slices.SortFunc(out, func(x, y AttemptInfo) int {
+		if c := strings.Compare(x.TaskID, y.TaskID); c != 0 {
+			return c
+		}
+		return x.Attempt - y.Attempt
+	})
+	return out
 }
 
 // New checks cfg and returns a Runner that is not started.
@@ -155,17 +186,28 @@ func (r *Runner) Stop() {
 	r.active.Wait()
 }
 
-func (r *Runner) enter() (context.Context, func(), error) {
+// enter registers a Run; the same attempt twice is refused, so a
+// controlplane that repeats a start never runs it twice.
+func (r *Runner) enter(a *attempt) (context.Context, func(), error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.shutdown == nil || r.stopped || r.shutdown.Err() != nil {
 		return nil, nil, errdefs.WithRetry(fmt.Errorf("task runner not started or stopping: %w", errdefs.ErrUnavailable), true)
 	}
+	id := a.task.runID()
+	if _, ok := r.attempts[id]; ok {
+		return nil, nil, errdefs.WithRetry(fmt.Errorf("already running: %w", errdefs.ErrAlreadyExists), false)
+	}
+	if r.attempts == nil {
+		r.attempts = map[string]*attempt{}
+	}
+	r.attempts[id] = a
 	r.active.Add(1)
 	r.running++
 	return r.shutdown, func() {
 		r.mu.Lock()
 		r.running--
+		delete(r.attempts, id)
 		r.mu.Unlock()
 		r.active.Done()
 	}, nil
@@ -231,7 +273,7 @@ func (r *Runner) Run(ctx context.Context, t Task, out Output) (Result, error) {
 		a.fail(err)
 		return a.result(), err
 	}
-	shutdown, release, err := r.enter()
+	shutdown, release, err := r.enter(a)
 	if err != nil {
 		return a.result(), fmt.Errorf("task %s attempt %d: %w", t.ID, t.Attempt, err)
 	}

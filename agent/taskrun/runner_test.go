@@ -127,6 +127,7 @@ func TestSlowSinkNeverBlocksTheContainer(t *testing.T) {
 	tk := b.task("slow-sink", "seq 1 "+strconv.Itoa(n))
 	exited := make(chan struct{})
 	var got []LogLine
+	var dropped Event
 	out := Output{
 		Logs: LogSinkFunc(func(ctx context.Context, l LogLine) error {
 			select {
@@ -138,8 +139,11 @@ func TestSlowSinkNeverBlocksTheContainer(t *testing.T) {
 			return nil
 		}),
 		Events: func(e Event) {
-			if e.Kind == EventExited {
+			switch e.Kind {
+			case EventExited:
 				close(exited)
+			case EventDroppedLines:
+				dropped = e
 			}
 		},
 	}
@@ -156,6 +160,9 @@ func TestSlowSinkNeverBlocksTheContainer(t *testing.T) {
 	}
 	if res.DroppedLines == 0 || uint64(len(got))+res.DroppedLines != n || gaps != res.DroppedLines {
 		t.Errorf("delivered %d + dropped %d (gaps %d), want > 0 dropped adding up to %d", len(got), res.DroppedLines, gaps, n)
+	}
+	if dropped.DroppedLines != res.DroppedLines {
+		t.Errorf("dropped-lines event says %d, result %d", dropped.DroppedLines, res.DroppedLines)
 	}
 	if len(got) == 0 || got[len(got)-1].Text != strconv.Itoa(n) {
 		t.Errorf("last delivered line is not %d (the tail is kept)", n)
@@ -233,6 +240,14 @@ func TestShutdownDetaches(t *testing.T) {
 		done <- err
 	}()
 	waitFor(t, 20*time.Second, "the task's first line", func() bool { return len(rec.texts(Stdout)) > 0 })
+	cid := b.sb.ContainerID(tk.runID())
+	want := []AttemptInfo{{TaskID: "detach", Attempt: 1, State: StateRunning, ContainerID: cid}}
+	if got := b.runner.Attempts(); !slices.Equal(got, want) {
+		t.Errorf("Attempts() = %+v, want %+v", got, want)
+	}
+	if _, err := b.runner.Run(testCtx(t), tk, Output{}); !errdefs.IsAlreadyExists(err) {
+		t.Errorf("second Run of a running attempt: %v, want already exists", err)
+	}
 	b.runner.Stop()
 	if err := <-done; !errors.Is(err, ErrDetached) {
 		t.Fatalf("Run after Stop: %v, want ErrDetached", err)
@@ -241,7 +256,6 @@ func TestShutdownDetaches(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cid := b.sb.ContainerID(tk.runID())
 	if s, err := st.State(testCtx(t), cid); err != nil || s.Status != sandbox.StatusRunning {
 		t.Fatalf("detached container state %+v, %v; want running", s, err)
 	}
@@ -335,5 +349,53 @@ func TestStartStop(t *testing.T) {
 	}
 	if _, err := New(Config{KillGrace: -1}); err == nil || !contains(err.Error(), "taskrun.sandbox") || !contains(err.Error(), "taskrun.killGrace") {
 		t.Errorf("bad config: %v", err)
+	}
+}
+
+// TestCancelledBeforeStart: a kill context that ended before the container
+// started makes the attempt CANCELLED without an error.
+func TestCancelledBeforeStart(t *testing.T) {
+	b := setup(t, setupOpts{})
+	ctx, cancel := context.WithCancel(testCtx(t))
+	cancel()
+	tk := b.task("early", "true")
+	var rec recorder
+	res, err := b.runner.Run(ctx, tk, rec.output())
+	if err != nil || res.State != StateCancelled {
+		t.Fatalf("Run = %s, %v; want CANCELLED", res.State, err)
+	}
+	if got, want := rec.states(), []State{StatePending, StatePulling, StateCancelled}; !slices.Equal(got, want) {
+		t.Errorf("states %v, want %v", got, want)
+	}
+	b.assertClean(t, tk)
+}
+
+// TestSecurityReported: a task tightening a legacy pool through its env is
+// reported with what the runtime applied.
+func TestSecurityReported(t *testing.T) {
+	b := setup(t, setupOpts{})
+	for _, tc := range []struct {
+		name        string
+		env         []string
+		wantProfile sandbox.Profile
+		wantSeccomp sandbox.SeccompMode
+	}{
+		{"pool", nil, sandbox.ProfileLegacy, sandbox.SeccompOff},
+		{"tightened", []string{sandbox.EnvSecurityProfile + "=hardened", sandbox.EnvSeccomp + "=enforce"}, sandbox.ProfileHardened, sandbox.SeccompEnforce},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tk := b.task("sec-"+tc.name, "true")
+			tk.Security = sandbox.Security{Profile: sandbox.ProfileLegacy, Seccomp: sandbox.SeccompOff, Runtime: sandbox.RuntimeRunc}
+			tk.Env = tc.env
+			var rec recorder
+			res, err := b.runner.Run(testCtx(t), tk, rec.output())
+			if err != nil || res.State != StateSucceeded {
+				t.Fatalf("Run = %s, %v", res.State, err)
+			}
+			ev, ok := rec.event(EventSecurity)
+			if !ok || ev.Effective.Profile != tc.wantProfile || ev.Effective.Seccomp != tc.wantSeccomp || res.Effective.Profile != tc.wantProfile {
+				t.Errorf("effective %+v (event %v), want %s/%s", res.Effective, ok, tc.wantProfile, tc.wantSeccomp)
+			}
+		})
 	}
 }
