@@ -24,6 +24,20 @@
 //	   |           |            |           +------> TIMED_OUT
 //	   +-----------+------------+--> FAILED | CANCELLED
 //
+// Output: the container's stdout and stderr are pipes read by the agent
+// into one bounded queue per attempt (Config.LogBuffer lines of at most
+// Config.MaxLineBytes), pumped into the caller's LogSink from its own
+// goroutine. Writing never blocks the container: when the sink falls
+// behind, the oldest queued lines are dropped, counted, and the gap is
+// marked on the next delivered line (LogLine.DroppedBefore). Lines keep
+// their order within a stream; between the two streams they are in the
+// order the agent read them. Every line delivered precedes the attempt's
+// terminal state event.
+//
+// Run refuses an attempt (task ID and attempt number) that is already
+// running, and Attempts lists what runs, so an agent that reconnects can
+// tell the controlplane and nothing starts twice.
+//
 // Two contexts, as in nomad's killCtx and shutdownCtx. The context given
 // to Run is the kill context: when it ends the container gets SIGTERM, then
 // SIGKILL after the grace period, and its network, rootfs and state are
@@ -33,9 +47,10 @@
 // container, network and rootfs in place, so an agent upgrade does not kill
 // users' work. What survives is limited today: the runtime's `run` process
 // stays a child of the agent (see sandbox.OCI), so it is reparented to init
-// when the agent exits and the container keeps running, but its stdout and
-// stderr pipes lose their reader, so the container's next write gets
-// EPIPE/SIGPIPE. Reattaching a restarted agent to such containers is future
+// when the agent exits and the container keeps running. While the agent
+// process lives its output is still read and discarded; once it exits the
+// stdout and stderr pipes lose their reader, so the container's next write
+// gets EPIPE/SIGPIPE, and the exit status is lost with the `run` parent. Reattaching a restarted agent to such containers is future
 // work: Reconcile removes them instead.
 //
 // API stability: experimental, internal to the agent. Runner, Task, Hook

@@ -241,7 +241,7 @@ func (r *Runner) Reconcile(ctx context.Context) error {
 
 // Output is where an attempt reports: its log lines and its events.
 type Output struct {
-	// Logs receives the output lines; nil discards them (still counted).
+	// Logs receives the output lines; nil discards them.
 	Logs LogSink
 	// Events is called synchronously, in order, from Run's goroutine; it
 	// must not block for long. Nil ignores events.

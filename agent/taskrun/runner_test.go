@@ -207,6 +207,8 @@ func TestFailuresBeforeStart(t *testing.T) {
 			[]State{StatePending, StatePulling, StateFailed}},
 		{"looser security", func(tk *Task) { tk.Env = []string{"LEVERS9_SECURITY_PROFILE=legacy"} }, "LEVERS9_SECURITY_PROFILE",
 			[]State{StatePending, StatePulling, StateStarting, StateFailed}},
+		{"gpu on a node without", func(tk *Task) { tk.GPUs = 1; tk.GPUDevices = []string{"0"} }, "gpu",
+			[]State{StatePending, StatePulling, StateStarting, StateFailed}},
 		{"invalid task", func(tk *Task) { tk.Attempt = 0; tk.Cwd = "rel" }, "task.attempt",
 			[]State{StatePending, StateFailed}},
 	} {
