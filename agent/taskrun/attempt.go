@@ -205,6 +205,14 @@ func (a *attempt) start(ctx context.Context, resp *PrestartResponse) (*sandbox.H
 	if err != nil {
 		return nil, fmt.Errorf("start container: %w", err)
 	}
+	rec := record{TaskID: a.task.ID, Attempt: a.task.Attempt, Pool: a.task.Pool, ContainerID: h.ID,
+		ImageDigest: resp.Image.Digest, Started: a.r.cfg.Clock.Now()}
+	if err := a.r.records().save(a.task.runID(), rec); err != nil {
+		// Without the record a restarted agent could not report this
+		// attempt; better not to run it.
+		_ = h.Delete(context.WithoutCancel(ctx))
+		return nil, err
+	}
 	eff := h.Effective
 	a.res.Effective = &eff
 	a.emit(Event{Kind: EventSecurity, Effective: &eff})
@@ -278,6 +286,9 @@ func (a *attempt) running(ctx, shutdown context.Context, h *sandbox.Handle) (Res
 		a.logger.Error("delete container", "container_id", h.ID, "err", err)
 	}
 	a.stopHooks()
+	if err := a.r.records().remove(a.task.runID()); err != nil {
+		a.logger.Error("remove attempt record", "err", err)
+	}
 	if final == StateSucceeded && (w.err != nil || w.exit.Code != 0) {
 		final = StateFailed
 	}

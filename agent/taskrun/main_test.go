@@ -84,7 +84,8 @@ func setup(t *testing.T, o setupOpts) *bundle {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := Config{Sandbox: b.sb, Images: b.store, KillGrace: 500 * time.Millisecond, Logger: logger}
+	cfg := Config{Sandbox: b.sb, Images: b.store, KillGrace: 500 * time.Millisecond, Logger: logger,
+		StateDir: filepath.Join(b.root, "attempts")}
 	if o.cfg != nil {
 		o.cfg(&cfg)
 	}
@@ -92,7 +93,7 @@ func setup(t *testing.T, o setupOpts) *bundle {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := b.runner.Reconcile(ctx); err != nil {
+	if _, err := b.runner.Reconcile(ctx); err != nil {
 		t.Fatalf("reconcile before: %v", err)
 	}
 	if err := b.runner.Start(context.Background()); err != nil {
@@ -100,8 +101,8 @@ func setup(t *testing.T, o setupOpts) *bundle {
 	}
 	t.Cleanup(func() {
 		b.runner.Stop()
-		if err := b.runner.Reconcile(context.Background()); err != nil {
-			t.Errorf("reconcile after: %v", err)
+		if lost, err := b.runner.Reconcile(context.Background()); err != nil || len(lost) != 0 {
+			t.Errorf("reconcile after: %v, lost %+v", err, lost)
 		}
 	})
 	return b
@@ -121,6 +122,7 @@ func (b *bundle) assertClean(t *testing.T, tk Task) {
 		filepath.Join(testStateDir, cid),
 		filepath.Join(testStateDir, "bundles", cid),
 		filepath.Join(b.root, "tasks", tk.runID()),
+		filepath.Join(b.root, "attempts", tk.runID()+".json"),
 	} {
 		if _, err := os.Stat(p); !os.IsNotExist(err) {
 			t.Errorf("%s left behind (stat: %v)", p, err)

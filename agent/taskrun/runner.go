@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -51,8 +52,13 @@ type Config struct {
 	// DrainTimeout bounds how long an exited task waits for its sink to
 	// take the queued lines (default 10s).
 	DrainTimeout time.Duration
-	Logger       *slog.Logger
-	Clock        Clock
+	// StateDir, when set, holds a record of every attempt whose container
+	// is started and not yet cleaned up (0700, one JSON file each), so
+	// Reconcile can report what an earlier agent lost. The agent puts it
+	// under its own state directory.
+	StateDir string
+	Logger   *slog.Logger
+	Clock    Clock
 }
 
 func (c Config) withDefaults() Config {
@@ -97,6 +103,9 @@ func (c Config) Validate() error {
 	}
 	if c.DrainTimeout < 0 {
 		errs = append(errs, fmt.Errorf("taskrun.drainTimeout: %v is negative", c.DrainTimeout))
+	}
+	if c.StateDir != "" && !filepath.IsAbs(c.StateDir) {
+		errs = append(errs, fmt.Errorf("taskrun.stateDir: %q is not absolute", c.StateDir))
 	}
 	if len(errs) == 0 {
 		return nil
@@ -213,18 +222,37 @@ func (r *Runner) enter(a *attempt) (context.Context, func(), error) {
 	}, nil
 }
 
+// Lost is an attempt an earlier agent started and Reconcile removed: the
+// agent reports it to the controlplane (its outcome is unknown).
+type Lost struct {
+	TaskID      string
+	Attempt     int
+	Pool        string
+	ContainerID string
+	Started     time.Time
+}
+
 // Reconcile removes what an earlier agent (or a killed test) left: every
-// container, task rootfs and network namespace of ours. Reattaching is
-// future work, so containers a detached agent left running are killed.
-// It refuses to run while this Runner runs attempts.
-func (r *Runner) Reconcile(ctx context.Context) error {
+// container, task rootfs and network namespace of ours, and returns the
+// attempts it found records of (Config.StateDir). Reattaching is future
+// work, so containers a detached agent left running are killed. It refuses
+// to run while this Runner runs attempts.
+func (r *Runner) Reconcile(ctx context.Context) ([]Lost, error) {
 	r.mu.Lock()
 	busy := r.running
 	r.mu.Unlock()
 	if busy > 0 {
-		return fmt.Errorf("reconcile tasks: %d attempts running: %w", busy, errdefs.ErrFailedPrecondition)
+		return nil, fmt.Errorf("reconcile tasks: %d attempts running: %w", busy, errdefs.ErrFailedPrecondition)
 	}
 	var errs []error
+	recs, names, err := r.records().list()
+	if err != nil {
+		errs = append(errs, fmt.Errorf("reconcile tasks: %w", err))
+	}
+	lost := make([]Lost, 0, len(recs))
+	for _, rec := range recs {
+		lost = append(lost, Lost{TaskID: rec.TaskID, Attempt: rec.Attempt, Pool: rec.Pool, ContainerID: rec.ContainerID, Started: rec.Started})
+	}
 	if err := r.cfg.Sandbox.Reconcile(ctx); err != nil {
 		errs = append(errs, fmt.Errorf("reconcile containers: %w", err))
 	}
@@ -236,8 +264,18 @@ func (r *Runner) Reconcile(ctx context.Context) error {
 			errs = append(errs, fmt.Errorf("reconcile networks: %w", err))
 		}
 	}
-	return errors.Join(errs...)
+	if len(errs) == 0 {
+		// Records go only once what they describe is gone.
+		for _, n := range names {
+			if err := r.records().remove(n); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	return lost, errors.Join(errs...)
 }
+
+func (r *Runner) records() records { return records{dir: r.cfg.StateDir} }
 
 // Output is where an attempt reports: its log lines and its events.
 type Output struct {

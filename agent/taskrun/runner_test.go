@@ -267,8 +267,12 @@ func TestShutdownDetaches(t *testing.T) {
 	if _, err := b.runner.Run(testCtx(t), b.task("late", "true"), Output{}); err == nil {
 		t.Error("Run after Stop succeeded")
 	}
-	if err := b.runner.Reconcile(testCtx(t)); err != nil {
-		t.Fatal(err)
+	if _, err := os.Stat(filepath.Join(b.root, "attempts", tk.runID()+".json")); err != nil {
+		t.Errorf("record of the detached attempt: %v", err)
+	}
+	lost, err := b.runner.Reconcile(testCtx(t))
+	if err != nil || len(lost) != 1 || lost[0].TaskID != "detach" || lost[0].Attempt != 1 || lost[0].ContainerID != cid || lost[0].Pool != "default" {
+		t.Fatalf("Reconcile = %+v, %v; want the detached attempt", lost, err)
 	}
 	b.assertClean(t, tk)
 }
@@ -349,7 +353,8 @@ func TestStartStop(t *testing.T) {
 			t.Fatalf("Run after Stop: %v", err)
 		}
 	}
-	if _, err := New(Config{KillGrace: -1}); err == nil || !contains(err.Error(), "taskrun.sandbox") || !contains(err.Error(), "taskrun.killGrace") {
+	if _, err := New(Config{KillGrace: -1, StateDir: "rel"}); err == nil || !contains(err.Error(), "taskrun.sandbox") ||
+		!contains(err.Error(), "taskrun.killGrace") || !contains(err.Error(), "taskrun.stateDir") {
 		t.Errorf("bad config: %v", err)
 	}
 }
