@@ -247,7 +247,8 @@ func (r *Runner) Reconcile(ctx context.Context) ([]Lost, error) {
 	var errs []error
 	recs, names, err := r.records().list()
 	if err != nil {
-		errs = append(errs, fmt.Errorf("reconcile tasks: %w", err))
+		// A torn record names no attempt to report; it goes with the rest.
+		r.logger.Warn("unreadable attempt records", "err", err)
 	}
 	lost := make([]Lost, 0, len(recs))
 	for _, rec := range recs {
