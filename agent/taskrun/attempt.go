@@ -51,6 +51,9 @@ func newAttempt(r *Runner, t Task, out Output) *attempt {
 	a.logs = &logsHook{sink: sink, capacity: r.cfg.LogBuffer, maxLine: r.cfg.MaxLineBytes,
 		drainTimeout: r.cfg.DrainTimeout, clock: r.cfg.Clock, logger: a.logger}
 	a.hooks = []Hook{a.image, a.network, a.logs}
+	if r.cfg.Hooks != nil {
+		a.hooks = append(a.hooks, r.cfg.Hooks(t)...)
+	}
 	return a
 }
 

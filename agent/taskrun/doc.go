@@ -50,10 +50,19 @@
 // when the agent exits and the container keeps running. While the agent
 // process lives its output is still read and discarded; once it exits the
 // stdout and stderr pipes lose their reader, so the container's next write
-// gets EPIPE/SIGPIPE, and the exit status is lost with the `run` parent. Reattaching a restarted agent to such containers is future
-// work: Reconcile removes them instead.
+// gets EPIPE/SIGPIPE, and the exit status is lost with the `run` parent.
+// An attempt that had not started its container when shutdown came is
+// cleaned up and also returns ErrDetached, in a non-terminal state.
+// Reattaching a restarted agent to running containers is future work:
+// Reconcile removes them instead and, from the attempt records kept in
+// Config.StateDir, returns them as Lost so the agent can report them.
+//
+// It must never block a container on its output, kill a container on
+// shutdown, leave a rootfs mount, network namespace or container state
+// behind after a terminal state, or report security the runtime did not
+// apply (it forwards sandbox.Handle.Effective).
 //
 // API stability: experimental, internal to the agent. Runner, Task, Hook
-// and the phase interfaces, Event and LogLine are what the agent calls;
-// fields may be added.
+// and the phase interfaces, Event, LogLine and Lost are what the agent
+// calls; fields may be added.
 package taskrun

@@ -52,6 +52,9 @@ type Config struct {
 	// DrainTimeout bounds how long an exited task waits for its sink to
 	// take the queued lines (default 10s).
 	DrainTimeout time.Duration
+	// Hooks, when set, makes more hooks for each attempt; they run after
+	// the built-in image, network and logs hooks (and Stop before them).
+	Hooks func(Task) []Hook
 	// StateDir, when set, holds a record of every attempt whose container
 	// is started and not yet cleaned up (0700, one JSON file each), so
 	// Reconcile can report what an earlier agent lost. The agent puts it
