@@ -21,10 +21,13 @@ type Task struct {
 	Attempt int
 	// Pool names the pool, for egress labels and logs.
 	Pool string
-	// Image is the image reference (tag or digest); a reference without a
-	// registry resolves against the node's worker.imageRegistry.
+	// Image is the image reference; a reference without a registry
+	// resolves against the node's worker.imageRegistry. A digest reference
+	// that is cached needs no network; a tag is resolved against the
+	// registry on every attempt (its blobs still come from the cache).
 	Image string
-	// Args replace the image's entrypoint and command when set.
+	// Args replace the image's command (Cmd) when set; the image's
+	// entrypoint stays in front, as with docker run.
 	Args []string
 	// Env is KEY=VALUE entries added after the image's own.
 	Env []string
