@@ -48,7 +48,7 @@ func newAttempt(r *Runner, t Task, out Output) *attempt {
 		logger: r.logger.With("task_id", t.ID, "attempt", t.Attempt, "pool", t.Pool)}
 	a.image = newImageHook(r.cfg.Images)
 	a.network = newNetworkHook(r.cfg.Egress)
-	a.logs = &logsHook{sink: sink, capacity: r.cfg.LogBuffer, maxLine: r.cfg.MaxLineBytes,
+	a.logs = &logsHook{sink: sink, capacity: r.cfg.LogBuffer, maxBytes: r.cfg.LogBufferBytes, maxLine: r.cfg.MaxLineBytes,
 		drainTimeout: r.cfg.DrainTimeout, clock: r.cfg.Clock, logger: a.logger}
 	a.hooks = []Hook{a.image, a.network, a.logs}
 	if r.cfg.Hooks != nil {

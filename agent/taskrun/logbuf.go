@@ -30,25 +30,30 @@ type LogLine struct {
 	DroppedBefore uint64
 }
 
-// lineQueue is a bounded FIFO of lines shared by both streams. Pushing
-// never blocks: when full, the oldest line is dropped (the end of a task's
-// output usually says most) and counted.
+// lineQueue is a bounded FIFO of lines shared by both streams, bounded in
+// lines and in bytes of text. Pushing never blocks: when full, the oldest
+// lines are dropped (the end of a task's output usually says most) and
+// counted.
 type lineQueue struct {
 	// notify has room for one wake-up; the pump drains everything queued
 	// per wake-up.
 	notify chan struct{}
 
 	// mu guards the fields below.
-	mu      sync.Mutex
-	ring    []LogLine
-	head, n int
-	dropped uint64 // total
-	gap     uint64 // dropped since the last pop
-	closed  bool
+	mu       sync.Mutex
+	ring     []LogLine
+	head, n  int
+	bytes    int // text bytes queued
+	maxBytes int
+	dropped  uint64 // total
+	gap      uint64 // dropped since the last pop
+	closed   bool
 }
 
-func newLineQueue(capacity int) *lineQueue {
-	return &lineQueue{ring: make([]LogLine, capacity), notify: make(chan struct{}, 1)}
+// newLineQueue holds at most capacity lines and maxBytes bytes of text
+// (a longer single line is still kept, alone).
+func newLineQueue(capacity, maxBytes int) *lineQueue {
+	return &lineQueue{ring: make([]LogLine, capacity), maxBytes: maxBytes, notify: make(chan struct{}, 1)}
 }
 
 func (q *lineQueue) push(l LogLine) {
@@ -58,7 +63,9 @@ func (q *lineQueue) push(l LogLine) {
 		q.mu.Unlock()
 		return
 	}
-	if q.n == len(q.ring) {
+	for q.n > 0 && (q.n == len(q.ring) || q.bytes+len(l.Text) > q.maxBytes) {
+		q.bytes -= len(q.ring[q.head].Text)
+		q.ring[q.head] = LogLine{}
 		q.head = (q.head + 1) % len(q.ring)
 		q.n--
 		q.dropped++
@@ -66,6 +73,7 @@ func (q *lineQueue) push(l LogLine) {
 	}
 	q.ring[(q.head+q.n)%len(q.ring)] = l
 	q.n++
+	q.bytes += len(l.Text)
 	q.mu.Unlock()
 	select {
 	case q.notify <- struct{}{}:
@@ -81,6 +89,7 @@ func (q *lineQueue) pop() (LogLine, bool) {
 		return LogLine{}, false
 	}
 	l := q.ring[q.head]
+	q.bytes -= len(l.Text)
 	q.ring[q.head] = LogLine{}
 	q.head = (q.head + 1) % len(q.ring)
 	q.n--
@@ -97,7 +106,7 @@ func (q *lineQueue) close(discard bool) {
 	q.closed = true
 	if discard {
 		q.dropped += uint64(q.n)
-		q.head, q.n = 0, 0
+		q.head, q.n, q.bytes = 0, 0, 0
 		clear(q.ring)
 	}
 }

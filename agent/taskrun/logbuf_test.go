@@ -35,7 +35,7 @@ func TestLineWriterSplits(t *testing.T) {
 		{"long partial cut", []string{"0123456", "789"}, []string{"01234+", "56789+"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			q := newLineQueue(100)
+			q := newLineQueue(100, 1<<10)
 			w := &lineWriter{stream: Stderr, q: q, now: fixedNow, maxLine: 5}
 			for _, s := range tc.writes {
 				if n, err := w.Write([]byte(s)); n != len(s) || err != nil {
@@ -62,7 +62,7 @@ func TestLineWriterSplits(t *testing.T) {
 }
 
 func TestLineQueueDropsOldest(t *testing.T) {
-	q := newLineQueue(3)
+	q := newLineQueue(3, 1<<10)
 	for _, s := range []string{"1", "2", "3", "4", "5"} {
 		q.push(LogLine{Text: s})
 	}
@@ -88,7 +88,7 @@ func FuzzLineWriter(f *testing.F) {
 		if chunk == 0 || maxLine == 0 {
 			return
 		}
-		q := newLineQueue(len(data) + 2)
+		q := newLineQueue(len(data)+2, len(data)+1)
 		w := &lineWriter{stream: Stdout, q: q, now: fixedNow, maxLine: int(maxLine)}
 		for rest := data; len(rest) > 0; {
 			n := min(int(chunk), len(rest))
@@ -110,4 +110,25 @@ func FuzzLineWriter(f *testing.F) {
 			t.Fatalf("rejoined %q, want %q (dropped %d)", b.String(), data, q.droppedLines())
 		}
 	})
+}
+
+func TestLineQueueByteBound(t *testing.T) {
+	q := newLineQueue(100, 10)
+	for _, s := range []string{"aaaa", "bbbb", "cccc", "0123456789abc", "d"} {
+		q.push(LogLine{Text: s})
+	}
+	var got []string
+	for _, l := range drain(q) {
+		got = append(got, l.Text)
+	}
+	// "cccc" pushes out "aaaa"; the 13-byte line is kept alone; "d" fits
+	// only once it is gone.
+	if !slices.Equal(got, []string{"d"}) || q.droppedLines() != 4 {
+		t.Errorf("kept %q, dropped %d; want [d] and 4", got, q.droppedLines())
+	}
+	q.push(LogLine{Text: "12345"})
+	q.push(LogLine{Text: "67890"})
+	if l, _ := q.pop(); l.Text != "12345" || q.bytes != 5 {
+		t.Errorf("pop %q leaves %d bytes", l.Text, q.bytes)
+	}
 }

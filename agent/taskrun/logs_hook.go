@@ -31,6 +31,7 @@ func (f LogSinkFunc) Line(ctx context.Context, l LogLine) error { return f(ctx, 
 type logsHook struct {
 	sink         LogSink
 	capacity     int
+	maxBytes     int
 	maxLine      int
 	drainTimeout time.Duration
 	clock        Clock
@@ -59,7 +60,7 @@ func (h *logsHook) Prestart(ctx context.Context, req *PrestartRequest, resp *Pre
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.q == nil {
-		h.q = newLineQueue(h.capacity)
+		h.q = newLineQueue(h.capacity, h.maxBytes)
 		h.stdout = &lineWriter{stream: Stdout, q: h.q, now: h.clock.Now, maxLine: h.maxLine}
 		h.stderr = &lineWriter{stream: Stderr, q: h.q, now: h.clock.Now, maxLine: h.maxLine}
 		// The pump outlives Prestart's ctx: it ends at exit or Stop.

@@ -59,7 +59,7 @@ func (c *fakeClock) Advance(d time.Duration) {
 }
 
 func newTestLogsHook(sink LogSink, clock Clock) *logsHook {
-	return &logsHook{sink: sink, capacity: 4, maxLine: 64, drainTimeout: time.Minute, clock: clock,
+	return &logsHook{sink: sink, capacity: 4, maxBytes: 1 << 10, maxLine: 64, drainTimeout: time.Minute, clock: clock,
 		logger: slog.New(slog.DiscardHandler)}
 }
 

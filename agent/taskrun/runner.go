@@ -44,11 +44,13 @@ type Config struct {
 	// KillGrace is how long a killed container has between SIGTERM and
 	// SIGKILL (default 10s).
 	KillGrace time.Duration
-	// LogBuffer is how many lines each attempt queues for a slow sink
-	// before dropping the oldest (default 4096); MaxLineBytes cuts longer
-	// lines (default 16 KiB). Together they bound an attempt's log memory.
-	LogBuffer    int
-	MaxLineBytes int
+	// LogBuffer is how many lines, and LogBufferBytes how many bytes of
+	// text, each attempt queues for a slow sink before dropping the oldest
+	// (defaults 4096 lines, 1 MiB); MaxLineBytes cuts longer lines (default
+	// 16 KiB). Together they bound an attempt's log memory.
+	LogBuffer      int
+	LogBufferBytes int
+	MaxLineBytes   int
 	// DrainTimeout bounds how long an exited task waits for its sink to
 	// take the queued lines (default 10s).
 	DrainTimeout time.Duration
@@ -70,6 +72,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.LogBuffer == 0 {
 		c.LogBuffer = 4096
+	}
+	if c.LogBufferBytes == 0 {
+		c.LogBufferBytes = 1 << 20
 	}
 	if c.MaxLineBytes == 0 {
 		c.MaxLineBytes = 16 << 10
@@ -100,6 +105,9 @@ func (c Config) Validate() error {
 	}
 	if c.LogBuffer < 0 {
 		errs = append(errs, fmt.Errorf("taskrun.logBuffer: %d is negative", c.LogBuffer))
+	}
+	if c.LogBufferBytes < 0 {
+		errs = append(errs, fmt.Errorf("taskrun.logBufferBytes: %d is negative", c.LogBufferBytes))
 	}
 	if c.MaxLineBytes < 0 {
 		errs = append(errs, fmt.Errorf("taskrun.maxLineBytes: %d is negative", c.MaxLineBytes))
