@@ -254,10 +254,10 @@ func (a *attempt) running(ctx, shutdown context.Context, h *sandbox.Handle) (Res
 	case w = <-waited:
 	case <-ctx.Done():
 		final = StateCancelled
-		w = a.kill(h, waited)
+		w = a.kill(h, waited, final)
 	case <-timeout:
 		final = StateTimedOut
-		w = a.kill(h, waited)
+		w = a.kill(h, waited, final)
 	case <-shutdown.Done():
 		// Leave the container, its network and rootfs; only our own
 		// goroutines end.
@@ -305,9 +305,16 @@ func (a *attempt) running(ctx, shutdown context.Context, h *sandbox.Handle) (Res
 
 // kill sends SIGTERM, then SIGKILL after the grace period, and waits for
 // the exit.
-func (a *attempt) kill(h *sandbox.Handle, waited <-chan waitResult) waitResult {
+func (a *attempt) kill(h *sandbox.Handle, waited <-chan waitResult, reason State) waitResult {
 	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
 	defer cancel()
+	for _, hk := range a.hooks {
+		if p, ok := hk.(Prekiller); ok {
+			if err := p.Prekill(ctx, &PrekillRequest{Task: a.task, Container: h.ID, Reason: reason}); err != nil {
+				a.logger.Warn("prekill hook failed", "hook", hk.Name(), "err", err)
+			}
+		}
+	}
 	if err := h.Kill(ctx, syscall.SIGTERM); err != nil {
 		a.logger.Warn("SIGTERM container", "container_id", h.ID, "err", err)
 	}

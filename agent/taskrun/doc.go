@@ -8,12 +8,14 @@
 // agent translates between them and this package.
 //
 // A Runner is built from hooks, nomad style: each hook has a Name and
-// implements only the phases it needs (Prestarter, Poststarter, Exiter,
-// Stopper). Prestart hooks run in order before the container starts and
-// fill in what the container needs (rootfs, network namespace, stdio);
-// Stop hooks run in reverse order once the container is deleted. Every hook
-// is idempotent: a second Prestart returns what the first did, a second Stop
-// is a no-op.
+// implements only the phases it needs (Prestarter, Poststarter, Prekiller,
+// Exiter, Stopper). The built-in ones are the image hook (pull, user
+// check, overlay rootfs), the network hook (egress attach and detach) and
+// the logs hook (bounded output); Config.Hooks adds more. Prestart hooks
+// run in order before the container starts and fill in what the container
+// needs (rootfs, network namespace, stdio); Stop hooks run in reverse
+// order once the container is deleted. Every hook is idempotent: a second
+// Prestart returns what the first did, a second Stop is a no-op.
 //
 // A task attempt moves through these states; any other move is refused
 // with an error (see State.Next):

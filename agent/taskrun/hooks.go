@@ -9,7 +9,7 @@ import (
 )
 
 // Hook is one part of a task's lifecycle. It implements any of Prestarter,
-// Poststarter, Exiter and Stopper besides Name. A Runner makes one set of
+// Poststarter, Prekiller, Exiter and Stopper besides Name. A Runner makes one set of
 // hooks per attempt, so a hook may keep that attempt's state in itself.
 //
 // Contract: every phase method is idempotent (a second call returns what
@@ -65,6 +65,22 @@ type PoststartRequest struct {
 	Task      Task
 	Container string
 	Effective sandbox.Effective
+}
+
+// Prekiller runs before the Runner signals a container it kills (cancel or
+// timeout), in hook order, bounded by ctx. An error is logged and the kill
+// goes on.
+type Prekiller interface {
+	Hook
+	Prekill(ctx context.Context, req *PrekillRequest) error
+}
+
+// PrekillRequest says which container is about to be killed and why.
+type PrekillRequest struct {
+	Task      Task
+	Container string
+	// Reason is StateCancelled or StateTimedOut.
+	Reason State
 }
 
 // Exiter runs once the container's process has exited (or was killed),

@@ -12,6 +12,8 @@ import (
 type phaseHook struct {
 	name string
 	fail bool
+	// onPoststart, when set, is called from Poststart (to kill the task).
+	onPoststart func()
 
 	// mu guards calls.
 	mu    *sync.Mutex
@@ -39,6 +41,14 @@ func (h *phaseHook) Prestart(ctx context.Context, req *PrestartRequest, resp *Pr
 
 func (h *phaseHook) Poststart(ctx context.Context, req *PoststartRequest) error {
 	h.note("poststart")
+	if h.onPoststart != nil {
+		h.onPoststart()
+	}
+	return nil
+}
+
+func (h *phaseHook) Prekill(ctx context.Context, req *PrekillRequest) error {
+	h.note("prekill." + string(req.Reason))
 	return nil
 }
 
@@ -58,26 +68,36 @@ func TestHookPhases(t *testing.T) {
 	var mu sync.Mutex
 	var calls []string
 	failB := false
+	var kill func()
 	b := setup(t, setupOpts{cfg: func(c *Config) {
 		c.Hooks = func(Task) []Hook {
-			return []Hook{&phaseHook{name: "a", mu: &mu, calls: &calls}, &phaseHook{name: "b", fail: failB, mu: &mu, calls: &calls}}
+			return []Hook{&phaseHook{name: "a", mu: &mu, calls: &calls, onPoststart: kill},
+				&phaseHook{name: "b", fail: failB, mu: &mu, calls: &calls}}
 		}
 	}})
 	for _, tc := range []struct {
 		name      string
 		fail      bool
+		kill      bool
 		wantState State
 		want      []string
 	}{
-		{"all phases", false, StateSucceeded, []string{"a.prestart", "b.prestart", "a.poststart", "b.poststart", "a.exited", "b.exited", "b.stop", "a.stop"}},
-		{"prestart fails", true, StateFailed, []string{"a.prestart", "b.prestart", "b.stop", "a.stop"}},
+		{"all phases", false, false, StateSucceeded, []string{"a.prestart", "b.prestart", "a.poststart", "b.poststart", "a.exited", "b.exited", "b.stop", "a.stop"}},
+		{"prestart fails", true, false, StateFailed, []string{"a.prestart", "b.prestart", "b.stop", "a.stop"}},
+		{"killed", false, true, StateCancelled, []string{"a.prestart", "b.prestart", "a.poststart", "b.poststart",
+			"a.prekill.CANCELLED", "b.prekill.CANCELLED", "a.exited", "b.exited", "b.stop", "a.stop"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithCancel(testCtx(t))
+			defer cancel()
 			mu.Lock()
-			calls, failB = nil, tc.fail
+			calls, failB, kill = nil, tc.fail, nil
+			if tc.kill {
+				kill = cancel
+			}
 			mu.Unlock()
-			tk := b.task("hooks", "true")
-			res, err := b.runner.Run(testCtx(t), tk, Output{})
+			tk := b.task("hooks", "exec sleep 0.2")
+			res, err := b.runner.Run(ctx, tk, Output{})
 			if res.State != tc.wantState || (err != nil) != tc.fail {
 				t.Fatalf("Run = %s, %v", res.State, err)
 			}
