@@ -34,7 +34,7 @@ func (realClock) Now() time.Time                         { return time.Now() }
 func (realClock) After(d time.Duration) <-chan time.Time { return time.After(d) }
 
 // Config configures a Runner. Zero durations and sizes take the defaults
-// in withDefaults.
+// each field names.
 type Config struct {
 	Sandbox *sandbox.Sandbox
 	Images  *image.Store
