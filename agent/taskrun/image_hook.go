@@ -1,0 +1,73 @@
+package taskrun
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	"github.com/levers9/levers9/internal/errdefs"
+	"github.com/levers9/levers9/sandbox/image"
+)
+
+// imageHook pulls the task's image through the node's cache (no network
+// when a digest is cached), checks the user resolves in it, and gives the
+// attempt its own overlay rootfs; Stop unmounts it.
+type imageHook struct {
+	store *image.Store
+
+	// mu guards the fields below, which make Prestart and Stop idempotent.
+	mu      sync.Mutex
+	img     *image.Image
+	rootfs  string
+	cleanup func() error
+}
+
+var (
+	_ Prestarter = (*imageHook)(nil)
+	_ Stopper    = (*imageHook)(nil)
+)
+
+func newImageHook(store *image.Store) *imageHook { return &imageHook{store: store} }
+
+func (h *imageHook) Name() string { return "image" }
+
+func (h *imageHook) Prestart(ctx context.Context, req *PrestartRequest, resp *PrestartResponse) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.cleanup != nil {
+		resp.Image, resp.Rootfs = h.img, h.rootfs
+		return nil
+	}
+	img, err := h.store.Pull(ctx, req.Task.Image)
+	if err != nil {
+		return fmt.Errorf("pull image %s: %w", req.Task.Image, err)
+	}
+	rootfs, cleanup, err := h.store.Mount(ctx, img.Digest, req.Task.runID())
+	if err != nil {
+		return fmt.Errorf("mount image %s: %w", img.Digest, err)
+	}
+	user := req.Task.User
+	if user == "" {
+		user = img.Config.User
+	}
+	if _, err := image.ResolveUser(rootfs, user); err != nil {
+		_ = cleanup()
+		return errdefs.WithRetry(fmt.Errorf("image %s: user %q: %w: %w", img.Digest, user, err, errdefs.ErrInvalidArgument), false)
+	}
+	h.img, h.rootfs, h.cleanup = &img, rootfs, cleanup
+	resp.Image, resp.Rootfs = h.img, rootfs
+	return nil
+}
+
+func (h *imageHook) Stop(ctx context.Context, req *StopRequest) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.cleanup == nil {
+		return nil
+	}
+	if err := h.cleanup(); err != nil {
+		return fmt.Errorf("unmount rootfs of %s: %w", req.ContainerID, err)
+	}
+	h.cleanup = nil
+	return nil
+}

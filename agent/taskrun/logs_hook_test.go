@@ -1,0 +1,129 @@
+package taskrun
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+)
+
+// fakeClock fires After channels only when advanced.
+type fakeClock struct {
+	// mu guards the fields below.
+	mu      sync.Mutex
+	now     time.Time
+	waiters []fakeWaiter
+}
+
+type fakeWaiter struct {
+	at time.Time
+	ch chan time.Time
+}
+
+func newFakeClock() *fakeClock { return &fakeClock{now: fixedNow()} }
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *fakeClock) After(d time.Duration) <-chan time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ch := make(chan time.Time, 1)
+	c.waiters = append(c.waiters, fakeWaiter{c.now.Add(d), ch})
+	return ch
+}
+
+func (c *fakeClock) pending() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.waiters)
+}
+
+func (c *fakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+	kept := c.waiters[:0]
+	for _, w := range c.waiters {
+		if w.at.After(c.now) {
+			kept = append(kept, w)
+			continue
+		}
+		w.ch <- c.now
+	}
+	c.waiters = kept
+}
+
+func newTestLogsHook(sink LogSink, clock Clock) *logsHook {
+	return &logsHook{sink: sink, capacity: 4, maxBytes: 1 << 10, maxLine: 64, drainTimeout: time.Minute, clock: clock,
+		logger: slog.New(slog.DiscardHandler)}
+}
+
+// TestLogsHookDrainTimeout: a sink stuck at exit holds the attempt only
+// for the drain timeout, and what it never took counts as dropped.
+func TestLogsHookDrainTimeout(t *testing.T) {
+	clock := newFakeClock()
+	took := make(chan LogLine, 10)
+	sink := LogSinkFunc(func(ctx context.Context, l LogLine) error {
+		took <- l
+		<-ctx.Done() // stuck until the hook gives up
+		return ctx.Err()
+	})
+	h := newTestLogsHook(sink, clock)
+	ctx := context.Background()
+	var resp PrestartResponse
+	if err := h.Prestart(ctx, &PrestartRequest{}, &resp); err != nil {
+		t.Fatal(err)
+	}
+	var again PrestartResponse
+	if err := h.Prestart(ctx, &PrestartRequest{}, &again); err != nil || again.Stdout != resp.Stdout {
+		t.Fatalf("second Prestart gave other writers: %v", err)
+	}
+	for _, s := range []string{"a\n", "b\n", "c\n", "d\n", "e\n", "f\n", "g"} {
+		_, _ = resp.Stdout.Write([]byte(s))
+	}
+	<-took // the pump holds "a" in the sink; b..g queue (4 fit)
+	done := make(chan ExitedResponse)
+	go func() {
+		var er ExitedResponse
+		_ = h.Exited(ctx, &ExitedRequest{}, &er)
+		done <- er
+	}()
+	waitFor(t, 5*time.Second, "the drain timer", func() bool { return clock.pending() == 1 })
+	clock.Advance(time.Minute)
+	er := <-done
+	// a (cancelled in the sink) + 2 pushed out of the queue + 4 queued
+	// ones never delivered (d, e, f and the flushed g) = 7.
+	if er.DroppedLines != 7 {
+		t.Errorf("dropped %d, want 7", er.DroppedLines)
+	}
+	var again2 ExitedResponse
+	if err := h.Exited(ctx, &ExitedRequest{}, &again2); err != nil || again2.DroppedLines != 7 {
+		t.Errorf("second Exited = %d, %v", again2.DroppedLines, err)
+	}
+	for i := 0; i < 2; i++ {
+		if err := h.Stop(ctx, &StopRequest{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n, _ := resp.Stdout.Write([]byte("late\n")); n != 5 {
+		t.Errorf("write after stop = %d, want accepted (and dropped)", n)
+	}
+}
+
+// TestLogsHookStopWithoutStart: Stop before Prestart and twice is fine.
+func TestLogsHookStopWithoutStart(t *testing.T) {
+	h := newTestLogsHook(LogSinkFunc(func(context.Context, LogLine) error { return nil }), newFakeClock())
+	for i := 0; i < 2; i++ {
+		if err := h.Stop(context.Background(), &StopRequest{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if h.dropped() != 0 {
+		t.Errorf("dropped %d", h.dropped())
+	}
+}

@@ -1,0 +1,109 @@
+package taskrun
+
+import (
+	"errors"
+	"fmt"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/levers9/levers9/egress"
+	"github.com/levers9/levers9/internal/errdefs"
+	"github.com/levers9/levers9/sandbox"
+)
+
+// Task is one attempt of a task as this node runs it.
+type Task struct {
+	// ID is the controlplane's task ID; Attempt numbers its attempts from 1.
+	ID      string
+	Attempt int
+	// Pool names the pool, for egress labels and logs.
+	Pool string
+	// Image is the image reference; a reference without a registry
+	// resolves against the node's worker.imageRegistry. A digest reference
+	// that is cached needs no network; a tag is resolved against the
+	// registry on every attempt (its blobs still come from the cache).
+	Image string
+	// Args replace the image's command (Cmd) when set; the image's
+	// entrypoint stays in front, as with docker run.
+	Args []string
+	// Env is KEY=VALUE entries added after the image's own.
+	Env []string
+	// User and Cwd override the image's user and working directory.
+	User string
+	Cwd  string
+	// Resources are the cgroup limits (zero: unlimited).
+	Resources sandbox.Resources
+	// GPUs is how many whole GPUs the task asked for; GPUDevices are the
+	// ones the agent assigned (indexes or UUIDs), exactly GPUs of them.
+	GPUs       int
+	GPUDevices []string
+	// Timeout bounds the container's run time (not the pull); zero means
+	// none.
+	Timeout time.Duration
+	// Security is the pool's effective worker.containerSecurity; the
+	// task's LEVERS9_SECURITY_PROFILE / LEVERS9_SECCOMP in Env may only
+	// tighten it.
+	Security sandbox.Security
+	// Network is the pool's network security (egress mode and allow list);
+	// nil uses the node's. Ignored when the Runner has no egress node.
+	Network *egress.SecurityConfig
+}
+
+var taskIDRe = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]{0,39}$`)
+
+// Validate reports every bad field at once, each named.
+func (t Task) Validate() error {
+	var errs []error
+	if !taskIDRe.MatchString(t.ID) {
+		errs = append(errs, fmt.Errorf("task.id: %q must be 1-40 of [A-Za-z0-9_-]", t.ID))
+	}
+	if t.Attempt < 1 || t.Attempt > 9999 {
+		errs = append(errs, fmt.Errorf("task.attempt: %d is not in 1..9999", t.Attempt))
+	}
+	if strings.TrimSpace(t.Image) == "" {
+		errs = append(errs, errors.New("task.image: empty"))
+	}
+	for i, kv := range t.Env {
+		if k, _, ok := strings.Cut(kv, "="); !ok || k == "" {
+			errs = append(errs, fmt.Errorf("task.env[%d]: %q is not KEY=VALUE", i, kv))
+		}
+	}
+	if t.Cwd != "" && !filepath.IsAbs(t.Cwd) {
+		errs = append(errs, fmt.Errorf("task.cwd: %q is not absolute", t.Cwd))
+	}
+	if t.GPUs < 0 {
+		errs = append(errs, fmt.Errorf("task.gpus: %d is negative", t.GPUs))
+	} else if len(t.GPUDevices) != t.GPUs {
+		errs = append(errs, fmt.Errorf("task.gpuDevices: %d assigned for %d GPUs", len(t.GPUDevices), t.GPUs))
+	}
+	for i, d := range t.GPUDevices {
+		if d == "" || strings.ContainsAny(d, ", ") {
+			errs = append(errs, fmt.Errorf("task.gpuDevices[%d]: %q is not an index or UUID", i, d))
+		}
+	}
+	if t.Timeout < 0 {
+		errs = append(errs, fmt.Errorf("task.timeout: %v is negative", t.Timeout))
+	}
+	if err := t.Security.WithDefaults().Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("task.security: %w", err))
+	}
+	if t.Network != nil {
+		if err := t.Network.Validate("task.network"); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if len(errs) == 0 {
+		return nil
+	}
+	return errdefs.WithRetry(fmt.Errorf("task %s attempt %d: %w: %w", t.ID, t.Attempt, errdefs.ErrInvalidArgument, errors.Join(errs...)), false)
+}
+
+// runID names this attempt on the node: the sandbox task, the image
+// cache's task mount and (with the sandbox prefix) the container.
+func (t Task) runID() string { return t.ID + "." + strconv.Itoa(t.Attempt) }
+
+// gpuSpec is the sandbox's NVIDIA_VISIBLE_DEVICES-style GPU selection.
+func (t Task) gpuSpec() string { return strings.Join(t.GPUDevices, ",") }
