@@ -95,7 +95,12 @@ func TestCancelAndTimeout(t *testing.T) {
 			var rec recorder
 			if tc.cancel {
 				go func() {
-					waitFor(t, 20*time.Second, "the task's first line", func() bool { return len(rec.texts(Stdout)) > 0 })
+					// Cancel once RUNNING: the trap must see SIGTERM, and output
+					// can arrive while the attempt is still STARTING.
+					waitFor(t, 20*time.Second, "the task's first line and RUNNING", func() bool {
+						a := b.runner.Attempts()
+						return len(rec.texts(Stdout)) > 0 && len(a) == 1 && a[0].State == StateRunning
+					})
 					cancel()
 				}()
 			}
@@ -241,7 +246,12 @@ func TestShutdownDetaches(t *testing.T) {
 		_, err := b.runner.Run(testCtx(t), tk, rec.output())
 		done <- err
 	}()
-	waitFor(t, 20*time.Second, "the task's first line", func() bool { return len(rec.texts(Stdout)) > 0 })
+	// Output can arrive before Start returns and the attempt is RUNNING;
+	// wait for both, since Stop while STARTING cleans up instead.
+	waitFor(t, 20*time.Second, "the task's first line and RUNNING", func() bool {
+		a := b.runner.Attempts()
+		return len(rec.texts(Stdout)) > 0 && len(a) == 1 && a[0].State == StateRunning
+	})
 	cid := b.sb.ContainerID(tk.runID())
 	want := []AttemptInfo{{TaskID: "detach", Attempt: 1, State: StateRunning, ContainerID: cid}}
 	if got := b.runner.Attempts(); !slices.Equal(got, want) {
