@@ -9,6 +9,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/levers9/levers9/egress"
 )
 
 var poolName = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
@@ -64,7 +66,7 @@ func (c *Config) Validate() error {
 	}
 
 	w := c.Worker
-	validateSecurity(bad, "worker.containerSecurity", w.ContainerSecurity)
+	validateSecurity(bad, &errs, "worker.containerSecurity", w.ContainerSecurity)
 	oneOf(bad, "worker.volumeMountValidation", w.VolumeMountValidation, "log", "enforce")
 	names := make([]string, 0, len(w.Pools))
 	for n := range w.Pools {
@@ -78,12 +80,12 @@ func (c *Config) Validate() error {
 		}
 		p := w.Pools[n]
 		oneOf(bad, key+".runtime", p.Runtime, "runc", "runsc")
-		validateSecurity(bad, key+".security", p.Security)
+		validateSecurity(bad, &errs, key+".security", p.Security)
 	}
 	return errors.Join(errs...)
 }
 
-func validateSecurity(bad func(string, string, ...any), key string, s ContainerSecurity) {
+func validateSecurity(bad func(string, string, ...any), errs *[]error, key string, s ContainerSecurity) {
 	if s.Profile != "" {
 		oneOf(bad, key+".profile", s.Profile, "legacy", "hardened")
 	}
@@ -93,10 +95,10 @@ func validateSecurity(bad func(string, string, ...any), key string, s ContainerS
 	if s.Egress.Mode != "" {
 		oneOf(bad, key+".egress.mode", s.Egress.Mode, "off", "observe", "enforce")
 	}
-	for i, a := range s.Egress.Allow {
-		if err := validateAllow(a); err != nil {
-			bad(fmt.Sprintf("%s.egress.allow[%d]", key, i), "%q: %v", a, err)
-		}
+	// The agent's egress package owns the allow syntax; parsing here makes
+	// a bad entry fail at config load, each error naming key[i] and entry.
+	if _, err := egress.ParseAllow(key+".egress.allow", s.Egress.Allow); err != nil {
+		*errs = append(*errs, err)
 	}
 }
 
