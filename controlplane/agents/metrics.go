@@ -1,9 +1,6 @@
 package agents
 
 import (
-	"encoding/json"
-	"time"
-
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -34,12 +31,3 @@ func newRegistryMetrics(reg prometheus.Registerer) *registryMetrics {
 	}
 	return m
 }
-
-// jsonRaw stores already-encoded JSON as is.
-type jsonRaw []byte
-
-func (j jsonRaw) MarshalJSON() ([]byte, error) { return j, nil }
-
-var _ json.Marshaler = jsonRaw(nil)
-
-func (r *Registry) now() time.Time { return time.Now() }

@@ -222,7 +222,7 @@ func (r *Registry) onConnect(a *tunnel.Agent) {
 		}
 		r.mu.Unlock()
 	}
-	if err := r.cfg.Store.Heartbeat(ctx, a.Identity, string(a.Transport), "", nil); err != nil && !errdefs.IsCanceled(err) {
+	if _, err := r.cfg.Store.Heartbeat(ctx, a.Identity, string(a.Transport), "", nil); err != nil && !errdefs.IsCanceled(err) {
 		r.cfg.Log.Warn("record connect", "machine_id", a.Identity, "err", err)
 	}
 	r.cfg.Log.Info("agent connected", "machine_id", a.Identity, "transport", a.Transport)

@@ -21,32 +21,28 @@ type controlplaneService struct {
 	r *Registry
 }
 
-func caller(ctx context.Context) (string, error) {
+func caller(ctx context.Context) (*tunnel.Addr, error) {
 	a, ok := tunnel.CallerFromContext(ctx)
 	if !ok || a.Identity == "" {
-		return "", errdefs.ToGRPC(fmt.Errorf("not called over an agent tunnel: %w", errdefs.ErrUnauthenticated))
+		return nil, errdefs.ToGRPC(fmt.Errorf("not called over an agent tunnel: %w", errdefs.ErrUnauthenticated))
 	}
-	return a.Identity, nil
+	return a, nil
 }
 
 func (s *controlplaneService) Heartbeat(ctx context.Context, req *agentv1.HeartbeatRequest) (*agentv1.HeartbeatResponse, error) {
-	id, err := caller(ctx)
+	a, err := caller(ctx)
 	if err != nil {
 		return nil, err
 	}
-	transport := ""
-	if a, ok := tunnel.CallerFromContext(ctx); ok {
-		transport = string(a.Transport)
-	}
-	var inv any
+	id, transport := a.Identity, string(a.Transport)
+	var inv []byte
 	if req.GetInventory() != nil {
-		b, err := protojson.Marshal(req.GetInventory())
-		if err != nil {
+		if inv, err = protojson.Marshal(req.GetInventory()); err != nil {
 			return nil, errdefs.ToGRPC(err)
 		}
-		inv = jsonRaw(b)
 	}
-	if err := s.r.cfg.Store.Heartbeat(ctx, id, transport, req.GetAgentVersion(), inv); err != nil {
+	notAfter, err := s.r.cfg.Store.Heartbeat(ctx, id, transport, req.GetAgentVersion(), inv)
+	if err != nil {
 		return nil, errdefs.ToGRPC(err)
 	}
 	if rep := req.GetEgressReport(); rep != nil {
@@ -59,20 +55,19 @@ func (s *controlplaneService) Heartbeat(ctx context.Context, req *agentv1.Heartb
 		}
 	}
 	resp := &agentv1.HeartbeatResponse{IntervalSeconds: 10}
-	if m, err := s.r.cfg.Store.MachineByID(ctx, id); err == nil && m.CertNotAfter != nil && m.EnrolledAt != nil {
-		// Renew once two thirds of the certificate's life have passed.
-		if timeLeft := m.CertNotAfter.Sub(s.r.now()); timeLeft < s.r.cfg.CertTTL/3 {
-			resp.RenewCertificate = true
-		}
+	// Renew once two thirds of the certificate's life have passed.
+	if notAfter != nil && time.Until(*notAfter) < s.r.cfg.CertTTL/3 {
+		resp.RenewCertificate = true
 	}
 	return resp, nil
 }
 
 func (s *controlplaneService) RenewCertificate(ctx context.Context, req *agentv1.RenewCertificateRequest) (*agentv1.RenewCertificateResponse, error) {
-	id, err := caller(ctx)
+	a, err := caller(ctx)
 	if err != nil {
 		return nil, err
 	}
+	id := a.Identity
 	csr, err := enroll.ParseCSR([]byte(req.GetCsrPem()))
 	if err != nil {
 		return nil, errdefs.ToGRPC(err)

@@ -2,7 +2,6 @@ package store
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -187,25 +186,13 @@ func (s *Store) RenewCertificate(ctx context.Context, machineID, serial string, 
 	return nil
 }
 
-// Heartbeat records a heartbeat with the agent's inventory (nil keeps the
-// last one) and transport.
-func (s *Store) Heartbeat(ctx context.Context, machineID, transport, agentVersion string, inventory any) error {
-	var inv []byte
-	if inventory != nil {
-		b, err := json.Marshal(inventory)
-		if err != nil {
-			return err
-		}
-		inv = b
-	}
-	tag, err := s.pool.Exec(ctx, `UPDATE machines SET last_heartbeat = now(), transport = $2,
+// Heartbeat records a heartbeat with the agent's inventory as JSON (nil
+// keeps the last one) and transport, and returns the certificate's expiry
+// so the caller can ask for a renewal without another query.
+func (s *Store) Heartbeat(ctx context.Context, machineID, transport, agentVersion string, inventoryJSON []byte) (certNotAfter *time.Time, err error) {
+	err = s.pool.QueryRow(ctx, `UPDATE machines SET last_heartbeat = now(), transport = $2,
 		agent_version = CASE WHEN $3 = '' THEN agent_version ELSE $3 END,
-		inventory = coalesce($4, inventory) WHERE id = $1 AND deleted_at IS NULL`, machineID, transport, agentVersion, inv)
-	if err != nil {
-		return wrap("heartbeat of "+machineID, err)
-	}
-	if tag.RowsAffected() == 0 {
-		return fmt.Errorf("machine %s: %w", machineID, errdefs.ErrNotFound)
-	}
-	return nil
+		inventory = coalesce($4, inventory) WHERE id = $1 AND deleted_at IS NULL RETURNING cert_not_after`,
+		machineID, transport, agentVersion, inventoryJSON).Scan(&certNotAfter)
+	return certNotAfter, wrap("heartbeat of "+machineID, err)
 }
