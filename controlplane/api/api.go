@@ -36,7 +36,7 @@ type Deps struct {
 	Dist *agentdist.Dist
 	// Public is how machines reach this controlplane.
 	Public PublicEndpoints
-	// Presence is the tunnel registry; nil falls back to heartbeats.
+	// Presence is the tunnel registry.
 	Presence Presence
 	Metrics  Metrics
 	// BootstrapSecret enables bootstrap when non-empty.

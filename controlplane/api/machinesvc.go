@@ -16,8 +16,7 @@ import (
 )
 
 // Presence says which machines hold a tunnel now, and drops one. The
-// tunnel registry implements it; without one, a machine is online when
-// its last heartbeat is recent.
+// tunnel registry implements it.
 type Presence interface {
 	// Online reports whether machineID holds a tunnel, and over which
 	// transport.
@@ -25,10 +24,6 @@ type Presence interface {
 	// Drop closes machineID's tunnel, if any. Idempotent.
 	Drop(machineID string)
 }
-
-// heartbeatFresh is how recent a heartbeat must be to count as online
-// without a Presence.
-const heartbeatFresh = 45 * time.Second
 
 // MachineService implements levers9.v1.MachineService.
 type MachineService struct {
@@ -62,13 +57,7 @@ func (d *Deps) online(m store.Machine) (string, bool) {
 	if m.DeletedAt != nil || m.EnrolledAt == nil {
 		return "", false
 	}
-	if d.Presence != nil {
-		return d.Presence.Online(m.ID)
-	}
-	if m.LastHeartbeat != nil && time.Since(*m.LastHeartbeat) < heartbeatFresh {
-		return m.Transport, true
-	}
-	return "", false
+	return d.Presence.Online(m.ID)
 }
 
 // CreateMachine makes a pending machine with a single-use join token and
@@ -182,9 +171,7 @@ func (s *MachineService) DeleteMachine(ctx context.Context, req *v1.DeleteMachin
 	if err != nil {
 		return nil, errdefs.ToGRPC(err)
 	}
-	if s.Presence != nil {
-		s.Presence.Drop(m.ID)
-	}
+	s.Presence.Drop(m.ID)
 	s.Log.Info("machine deleted; its certificate is refused from now on", "workspace_id", p.WorkspaceID, "machine_id", m.ID, "pool", m.Pool)
 	s.publish(ctx, bus.Event{Workspace: p.WorkspaceID, Kind: "machine.deleted", Object: m.ID})
 	return &v1.DeleteMachineResponse{}, nil

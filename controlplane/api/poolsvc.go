@@ -41,9 +41,8 @@ func (s *PoolService) ListPools(ctx context.Context, _ *v1.ListPoolsRequest) (*v
 			continue
 		}
 		pool.Machines++
-		if _, online := s.online(m); online {
+		if pb := s.machinePB(m); pb.State == v1.MachineState_MACHINE_STATE_ONLINE {
 			pool.MachinesOnline++
-			pb := s.machinePB(m)
 			gpus := int32(len(pb.GetInventory().GetGpus()))
 			pool.GpusTotal += gpus
 			// Free GPUs are total minus those held by running tasks; tasks
