@@ -16,6 +16,8 @@ import (
 	"sort"
 
 	"github.com/pelletier/go-toml/v2"
+
+	"github.com/levers9/levers9/enroll"
 )
 
 // Context is one named controlplane the CLI can talk to.
@@ -68,32 +70,17 @@ func LoadFile(dir string) (*File, error) {
 	return &f, nil
 }
 
-// Save writes the config atomically with mode 0600 (it holds tokens).
+// Save writes the config atomically with mode 0600 (it holds tokens), in a
+// 0700 directory.
 func (f *File) Save(dir string) error {
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return fmt.Errorf("create %s: %w", dir, err)
-	}
 	b, err := toml.Marshal(f)
 	if err != nil {
 		return err
 	}
-	tmp, err := os.CreateTemp(dir, ".config-*.toml")
-	if err != nil {
+	if err := enroll.WriteSecretFile(filepath.Join(dir, "config.toml"), b); err != nil {
 		return fmt.Errorf("write config: %w", err)
 	}
-	defer os.Remove(tmp.Name())
-	if err := tmp.Chmod(0o600); err != nil {
-		tmp.Close()
-		return err
-	}
-	if _, err := tmp.Write(b); err != nil {
-		tmp.Close()
-		return fmt.Errorf("write config: %w", err)
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), filepath.Join(dir, "config.toml"))
+	return nil
 }
 
 // Names lists the contexts in order.

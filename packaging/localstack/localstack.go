@@ -19,6 +19,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/levers9/levers9/enroll"
 	"github.com/levers9/levers9/internal/devstack"
 )
 
@@ -88,19 +89,7 @@ func (s *State) save(p Paths) error {
 	if err != nil {
 		return err
 	}
-	return writeSecretFile(p.file("stack.json"), b)
-}
-
-// writeSecretFile writes a 0600 file atomically.
-func writeSecretFile(path string, b []byte) error {
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, b, 0o600); err != nil {
-		return err
-	}
-	if err := os.Chmod(tmp, 0o600); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
+	return enroll.WriteSecretFile(p.file("stack.json"), b)
 }
 
 // answers reports whether something accepts TCP connections on port.

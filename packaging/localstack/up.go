@@ -2,18 +2,11 @@ package localstack
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
-	"math/big"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -28,6 +21,7 @@ import (
 
 	v1 "github.com/levers9/levers9/api/levers9/v1"
 	"github.com/levers9/levers9/cli"
+	"github.com/levers9/levers9/enroll"
 	"github.com/levers9/levers9/internal/devstack"
 )
 
@@ -139,37 +133,14 @@ func ensureCert(p Paths) error {
 	if fileExists(p.file("tls/cert.pem")) && fileExists(p.file("tls/key.pem")) {
 		return nil
 	}
-	if err := os.MkdirAll(p.file("tls"), 0o700); err != nil {
-		return err
-	}
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	certPEM, keyPEM, err := devstack.SelfSignedCert("levers9 local stack", 2*365*24*time.Hour)
 	if err != nil {
 		return err
 	}
-	tmpl := &x509.Certificate{
-		SerialNumber:          big.NewInt(time.Now().UnixNano()),
-		Subject:               pkix.Name{CommonName: "levers9 local stack"},
-		NotBefore:             time.Now().Add(-time.Hour),
-		NotAfter:              time.Now().AddDate(2, 0, 0),
-		KeyUsage:              x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
-		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		BasicConstraintsValid: true,
-		IsCA:                  true,
-		IPAddresses:           []net.IP{net.ParseIP("127.0.0.1"), net.ParseIP("::1")},
-		DNSNames:              []string{"localhost"},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
+	if err := enroll.WriteSecretFile(p.file("tls/key.pem"), keyPEM); err != nil {
 		return err
 	}
-	kb, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		return err
-	}
-	if err := writeSecretFile(p.file("tls/key.pem"), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kb})); err != nil {
-		return err
-	}
-	return os.WriteFile(p.file("tls/cert.pem"), pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o644)
+	return os.WriteFile(p.file("tls/cert.pem"), certPEM, 0o644)
 }
 
 func writeControlplaneConfig(p Paths, st *State) error {
@@ -196,7 +167,7 @@ database:
     password: %q
 `, st.GRPCPort, st.RESTPort, st.TunnelPort, p.file("tls/cert.pem"), p.file("tls/key.pem"), st.BootstrapSecret,
 		st.PostgresPort, st.PostgresPassword, st.EncryptionKey, st.RedisPort, st.RedisPassword)
-	return writeSecretFile(p.file("controlplane.yaml"), []byte(yml))
+	return enroll.WriteSecretFile(p.file("controlplane.yaml"), []byte(yml))
 }
 
 func startControlplane(p Paths) error {
