@@ -67,7 +67,7 @@ func FuzzParseToken(f *testing.F) {
 			}
 			return
 		}
-		if !strings.HasPrefix(p.ID, "tok_") || len(p.ID) != 4+idLen || len(p.Hash()) != 32 {
+		if !strings.HasPrefix(p.ID, "tok_") || len(p.ID) != 4+16 || len(p.Hash()) != 32 {
 			t.Fatalf("accepted malformed token, id %q", p.ID)
 		}
 	})

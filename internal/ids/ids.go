@@ -1,6 +1,8 @@
 // Package ids makes the random, prefixed identifiers levers9 gives its
-// objects ("ws_…", "tok_…", "sec_…"). It holds no state and never returns
-// guessable IDs. API: stable.
+// objects ("ws_…", "tok_…", "sec_…") and the one bearer-secret format that
+// API tokens and join tokens share (<prefix>_<id>_<secret>, only the
+// secret's hash stored). It holds no state, never returns guessable IDs and
+// never quotes a token in an error. API: stable.
 package ids
 
 import (
