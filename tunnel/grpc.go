@@ -184,6 +184,14 @@ func (h *Hub) Conn(identity string) (*grpc.ClientConn, error) {
 	return a.Conn, nil
 }
 
+// Agent returns the connected agent with identity, if any.
+func (h *Hub) Agent(identity string) (*Agent, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	a, ok := h.agents[identity]
+	return a, ok
+}
+
 // Agents returns the connected agents.
 func (h *Hub) Agents() []*Agent {
 	h.mu.Lock()

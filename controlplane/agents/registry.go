@@ -255,12 +255,7 @@ func errString(err error) string {
 
 // local returns this replica's session for machineID.
 func (r *Registry) local(machineID string) (*tunnel.Agent, bool) {
-	for _, a := range r.hub.Agents() {
-		if a.Identity == machineID {
-			return a, true
-		}
-	}
-	return nil, false
+	return r.hub.Agent(machineID)
 }
 
 // Online reports whether machineID holds a tunnel to any replica.

@@ -75,25 +75,6 @@ func (b *Bus) Publish(ctx context.Context, e Event) error {
 	return nil
 }
 
-// Recent returns up to n most recent events of a workspace, newest first.
-func (b *Bus) Recent(ctx context.Context, workspace string, n int) ([]Event, error) {
-	msgs, err := b.rdb.XRevRangeN(ctx, EventStream, "+", "-", int64(n*10)).Result()
-	if err != nil {
-		return nil, fmt.Errorf("read events: %v: %w", err, errdefs.ErrUnavailable)
-	}
-	var out []Event
-	for _, m := range msgs {
-		if m.Values["workspace"] != workspace {
-			continue
-		}
-		out = append(out, Event{Workspace: workspace, Kind: fmt.Sprint(m.Values["kind"]), Object: fmt.Sprint(m.Values["object"])})
-		if len(out) == n {
-			break
-		}
-	}
-	return out, nil
-}
-
 // Redis is the client, for parts that keep their own keys (agent presence).
 func (b *Bus) Redis() *redis.Client { return b.rdb }
 
