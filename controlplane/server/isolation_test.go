@@ -138,6 +138,15 @@ func TestTokens(t *testing.T) {
 	if _, err := tokens.ListTokens(ctxNew, &v1.ListTokensRequest{}); err != nil {
 		t.Fatalf("new token: %v", err)
 	}
+	used, err := tokens.ListTokens(ctx, &v1.ListTokensRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tk := range used.Tokens {
+		if tk.Id == created.Token.Id && tk.LastUsedAt == nil {
+			t.Error("a used token has no last_used_at")
+		}
+	}
 	if _, err := tokens.RevokeToken(ctx, &v1.RevokeTokenRequest{Id: created.Token.Id}); err != nil {
 		t.Fatal(err)
 	}
