@@ -195,7 +195,7 @@ func (d *Direct) dialAddr(ctx context.Context, addr string, mode DialMode) (Sess
 	if useQUIC {
 		running++
 		go func() {
-			m, err := d.dialQUIC(raceCtx, addr)
+			m, err := retryLeg(raceCtx, d.dialQUIC, addr, true)
 			if err != nil {
 				close(quicFailed)
 			}
@@ -217,7 +217,7 @@ func (d *Direct) dialAddr(ctx context.Context, addr string, mode DialMode) (Sess
 					return
 				}
 			}
-			m, err := d.dialTCP(raceCtx, addr)
+			m, err := retryLeg(raceCtx, d.dialTCP, addr, false)
 			results <- dialResult{m, err}
 		}()
 	}
@@ -245,6 +245,56 @@ func (d *Direct) dialAddr(ctx context.Context, addr string, mode DialMode) (Sess
 	return d.hello(ctx, addr, winner)
 }
 
+// errNoAnswer marks a dial error where the peer never answered (refused,
+// unreachable, no handshake reply), as opposed to one that answered badly.
+var errNoAnswer = errors.New("no answer")
+
+type noAnswer struct{ err error }
+
+func (e noAnswer) Error() string   { return e.err.Error() }
+func (e noAnswer) Unwrap() []error { return []error{e.err, errNoAnswer} }
+
+// retryLeg runs one transport's side of the race until it connects or ctx
+// ends. A controlplane that is restarting refuses TCP at once and leaves a
+// QUIC Initial unanswered; QUIC only resends it on a doubling probe timer
+// (0.3 s, 0.6 s, 1.2 s, ... 4.8 s), so one long attempt would find the
+// restarted server seconds late. Fresh attempts (a new Initial each, with a
+// doubling per-attempt bound for QUIC so a slow or lossy path still gets
+// long ones) bring the agent back soon after the server answers.
+// Only a peer that did not answer is tried again; a TLS failure or a
+// refusal is an answer and ends the leg at once.
+func retryLeg(ctx context.Context, dial func(context.Context, string) (mux, error), addr string, bounded bool) (mux, error) {
+	const first, most = 500 * time.Millisecond, 4 * time.Second
+	step := first
+	for {
+		actx, cancel := ctx, context.CancelFunc(func() {})
+		if bounded {
+			actx, cancel = context.WithTimeout(ctx, 2*step)
+		}
+		start := time.Now()
+		m, err := dial(actx, addr)
+		cancel()
+		if err == nil || ctx.Err() != nil || !errors.Is(err, errNoAnswer) {
+			return m, err
+		}
+		// Wait out the rest of a jittered step so a refusing peer is not
+		// hammered by agents in lockstep.
+		if rest := step/2 + fullJitter(step/2) - time.Since(start); rest > 0 {
+			t := time.NewTimer(rest)
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				t.Stop()
+				return nil, err
+			}
+		}
+		if ctx.Err() != nil {
+			return nil, err
+		}
+		step = min(2*step, most)
+	}
+}
+
 func (d *Direct) tlsFor(addr string) *tls.Config {
 	tc := d.cfg.TLS.Clone()
 	tc.MinVersion = tls.VersionTLS13
@@ -270,6 +320,11 @@ func (d *Direct) dialQUIC(ctx context.Context, addr string) (mux, error) {
 	if err != nil {
 		_ = tr.Close()
 		_ = pc.Close()
+		var hto *quic.HandshakeTimeoutError
+		var ito *quic.IdleTimeoutError
+		if errors.Is(err, context.DeadlineExceeded) || errors.As(err, &hto) || errors.As(err, &ito) {
+			err = noAnswer{err}
+		}
 		return nil, fmt.Errorf("quic %s: %w", addr, err)
 	}
 	return &quicMux{c: c, tr: tr}, nil
@@ -285,6 +340,9 @@ func (d *Direct) dialTCP(ctx context.Context, addr string) (mux, error) {
 		c, err = dialConnect(ctx, d.cfg.DialTCP, proxy, addr)
 	} else {
 		c, err = d.cfg.DialTCP(ctx, "tcp", addr)
+		if err != nil {
+			err = noAnswer{err}
+		}
 	}
 	if err != nil {
 		return nil, fmt.Errorf("tcp %s: %w", addr, err)

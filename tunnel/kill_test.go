@@ -125,9 +125,13 @@ func TestServerSIGKILLedAndRestarted(t *testing.T) {
 			_ = cmd.Wait()
 			start := time.Now()
 			startChildServer(t, dir, addr)
-			// Well inside the 12 s heartbeat timeout: the reset (QUIC) or
-			// the RST (TCP) ends the old session early.
-			waitFor(t, 8*time.Second, "calls work after the restart", func() bool { return a.last() != first && call("after") == nil })
+			// The reset (QUIC) or the RST (TCP) usually ends the old session
+			// within a second or two. The bound is what the product promises
+			// when neither arrives: QUIC resends into a silent peer on a
+			// doubling timer, so under load the packet that would draw the
+			// reset can come late, and then the 12 s heartbeat timeout plus
+			// one backoff step decide.
+			waitFor(t, 20*time.Second, "calls work after the restart", func() bool { return a.last() != first && call("after") == nil })
 			t.Logf("%s: back %s after the restart", tr.name, time.Since(start))
 		})
 	}
