@@ -10,6 +10,7 @@ import (
 	v1 "github.com/levers9/levers9/api/levers9/v1"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	durationpb "google.golang.org/protobuf/types/known/durationpb"
 	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
 	sync "sync"
@@ -31,7 +32,10 @@ type HeartbeatRequest struct {
 	SentAt    *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=sent_at,json=sentAt,proto3" json:"sent_at,omitempty"`
 	// The egress readiness report of this machine's pool, when the agent
 	// runs container networking.
-	EgressReport  *v1.ReadinessReport `protobuf:"bytes,4,opt,name=egress_report,json=egressReport,proto3" json:"egress_report,omitempty"`
+	EgressReport *v1.ReadinessReport `protobuf:"bytes,4,opt,name=egress_report,json=egressReport,proto3" json:"egress_report,omitempty"`
+	// Every attempt the agent runs (not only changes), so the controlplane
+	// can tell it to stop ones it no longer wants and notice ones it lost.
+	Running       []*RunningAttempt `protobuf:"bytes,5,rep,name=running,proto3" json:"running,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -94,14 +98,24 @@ func (x *HeartbeatRequest) GetEgressReport() *v1.ReadinessReport {
 	return nil
 }
 
+func (x *HeartbeatRequest) GetRunning() []*RunningAttempt {
+	if x != nil {
+		return x.Running
+	}
+	return nil
+}
+
 type HeartbeatResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// How long until the next heartbeat is expected, in seconds.
 	IntervalSeconds int32 `protobuf:"varint,1,opt,name=interval_seconds,json=intervalSeconds,proto3" json:"interval_seconds,omitempty"`
 	// When the certificate should be renewed (the controlplane's view).
 	RenewCertificate bool `protobuf:"varint,2,opt,name=renew_certificate,json=renewCertificate,proto3" json:"renew_certificate,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// Attempts the agent runs that the controlplane does not want (cancelled,
+	// already finished elsewhere, unknown): kill them.
+	Stop          []*RunningAttempt `protobuf:"bytes,3,rep,name=stop,proto3" json:"stop,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *HeartbeatResponse) Reset() {
@@ -146,6 +160,13 @@ func (x *HeartbeatResponse) GetRenewCertificate() bool {
 		return x.RenewCertificate
 	}
 	return false
+}
+
+func (x *HeartbeatResponse) GetStop() []*RunningAttempt {
+	if x != nil {
+		return x.Stop
+	}
+	return nil
 }
 
 type RenewCertificateRequest struct {
@@ -340,19 +361,794 @@ func (x *PingResponse) GetPayload() []byte {
 	return nil
 }
 
+// TaskAttempt is one attempt as the agent runs it: the task's spec resolved
+// by the controlplane (default image, registry, the pool's effective
+// security, assigned GPU devices).
+type TaskAttempt struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	TaskId  string                 `protobuf:"bytes,1,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
+	Attempt int32                  `protobuf:"varint,2,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	Pool    string                 `protobuf:"bytes,3,opt,name=pool,proto3" json:"pool,omitempty"`
+	Image   string                 `protobuf:"bytes,4,opt,name=image,proto3" json:"image,omitempty"`
+	Command []string               `protobuf:"bytes,5,rep,name=command,proto3" json:"command,omitempty"`
+	// KEY=VALUE, in a stable order.
+	Env         []string `protobuf:"bytes,6,rep,name=env,proto3" json:"env,omitempty"`
+	User        string   `protobuf:"bytes,7,opt,name=user,proto3" json:"user,omitempty"`
+	Cwd         string   `protobuf:"bytes,8,opt,name=cwd,proto3" json:"cwd,omitempty"`
+	CpuMillis   int64    `protobuf:"varint,9,opt,name=cpu_millis,json=cpuMillis,proto3" json:"cpu_millis,omitempty"`
+	MemoryBytes uint64   `protobuf:"varint,10,opt,name=memory_bytes,json=memoryBytes,proto3" json:"memory_bytes,omitempty"`
+	// Device indexes or UUIDs, exactly as many as the task asked GPUs.
+	GpuDevices []string             `protobuf:"bytes,11,rep,name=gpu_devices,json=gpuDevices,proto3" json:"gpu_devices,omitempty"`
+	Timeout    *durationpb.Duration `protobuf:"bytes,12,opt,name=timeout,proto3" json:"timeout,omitempty"`
+	// The pool's effective worker.containerSecurity, runtime included.
+	Security *v1.SecuritySettings `protobuf:"bytes,13,opt,name=security,proto3" json:"security,omitempty"`
+	// worker.imageRegistry, for references without a registry.
+	ImageRegistry string `protobuf:"bytes,14,opt,name=image_registry,json=imageRegistry,proto3" json:"image_registry,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TaskAttempt) Reset() {
+	*x = TaskAttempt{}
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TaskAttempt) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TaskAttempt) ProtoMessage() {}
+
+func (x *TaskAttempt) ProtoReflect() protoreflect.Message {
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TaskAttempt.ProtoReflect.Descriptor instead.
+func (*TaskAttempt) Descriptor() ([]byte, []int) {
+	return file_api_levers9_agent_v1_agent_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *TaskAttempt) GetTaskId() string {
+	if x != nil {
+		return x.TaskId
+	}
+	return ""
+}
+
+func (x *TaskAttempt) GetAttempt() int32 {
+	if x != nil {
+		return x.Attempt
+	}
+	return 0
+}
+
+func (x *TaskAttempt) GetPool() string {
+	if x != nil {
+		return x.Pool
+	}
+	return ""
+}
+
+func (x *TaskAttempt) GetImage() string {
+	if x != nil {
+		return x.Image
+	}
+	return ""
+}
+
+func (x *TaskAttempt) GetCommand() []string {
+	if x != nil {
+		return x.Command
+	}
+	return nil
+}
+
+func (x *TaskAttempt) GetEnv() []string {
+	if x != nil {
+		return x.Env
+	}
+	return nil
+}
+
+func (x *TaskAttempt) GetUser() string {
+	if x != nil {
+		return x.User
+	}
+	return ""
+}
+
+func (x *TaskAttempt) GetCwd() string {
+	if x != nil {
+		return x.Cwd
+	}
+	return ""
+}
+
+func (x *TaskAttempt) GetCpuMillis() int64 {
+	if x != nil {
+		return x.CpuMillis
+	}
+	return 0
+}
+
+func (x *TaskAttempt) GetMemoryBytes() uint64 {
+	if x != nil {
+		return x.MemoryBytes
+	}
+	return 0
+}
+
+func (x *TaskAttempt) GetGpuDevices() []string {
+	if x != nil {
+		return x.GpuDevices
+	}
+	return nil
+}
+
+func (x *TaskAttempt) GetTimeout() *durationpb.Duration {
+	if x != nil {
+		return x.Timeout
+	}
+	return nil
+}
+
+func (x *TaskAttempt) GetSecurity() *v1.SecuritySettings {
+	if x != nil {
+		return x.Security
+	}
+	return nil
+}
+
+func (x *TaskAttempt) GetImageRegistry() string {
+	if x != nil {
+		return x.ImageRegistry
+	}
+	return ""
+}
+
+type RunningAttempt struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	TaskId        string                 `protobuf:"bytes,1,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
+	Attempt       int32                  `protobuf:"varint,2,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RunningAttempt) Reset() {
+	*x = RunningAttempt{}
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RunningAttempt) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RunningAttempt) ProtoMessage() {}
+
+func (x *RunningAttempt) ProtoReflect() protoreflect.Message {
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RunningAttempt.ProtoReflect.Descriptor instead.
+func (*RunningAttempt) Descriptor() ([]byte, []int) {
+	return file_api_levers9_agent_v1_agent_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *RunningAttempt) GetTaskId() string {
+	if x != nil {
+		return x.TaskId
+	}
+	return ""
+}
+
+func (x *RunningAttempt) GetAttempt() int32 {
+	if x != nil {
+		return x.Attempt
+	}
+	return 0
+}
+
+type RunTaskRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Attempt       *TaskAttempt           `protobuf:"bytes,1,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RunTaskRequest) Reset() {
+	*x = RunTaskRequest{}
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RunTaskRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RunTaskRequest) ProtoMessage() {}
+
+func (x *RunTaskRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RunTaskRequest.ProtoReflect.Descriptor instead.
+func (*RunTaskRequest) Descriptor() ([]byte, []int) {
+	return file_api_levers9_agent_v1_agent_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *RunTaskRequest) GetAttempt() *TaskAttempt {
+	if x != nil {
+		return x.Attempt
+	}
+	return nil
+}
+
+type RunTaskResponse struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	AlreadyRunning bool                   `protobuf:"varint,1,opt,name=already_running,json=alreadyRunning,proto3" json:"already_running,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *RunTaskResponse) Reset() {
+	*x = RunTaskResponse{}
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RunTaskResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RunTaskResponse) ProtoMessage() {}
+
+func (x *RunTaskResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RunTaskResponse.ProtoReflect.Descriptor instead.
+func (*RunTaskResponse) Descriptor() ([]byte, []int) {
+	return file_api_levers9_agent_v1_agent_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *RunTaskResponse) GetAlreadyRunning() bool {
+	if x != nil {
+		return x.AlreadyRunning
+	}
+	return false
+}
+
+type CancelTaskRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	TaskId        string                 `protobuf:"bytes,1,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
+	Attempt       int32                  `protobuf:"varint,2,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	Reason        string                 `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CancelTaskRequest) Reset() {
+	*x = CancelTaskRequest{}
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CancelTaskRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CancelTaskRequest) ProtoMessage() {}
+
+func (x *CancelTaskRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CancelTaskRequest.ProtoReflect.Descriptor instead.
+func (*CancelTaskRequest) Descriptor() ([]byte, []int) {
+	return file_api_levers9_agent_v1_agent_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *CancelTaskRequest) GetTaskId() string {
+	if x != nil {
+		return x.TaskId
+	}
+	return ""
+}
+
+func (x *CancelTaskRequest) GetAttempt() int32 {
+	if x != nil {
+		return x.Attempt
+	}
+	return 0
+}
+
+func (x *CancelTaskRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+type CancelTaskResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// False when the agent does not run that attempt.
+	Found         bool `protobuf:"varint,1,opt,name=found,proto3" json:"found,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CancelTaskResponse) Reset() {
+	*x = CancelTaskResponse{}
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CancelTaskResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CancelTaskResponse) ProtoMessage() {}
+
+func (x *CancelTaskResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CancelTaskResponse.ProtoReflect.Descriptor instead.
+func (*CancelTaskResponse) Descriptor() ([]byte, []int) {
+	return file_api_levers9_agent_v1_agent_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *CancelTaskResponse) GetFound() bool {
+	if x != nil {
+		return x.Found
+	}
+	return false
+}
+
+type ListTasksRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListTasksRequest) Reset() {
+	*x = ListTasksRequest{}
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListTasksRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListTasksRequest) ProtoMessage() {}
+
+func (x *ListTasksRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListTasksRequest.ProtoReflect.Descriptor instead.
+func (*ListTasksRequest) Descriptor() ([]byte, []int) {
+	return file_api_levers9_agent_v1_agent_proto_rawDescGZIP(), []int{12}
+}
+
+type ListTasksResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Attempts      []*RunningAttempt      `protobuf:"bytes,1,rep,name=attempts,proto3" json:"attempts,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListTasksResponse) Reset() {
+	*x = ListTasksResponse{}
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListTasksResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListTasksResponse) ProtoMessage() {}
+
+func (x *ListTasksResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListTasksResponse.ProtoReflect.Descriptor instead.
+func (*ListTasksResponse) Descriptor() ([]byte, []int) {
+	return file_api_levers9_agent_v1_agent_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *ListTasksResponse) GetAttempts() []*RunningAttempt {
+	if x != nil {
+		return x.Attempts
+	}
+	return nil
+}
+
+// AttemptUpdate is a state change of an attempt on the agent.
+type AttemptUpdate struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// RUNNING once the container started; a terminal state at the end. LOST
+	// reports an attempt an agent restart left behind.
+	State         v1.AttemptState `protobuf:"varint,1,opt,name=state,proto3,enum=levers9.v1.AttemptState" json:"state,omitempty"`
+	ExitCode      int32           `protobuf:"varint,2,opt,name=exit_code,json=exitCode,proto3" json:"exit_code,omitempty"`
+	Message       string          `protobuf:"bytes,3,opt,name=message,proto3" json:"message,omitempty"`
+	DroppedLines  uint64          `protobuf:"varint,4,opt,name=dropped_lines,json=droppedLines,proto3" json:"dropped_lines,omitempty"`
+	ImageDigest   string          `protobuf:"bytes,5,opt,name=image_digest,json=imageDigest,proto3" json:"image_digest,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AttemptUpdate) Reset() {
+	*x = AttemptUpdate{}
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AttemptUpdate) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AttemptUpdate) ProtoMessage() {}
+
+func (x *AttemptUpdate) ProtoReflect() protoreflect.Message {
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AttemptUpdate.ProtoReflect.Descriptor instead.
+func (*AttemptUpdate) Descriptor() ([]byte, []int) {
+	return file_api_levers9_agent_v1_agent_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *AttemptUpdate) GetState() v1.AttemptState {
+	if x != nil {
+		return x.State
+	}
+	return v1.AttemptState(0)
+}
+
+func (x *AttemptUpdate) GetExitCode() int32 {
+	if x != nil {
+		return x.ExitCode
+	}
+	return 0
+}
+
+func (x *AttemptUpdate) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *AttemptUpdate) GetDroppedLines() uint64 {
+	if x != nil {
+		return x.DroppedLines
+	}
+	return 0
+}
+
+func (x *AttemptUpdate) GetImageDigest() string {
+	if x != nil {
+		return x.ImageDigest
+	}
+	return ""
+}
+
+type AttemptRecord struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Time  *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=time,proto3" json:"time,omitempty"`
+	// Types that are valid to be assigned to Record:
+	//
+	//	*AttemptRecord_Log
+	//	*AttemptRecord_Update
+	Record        isAttemptRecord_Record `protobuf_oneof:"record"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AttemptRecord) Reset() {
+	*x = AttemptRecord{}
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AttemptRecord) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AttemptRecord) ProtoMessage() {}
+
+func (x *AttemptRecord) ProtoReflect() protoreflect.Message {
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AttemptRecord.ProtoReflect.Descriptor instead.
+func (*AttemptRecord) Descriptor() ([]byte, []int) {
+	return file_api_levers9_agent_v1_agent_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *AttemptRecord) GetTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Time
+	}
+	return nil
+}
+
+func (x *AttemptRecord) GetRecord() isAttemptRecord_Record {
+	if x != nil {
+		return x.Record
+	}
+	return nil
+}
+
+func (x *AttemptRecord) GetLog() *v1.LogLine {
+	if x != nil {
+		if x, ok := x.Record.(*AttemptRecord_Log); ok {
+			return x.Log
+		}
+	}
+	return nil
+}
+
+func (x *AttemptRecord) GetUpdate() *AttemptUpdate {
+	if x != nil {
+		if x, ok := x.Record.(*AttemptRecord_Update); ok {
+			return x.Update
+		}
+	}
+	return nil
+}
+
+type isAttemptRecord_Record interface {
+	isAttemptRecord_Record()
+}
+
+type AttemptRecord_Log struct {
+	Log *v1.LogLine `protobuf:"bytes,2,opt,name=log,proto3,oneof"`
+}
+
+type AttemptRecord_Update struct {
+	Update *AttemptUpdate `protobuf:"bytes,3,opt,name=update,proto3,oneof"`
+}
+
+func (*AttemptRecord_Log) isAttemptRecord_Record() {}
+
+func (*AttemptRecord_Update) isAttemptRecord_Record() {}
+
+type ReportAttemptRequest struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	TaskId  string                 `protobuf:"bytes,1,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
+	Attempt int32                  `protobuf:"varint,2,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	// The number of records[0]; records are consecutive.
+	FirstSeq      uint64           `protobuf:"varint,3,opt,name=first_seq,json=firstSeq,proto3" json:"first_seq,omitempty"`
+	Records       []*AttemptRecord `protobuf:"bytes,4,rep,name=records,proto3" json:"records,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReportAttemptRequest) Reset() {
+	*x = ReportAttemptRequest{}
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReportAttemptRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReportAttemptRequest) ProtoMessage() {}
+
+func (x *ReportAttemptRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReportAttemptRequest.ProtoReflect.Descriptor instead.
+func (*ReportAttemptRequest) Descriptor() ([]byte, []int) {
+	return file_api_levers9_agent_v1_agent_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *ReportAttemptRequest) GetTaskId() string {
+	if x != nil {
+		return x.TaskId
+	}
+	return ""
+}
+
+func (x *ReportAttemptRequest) GetAttempt() int32 {
+	if x != nil {
+		return x.Attempt
+	}
+	return 0
+}
+
+func (x *ReportAttemptRequest) GetFirstSeq() uint64 {
+	if x != nil {
+		return x.FirstSeq
+	}
+	return 0
+}
+
+func (x *ReportAttemptRequest) GetRecords() []*AttemptRecord {
+	if x != nil {
+		return x.Records
+	}
+	return nil
+}
+
+type ReportAttemptResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Every record up to this number is stored.
+	AckedSeq uint64 `protobuf:"varint,1,opt,name=acked_seq,json=ackedSeq,proto3" json:"acked_seq,omitempty"`
+	// The controlplane no longer wants this attempt (cancelled, or given up
+	// as lost): the agent kills it.
+	Stop          bool `protobuf:"varint,2,opt,name=stop,proto3" json:"stop,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReportAttemptResponse) Reset() {
+	*x = ReportAttemptResponse{}
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReportAttemptResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReportAttemptResponse) ProtoMessage() {}
+
+func (x *ReportAttemptResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReportAttemptResponse.ProtoReflect.Descriptor instead.
+func (*ReportAttemptResponse) Descriptor() ([]byte, []int) {
+	return file_api_levers9_agent_v1_agent_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *ReportAttemptResponse) GetAckedSeq() uint64 {
+	if x != nil {
+		return x.AckedSeq
+	}
+	return 0
+}
+
+func (x *ReportAttemptResponse) GetStop() bool {
+	if x != nil {
+		return x.Stop
+	}
+	return false
+}
+
 var File_api_levers9_agent_v1_agent_proto protoreflect.FileDescriptor
 
 const file_api_levers9_agent_v1_agent_proto_rawDesc = "" +
 	"\n" +
-	" api/levers9/agent/v1/agent.proto\x12\x10levers9.agent.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1capi/levers9/v1/machine.proto\x1a\x1dapi/levers9/v1/security.proto\"\xe3\x01\n" +
+	" api/levers9/agent/v1/agent.proto\x12\x10levers9.agent.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1capi/levers9/v1/machine.proto\x1a\x1dapi/levers9/v1/security.proto\x1a\x19api/levers9/v1/task.proto\"\x9f\x02\n" +
 	"\x10HeartbeatRequest\x12#\n" +
 	"\ragent_version\x18\x01 \x01(\tR\fagentVersion\x123\n" +
 	"\tinventory\x18\x02 \x01(\v2\x15.levers9.v1.InventoryR\tinventory\x123\n" +
 	"\asent_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x06sentAt\x12@\n" +
-	"\regress_report\x18\x04 \x01(\v2\x1b.levers9.v1.ReadinessReportR\fegressReport\"k\n" +
+	"\regress_report\x18\x04 \x01(\v2\x1b.levers9.v1.ReadinessReportR\fegressReport\x12:\n" +
+	"\arunning\x18\x05 \x03(\v2 .levers9.agent.v1.RunningAttemptR\arunning\"\xa1\x01\n" +
 	"\x11HeartbeatResponse\x12)\n" +
 	"\x10interval_seconds\x18\x01 \x01(\x05R\x0fintervalSeconds\x12+\n" +
-	"\x11renew_certificate\x18\x02 \x01(\bR\x10renewCertificate\"2\n" +
+	"\x11renew_certificate\x18\x02 \x01(\bR\x10renewCertificate\x124\n" +
+	"\x04stop\x18\x03 \x03(\v2 .levers9.agent.v1.RunningAttemptR\x04stop\"2\n" +
 	"\x17RenewCertificateRequest\x12\x17\n" +
 	"\acsr_pem\x18\x01 \x01(\tR\x06csrPem\"~\n" +
 	"\x18RenewCertificateResponse\x12'\n" +
@@ -364,12 +1160,70 @@ const file_api_levers9_agent_v1_agent_proto_rawDesc = "" +
 	"\fPingResponse\x12\x1d\n" +
 	"\n" +
 	"machine_id\x18\x01 \x01(\tR\tmachineId\x12\x18\n" +
-	"\apayload\x18\x02 \x01(\fR\apayload2\xcf\x01\n" +
+	"\apayload\x18\x02 \x01(\fR\apayload\"\xb5\x03\n" +
+	"\vTaskAttempt\x12\x17\n" +
+	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12\x18\n" +
+	"\aattempt\x18\x02 \x01(\x05R\aattempt\x12\x12\n" +
+	"\x04pool\x18\x03 \x01(\tR\x04pool\x12\x14\n" +
+	"\x05image\x18\x04 \x01(\tR\x05image\x12\x18\n" +
+	"\acommand\x18\x05 \x03(\tR\acommand\x12\x10\n" +
+	"\x03env\x18\x06 \x03(\tR\x03env\x12\x12\n" +
+	"\x04user\x18\a \x01(\tR\x04user\x12\x10\n" +
+	"\x03cwd\x18\b \x01(\tR\x03cwd\x12\x1d\n" +
+	"\n" +
+	"cpu_millis\x18\t \x01(\x03R\tcpuMillis\x12!\n" +
+	"\fmemory_bytes\x18\n" +
+	" \x01(\x04R\vmemoryBytes\x12\x1f\n" +
+	"\vgpu_devices\x18\v \x03(\tR\n" +
+	"gpuDevices\x123\n" +
+	"\atimeout\x18\f \x01(\v2\x19.google.protobuf.DurationR\atimeout\x128\n" +
+	"\bsecurity\x18\r \x01(\v2\x1c.levers9.v1.SecuritySettingsR\bsecurity\x12%\n" +
+	"\x0eimage_registry\x18\x0e \x01(\tR\rimageRegistry\"C\n" +
+	"\x0eRunningAttempt\x12\x17\n" +
+	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12\x18\n" +
+	"\aattempt\x18\x02 \x01(\x05R\aattempt\"I\n" +
+	"\x0eRunTaskRequest\x127\n" +
+	"\aattempt\x18\x01 \x01(\v2\x1d.levers9.agent.v1.TaskAttemptR\aattempt\":\n" +
+	"\x0fRunTaskResponse\x12'\n" +
+	"\x0falready_running\x18\x01 \x01(\bR\x0ealreadyRunning\"^\n" +
+	"\x11CancelTaskRequest\x12\x17\n" +
+	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12\x18\n" +
+	"\aattempt\x18\x02 \x01(\x05R\aattempt\x12\x16\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\"*\n" +
+	"\x12CancelTaskResponse\x12\x14\n" +
+	"\x05found\x18\x01 \x01(\bR\x05found\"\x12\n" +
+	"\x10ListTasksRequest\"Q\n" +
+	"\x11ListTasksResponse\x12<\n" +
+	"\battempts\x18\x01 \x03(\v2 .levers9.agent.v1.RunningAttemptR\battempts\"\xbe\x01\n" +
+	"\rAttemptUpdate\x12.\n" +
+	"\x05state\x18\x01 \x01(\x0e2\x18.levers9.v1.AttemptStateR\x05state\x12\x1b\n" +
+	"\texit_code\x18\x02 \x01(\x05R\bexitCode\x12\x18\n" +
+	"\amessage\x18\x03 \x01(\tR\amessage\x12#\n" +
+	"\rdropped_lines\x18\x04 \x01(\x04R\fdroppedLines\x12!\n" +
+	"\fimage_digest\x18\x05 \x01(\tR\vimageDigest\"\xad\x01\n" +
+	"\rAttemptRecord\x12.\n" +
+	"\x04time\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12'\n" +
+	"\x03log\x18\x02 \x01(\v2\x13.levers9.v1.LogLineH\x00R\x03log\x129\n" +
+	"\x06update\x18\x03 \x01(\v2\x1f.levers9.agent.v1.AttemptUpdateH\x00R\x06updateB\b\n" +
+	"\x06record\"\xa1\x01\n" +
+	"\x14ReportAttemptRequest\x12\x17\n" +
+	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12\x18\n" +
+	"\aattempt\x18\x02 \x01(\x05R\aattempt\x12\x1b\n" +
+	"\tfirst_seq\x18\x03 \x01(\x04R\bfirstSeq\x129\n" +
+	"\arecords\x18\x04 \x03(\v2\x1f.levers9.agent.v1.AttemptRecordR\arecords\"H\n" +
+	"\x15ReportAttemptResponse\x12\x1b\n" +
+	"\tacked_seq\x18\x01 \x01(\x04R\backedSeq\x12\x12\n" +
+	"\x04stop\x18\x02 \x01(\bR\x04stop2\xb1\x02\n" +
 	"\fControlplane\x12T\n" +
 	"\tHeartbeat\x12\".levers9.agent.v1.HeartbeatRequest\x1a#.levers9.agent.v1.HeartbeatResponse\x12i\n" +
-	"\x10RenewCertificate\x12).levers9.agent.v1.RenewCertificateRequest\x1a*.levers9.agent.v1.RenewCertificateResponse2N\n" +
+	"\x10RenewCertificate\x12).levers9.agent.v1.RenewCertificateRequest\x1a*.levers9.agent.v1.RenewCertificateResponse\x12`\n" +
+	"\rReportAttempt\x12&.levers9.agent.v1.ReportAttemptRequest\x1a'.levers9.agent.v1.ReportAttemptResponse2\xcd\x02\n" +
 	"\x05Agent\x12E\n" +
-	"\x04Ping\x12\x1d.levers9.agent.v1.PingRequest\x1a\x1e.levers9.agent.v1.PingResponseB9Z7github.com/levers9/levers9/api/levers9/agent/v1;agentv1b\x06proto3"
+	"\x04Ping\x12\x1d.levers9.agent.v1.PingRequest\x1a\x1e.levers9.agent.v1.PingResponse\x12N\n" +
+	"\aRunTask\x12 .levers9.agent.v1.RunTaskRequest\x1a!.levers9.agent.v1.RunTaskResponse\x12W\n" +
+	"\n" +
+	"CancelTask\x12#.levers9.agent.v1.CancelTaskRequest\x1a$.levers9.agent.v1.CancelTaskResponse\x12T\n" +
+	"\tListTasks\x12\".levers9.agent.v1.ListTasksRequest\x1a#.levers9.agent.v1.ListTasksResponseB9Z7github.com/levers9/levers9/api/levers9/agent/v1;agentv1b\x06proto3"
 
 var (
 	file_api_levers9_agent_v1_agent_proto_rawDescOnce sync.Once
@@ -383,7 +1237,7 @@ func file_api_levers9_agent_v1_agent_proto_rawDescGZIP() []byte {
 	return file_api_levers9_agent_v1_agent_proto_rawDescData
 }
 
-var file_api_levers9_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 6)
+var file_api_levers9_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
 var file_api_levers9_agent_v1_agent_proto_goTypes = []any{
 	(*HeartbeatRequest)(nil),         // 0: levers9.agent.v1.HeartbeatRequest
 	(*HeartbeatResponse)(nil),        // 1: levers9.agent.v1.HeartbeatResponse
@@ -391,26 +1245,61 @@ var file_api_levers9_agent_v1_agent_proto_goTypes = []any{
 	(*RenewCertificateResponse)(nil), // 3: levers9.agent.v1.RenewCertificateResponse
 	(*PingRequest)(nil),              // 4: levers9.agent.v1.PingRequest
 	(*PingResponse)(nil),             // 5: levers9.agent.v1.PingResponse
-	(*v1.Inventory)(nil),             // 6: levers9.v1.Inventory
-	(*timestamppb.Timestamp)(nil),    // 7: google.protobuf.Timestamp
-	(*v1.ReadinessReport)(nil),       // 8: levers9.v1.ReadinessReport
+	(*TaskAttempt)(nil),              // 6: levers9.agent.v1.TaskAttempt
+	(*RunningAttempt)(nil),           // 7: levers9.agent.v1.RunningAttempt
+	(*RunTaskRequest)(nil),           // 8: levers9.agent.v1.RunTaskRequest
+	(*RunTaskResponse)(nil),          // 9: levers9.agent.v1.RunTaskResponse
+	(*CancelTaskRequest)(nil),        // 10: levers9.agent.v1.CancelTaskRequest
+	(*CancelTaskResponse)(nil),       // 11: levers9.agent.v1.CancelTaskResponse
+	(*ListTasksRequest)(nil),         // 12: levers9.agent.v1.ListTasksRequest
+	(*ListTasksResponse)(nil),        // 13: levers9.agent.v1.ListTasksResponse
+	(*AttemptUpdate)(nil),            // 14: levers9.agent.v1.AttemptUpdate
+	(*AttemptRecord)(nil),            // 15: levers9.agent.v1.AttemptRecord
+	(*ReportAttemptRequest)(nil),     // 16: levers9.agent.v1.ReportAttemptRequest
+	(*ReportAttemptResponse)(nil),    // 17: levers9.agent.v1.ReportAttemptResponse
+	(*v1.Inventory)(nil),             // 18: levers9.v1.Inventory
+	(*timestamppb.Timestamp)(nil),    // 19: google.protobuf.Timestamp
+	(*v1.ReadinessReport)(nil),       // 20: levers9.v1.ReadinessReport
+	(*durationpb.Duration)(nil),      // 21: google.protobuf.Duration
+	(*v1.SecuritySettings)(nil),      // 22: levers9.v1.SecuritySettings
+	(v1.AttemptState)(0),             // 23: levers9.v1.AttemptState
+	(*v1.LogLine)(nil),               // 24: levers9.v1.LogLine
 }
 var file_api_levers9_agent_v1_agent_proto_depIdxs = []int32{
-	6, // 0: levers9.agent.v1.HeartbeatRequest.inventory:type_name -> levers9.v1.Inventory
-	7, // 1: levers9.agent.v1.HeartbeatRequest.sent_at:type_name -> google.protobuf.Timestamp
-	8, // 2: levers9.agent.v1.HeartbeatRequest.egress_report:type_name -> levers9.v1.ReadinessReport
-	7, // 3: levers9.agent.v1.RenewCertificateResponse.expires_at:type_name -> google.protobuf.Timestamp
-	0, // 4: levers9.agent.v1.Controlplane.Heartbeat:input_type -> levers9.agent.v1.HeartbeatRequest
-	2, // 5: levers9.agent.v1.Controlplane.RenewCertificate:input_type -> levers9.agent.v1.RenewCertificateRequest
-	4, // 6: levers9.agent.v1.Agent.Ping:input_type -> levers9.agent.v1.PingRequest
-	1, // 7: levers9.agent.v1.Controlplane.Heartbeat:output_type -> levers9.agent.v1.HeartbeatResponse
-	3, // 8: levers9.agent.v1.Controlplane.RenewCertificate:output_type -> levers9.agent.v1.RenewCertificateResponse
-	5, // 9: levers9.agent.v1.Agent.Ping:output_type -> levers9.agent.v1.PingResponse
-	7, // [7:10] is the sub-list for method output_type
-	4, // [4:7] is the sub-list for method input_type
-	4, // [4:4] is the sub-list for extension type_name
-	4, // [4:4] is the sub-list for extension extendee
-	0, // [0:4] is the sub-list for field type_name
+	18, // 0: levers9.agent.v1.HeartbeatRequest.inventory:type_name -> levers9.v1.Inventory
+	19, // 1: levers9.agent.v1.HeartbeatRequest.sent_at:type_name -> google.protobuf.Timestamp
+	20, // 2: levers9.agent.v1.HeartbeatRequest.egress_report:type_name -> levers9.v1.ReadinessReport
+	7,  // 3: levers9.agent.v1.HeartbeatRequest.running:type_name -> levers9.agent.v1.RunningAttempt
+	7,  // 4: levers9.agent.v1.HeartbeatResponse.stop:type_name -> levers9.agent.v1.RunningAttempt
+	19, // 5: levers9.agent.v1.RenewCertificateResponse.expires_at:type_name -> google.protobuf.Timestamp
+	21, // 6: levers9.agent.v1.TaskAttempt.timeout:type_name -> google.protobuf.Duration
+	22, // 7: levers9.agent.v1.TaskAttempt.security:type_name -> levers9.v1.SecuritySettings
+	6,  // 8: levers9.agent.v1.RunTaskRequest.attempt:type_name -> levers9.agent.v1.TaskAttempt
+	7,  // 9: levers9.agent.v1.ListTasksResponse.attempts:type_name -> levers9.agent.v1.RunningAttempt
+	23, // 10: levers9.agent.v1.AttemptUpdate.state:type_name -> levers9.v1.AttemptState
+	19, // 11: levers9.agent.v1.AttemptRecord.time:type_name -> google.protobuf.Timestamp
+	24, // 12: levers9.agent.v1.AttemptRecord.log:type_name -> levers9.v1.LogLine
+	14, // 13: levers9.agent.v1.AttemptRecord.update:type_name -> levers9.agent.v1.AttemptUpdate
+	15, // 14: levers9.agent.v1.ReportAttemptRequest.records:type_name -> levers9.agent.v1.AttemptRecord
+	0,  // 15: levers9.agent.v1.Controlplane.Heartbeat:input_type -> levers9.agent.v1.HeartbeatRequest
+	2,  // 16: levers9.agent.v1.Controlplane.RenewCertificate:input_type -> levers9.agent.v1.RenewCertificateRequest
+	16, // 17: levers9.agent.v1.Controlplane.ReportAttempt:input_type -> levers9.agent.v1.ReportAttemptRequest
+	4,  // 18: levers9.agent.v1.Agent.Ping:input_type -> levers9.agent.v1.PingRequest
+	8,  // 19: levers9.agent.v1.Agent.RunTask:input_type -> levers9.agent.v1.RunTaskRequest
+	10, // 20: levers9.agent.v1.Agent.CancelTask:input_type -> levers9.agent.v1.CancelTaskRequest
+	12, // 21: levers9.agent.v1.Agent.ListTasks:input_type -> levers9.agent.v1.ListTasksRequest
+	1,  // 22: levers9.agent.v1.Controlplane.Heartbeat:output_type -> levers9.agent.v1.HeartbeatResponse
+	3,  // 23: levers9.agent.v1.Controlplane.RenewCertificate:output_type -> levers9.agent.v1.RenewCertificateResponse
+	17, // 24: levers9.agent.v1.Controlplane.ReportAttempt:output_type -> levers9.agent.v1.ReportAttemptResponse
+	5,  // 25: levers9.agent.v1.Agent.Ping:output_type -> levers9.agent.v1.PingResponse
+	9,  // 26: levers9.agent.v1.Agent.RunTask:output_type -> levers9.agent.v1.RunTaskResponse
+	11, // 27: levers9.agent.v1.Agent.CancelTask:output_type -> levers9.agent.v1.CancelTaskResponse
+	13, // 28: levers9.agent.v1.Agent.ListTasks:output_type -> levers9.agent.v1.ListTasksResponse
+	22, // [22:29] is the sub-list for method output_type
+	15, // [15:22] is the sub-list for method input_type
+	15, // [15:15] is the sub-list for extension type_name
+	15, // [15:15] is the sub-list for extension extendee
+	0,  // [0:15] is the sub-list for field type_name
 }
 
 func init() { file_api_levers9_agent_v1_agent_proto_init() }
@@ -418,13 +1307,17 @@ func file_api_levers9_agent_v1_agent_proto_init() {
 	if File_api_levers9_agent_v1_agent_proto != nil {
 		return
 	}
+	file_api_levers9_agent_v1_agent_proto_msgTypes[15].OneofWrappers = []any{
+		(*AttemptRecord_Log)(nil),
+		(*AttemptRecord_Update)(nil),
+	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_levers9_agent_v1_agent_proto_rawDesc), len(file_api_levers9_agent_v1_agent_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   6,
+			NumMessages:   18,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

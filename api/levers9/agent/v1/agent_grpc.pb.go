@@ -21,6 +21,7 @@ const _ = grpc.SupportPackageIsVersion9
 const (
 	Controlplane_Heartbeat_FullMethodName        = "/levers9.agent.v1.Controlplane/Heartbeat"
 	Controlplane_RenewCertificate_FullMethodName = "/levers9.agent.v1.Controlplane/RenewCertificate"
+	Controlplane_ReportAttempt_FullMethodName    = "/levers9.agent.v1.Controlplane/ReportAttempt"
 )
 
 // ControlplaneClient is the client API for Controlplane service.
@@ -36,6 +37,11 @@ type ControlplaneClient interface {
 	Heartbeat(ctx context.Context, in *HeartbeatRequest, opts ...grpc.CallOption) (*HeartbeatResponse, error)
 	// RenewCertificate signs a new CSR before the current certificate expires.
 	RenewCertificate(ctx context.Context, in *RenewCertificateRequest, opts ...grpc.CallOption) (*RenewCertificateResponse, error)
+	// ReportAttempt delivers an attempt's records (state updates and output
+	// lines) in order. Records are numbered per attempt from 1; the agent
+	// resends from the first unacknowledged one after any failure and the
+	// controlplane ignores numbers it has already stored.
+	ReportAttempt(ctx context.Context, in *ReportAttemptRequest, opts ...grpc.CallOption) (*ReportAttemptResponse, error)
 }
 
 type controlplaneClient struct {
@@ -66,6 +72,16 @@ func (c *controlplaneClient) RenewCertificate(ctx context.Context, in *RenewCert
 	return out, nil
 }
 
+func (c *controlplaneClient) ReportAttempt(ctx context.Context, in *ReportAttemptRequest, opts ...grpc.CallOption) (*ReportAttemptResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ReportAttemptResponse)
+	err := c.cc.Invoke(ctx, Controlplane_ReportAttempt_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ControlplaneServer is the server API for Controlplane service.
 // All implementations must embed UnimplementedControlplaneServer
 // for forward compatibility.
@@ -79,6 +95,11 @@ type ControlplaneServer interface {
 	Heartbeat(context.Context, *HeartbeatRequest) (*HeartbeatResponse, error)
 	// RenewCertificate signs a new CSR before the current certificate expires.
 	RenewCertificate(context.Context, *RenewCertificateRequest) (*RenewCertificateResponse, error)
+	// ReportAttempt delivers an attempt's records (state updates and output
+	// lines) in order. Records are numbered per attempt from 1; the agent
+	// resends from the first unacknowledged one after any failure and the
+	// controlplane ignores numbers it has already stored.
+	ReportAttempt(context.Context, *ReportAttemptRequest) (*ReportAttemptResponse, error)
 	mustEmbedUnimplementedControlplaneServer()
 }
 
@@ -94,6 +115,9 @@ func (UnimplementedControlplaneServer) Heartbeat(context.Context, *HeartbeatRequ
 }
 func (UnimplementedControlplaneServer) RenewCertificate(context.Context, *RenewCertificateRequest) (*RenewCertificateResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method RenewCertificate not implemented")
+}
+func (UnimplementedControlplaneServer) ReportAttempt(context.Context, *ReportAttemptRequest) (*ReportAttemptResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ReportAttempt not implemented")
 }
 func (UnimplementedControlplaneServer) mustEmbedUnimplementedControlplaneServer() {}
 func (UnimplementedControlplaneServer) testEmbeddedByValue()                      {}
@@ -152,6 +176,24 @@ func _Controlplane_RenewCertificate_Handler(srv interface{}, ctx context.Context
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Controlplane_ReportAttempt_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ReportAttemptRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ControlplaneServer).ReportAttempt(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Controlplane_ReportAttempt_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ControlplaneServer).ReportAttempt(ctx, req.(*ReportAttemptRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Controlplane_ServiceDesc is the grpc.ServiceDesc for Controlplane service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -167,13 +209,20 @@ var Controlplane_ServiceDesc = grpc.ServiceDesc{
 			MethodName: "RenewCertificate",
 			Handler:    _Controlplane_RenewCertificate_Handler,
 		},
+		{
+			MethodName: "ReportAttempt",
+			Handler:    _Controlplane_ReportAttempt_Handler,
+		},
 	},
 	Streams:  []grpc.StreamDesc{},
 	Metadata: "api/levers9/agent/v1/agent.proto",
 }
 
 const (
-	Agent_Ping_FullMethodName = "/levers9.agent.v1.Agent/Ping"
+	Agent_Ping_FullMethodName       = "/levers9.agent.v1.Agent/Ping"
+	Agent_RunTask_FullMethodName    = "/levers9.agent.v1.Agent/RunTask"
+	Agent_CancelTask_FullMethodName = "/levers9.agent.v1.Agent/CancelTask"
+	Agent_ListTasks_FullMethodName  = "/levers9.agent.v1.Agent/ListTasks"
 )
 
 // AgentClient is the client API for Agent service.
@@ -185,6 +234,14 @@ const (
 // network port.
 type AgentClient interface {
 	Ping(ctx context.Context, in *PingRequest, opts ...grpc.CallOption) (*PingResponse, error)
+	// RunTask starts an attempt and returns once the agent has taken it; its
+	// progress comes back through ReportAttempt. Taking an attempt that
+	// already runs here is not an error (already_running).
+	RunTask(ctx context.Context, in *RunTaskRequest, opts ...grpc.CallOption) (*RunTaskResponse, error)
+	// CancelTask kills an attempt and cleans up its network and rootfs.
+	CancelTask(ctx context.Context, in *CancelTaskRequest, opts ...grpc.CallOption) (*CancelTaskResponse, error)
+	// ListTasks returns the attempts this agent runs.
+	ListTasks(ctx context.Context, in *ListTasksRequest, opts ...grpc.CallOption) (*ListTasksResponse, error)
 }
 
 type agentClient struct {
@@ -205,6 +262,36 @@ func (c *agentClient) Ping(ctx context.Context, in *PingRequest, opts ...grpc.Ca
 	return out, nil
 }
 
+func (c *agentClient) RunTask(ctx context.Context, in *RunTaskRequest, opts ...grpc.CallOption) (*RunTaskResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RunTaskResponse)
+	err := c.cc.Invoke(ctx, Agent_RunTask_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *agentClient) CancelTask(ctx context.Context, in *CancelTaskRequest, opts ...grpc.CallOption) (*CancelTaskResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CancelTaskResponse)
+	err := c.cc.Invoke(ctx, Agent_CancelTask_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *agentClient) ListTasks(ctx context.Context, in *ListTasksRequest, opts ...grpc.CallOption) (*ListTasksResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListTasksResponse)
+	err := c.cc.Invoke(ctx, Agent_ListTasks_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AgentServer is the server API for Agent service.
 // All implementations must embed UnimplementedAgentServer
 // for forward compatibility.
@@ -214,6 +301,14 @@ func (c *agentClient) Ping(ctx context.Context, in *PingRequest, opts ...grpc.Ca
 // network port.
 type AgentServer interface {
 	Ping(context.Context, *PingRequest) (*PingResponse, error)
+	// RunTask starts an attempt and returns once the agent has taken it; its
+	// progress comes back through ReportAttempt. Taking an attempt that
+	// already runs here is not an error (already_running).
+	RunTask(context.Context, *RunTaskRequest) (*RunTaskResponse, error)
+	// CancelTask kills an attempt and cleans up its network and rootfs.
+	CancelTask(context.Context, *CancelTaskRequest) (*CancelTaskResponse, error)
+	// ListTasks returns the attempts this agent runs.
+	ListTasks(context.Context, *ListTasksRequest) (*ListTasksResponse, error)
 	mustEmbedUnimplementedAgentServer()
 }
 
@@ -226,6 +321,15 @@ type UnimplementedAgentServer struct{}
 
 func (UnimplementedAgentServer) Ping(context.Context, *PingRequest) (*PingResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Ping not implemented")
+}
+func (UnimplementedAgentServer) RunTask(context.Context, *RunTaskRequest) (*RunTaskResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RunTask not implemented")
+}
+func (UnimplementedAgentServer) CancelTask(context.Context, *CancelTaskRequest) (*CancelTaskResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method CancelTask not implemented")
+}
+func (UnimplementedAgentServer) ListTasks(context.Context, *ListTasksRequest) (*ListTasksResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListTasks not implemented")
 }
 func (UnimplementedAgentServer) mustEmbedUnimplementedAgentServer() {}
 func (UnimplementedAgentServer) testEmbeddedByValue()               {}
@@ -266,6 +370,60 @@ func _Agent_Ping_Handler(srv interface{}, ctx context.Context, dec func(interfac
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Agent_RunTask_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RunTaskRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AgentServer).RunTask(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Agent_RunTask_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AgentServer).RunTask(ctx, req.(*RunTaskRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Agent_CancelTask_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CancelTaskRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AgentServer).CancelTask(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Agent_CancelTask_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AgentServer).CancelTask(ctx, req.(*CancelTaskRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Agent_ListTasks_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListTasksRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AgentServer).ListTasks(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Agent_ListTasks_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AgentServer).ListTasks(ctx, req.(*ListTasksRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Agent_ServiceDesc is the grpc.ServiceDesc for Agent service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -276,6 +434,18 @@ var Agent_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Ping",
 			Handler:    _Agent_Ping_Handler,
+		},
+		{
+			MethodName: "RunTask",
+			Handler:    _Agent_RunTask_Handler,
+		},
+		{
+			MethodName: "CancelTask",
+			Handler:    _Agent_CancelTask_Handler,
+		},
+		{
+			MethodName: "ListTasks",
+			Handler:    _Agent_ListTasks_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
