@@ -6,8 +6,8 @@ import (
 	"sync"
 	"time"
 
-	agentv1 "github.com/levers9/levers9/api/levers9/agent/v1"
 	"github.com/levers9/levers9/agent/taskrun"
+	agentv1 "github.com/levers9/levers9/api/levers9/agent/v1"
 )
 
 // ReportConfig bounds how an attempt's records travel to the controlplane.
