@@ -109,6 +109,12 @@ func (q *reportQueue) wake() {
 // pushRunning queues the RUNNING update ahead of any output.
 func (q *reportQueue) pushRunning(r *agentv1.AttemptRecord) {
 	q.mu.Lock()
+	// Output read while the runtime was still returning is earlier than
+	// the RUNNING event; the container was running then, and record times
+	// should not go back.
+	if len(q.logs) > 0 && q.logs[0].Time != nil && r.Time != nil && q.logs[0].Time.AsTime().Before(r.Time.AsTime()) {
+		r.Time = q.logs[0].Time
+	}
 	q.running = r
 	q.mu.Unlock()
 	q.wake()
