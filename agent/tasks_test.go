@@ -150,6 +150,9 @@ type taskBundle struct {
 	agent     *Agent
 	runner    *taskrun.Runner
 	client    agentv1.AgentClient
+	tunnel    *tunnel.Server
+	// startTunnel starts the controlplane's tunnel server on addr.
+	startTunnel func(addr string) *tunnel.Server
 }
 
 type taskSetup struct {
@@ -184,21 +187,33 @@ func setupTasks(t *testing.T, o taskSetup) *taskBundle {
 	if err != nil {
 		t.Fatal(err)
 	}
-	gs := grpc.NewServer(tunnel.ServerOptions(tunnel.Limits{})...)
-	agentv1.RegisterControlplaneServer(gs, b.cp)
-	b.hub, err = tunnel.NewHub(tunnel.HubConfig{Server: gs})
-	if err != nil {
-		t.Fatal(err)
+	// The controlplane keeps its reset key across restarts, so a new
+	// process resets the agents' old QUIC connections.
+	var resetKey [32]byte
+	_, _ = rand.Read(resetKey[:])
+	// Each start is a fresh controlplane process as far as the agent can
+	// tell: a new gRPC server and hub behind a new tunnel endpoint.
+	b.startTunnel = func(addr string) *tunnel.Server {
+		gs := grpc.NewServer(tunnel.ServerOptions(tunnel.Limits{})...)
+		agentv1.RegisterControlplaneServer(gs, b.cp)
+		t.Cleanup(gs.Stop)
+		var err error
+		if b.hub, err = tunnel.NewHub(tunnel.HubConfig{Server: gs}); err != nil {
+			t.Fatal(err)
+		}
+		ts, err := tunnel.NewServer(tunnel.ServerConfig{Addr: addr, TLS: srvTLS, OnSession: b.hub.HandleSession, QUICStatelessResetKey: &resetKey,
+			Authorize: func(_ context.Context, cert *x509.Certificate) (string, error) { return cert.Subject.CommonName, nil }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := ts.Start(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(ts.Stop)
+		return ts
 	}
-	ts, err := tunnel.NewServer(tunnel.ServerConfig{Addr: "127.0.0.1:0", TLS: srvTLS, OnSession: b.hub.HandleSession,
-		Authorize: func(_ context.Context, cert *x509.Certificate) (string, error) { return cert.Subject.CommonName, nil }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := ts.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ts.Stop(); gs.Stop() })
+	b.tunnel = b.startTunnel("127.0.0.1:0")
+	ts := b.tunnel
 
 	// The agent's state, as a join leaves it.
 	b.state = State{Dir: t.TempDir()}
@@ -663,6 +678,46 @@ func TestRestartedAgentReconciles(t *testing.T) {
 	}
 	b.waitTerminal(t, n)
 	if got, want := shape(b.cp.recordsOf(n)), []string{"RUNNING", "out:again", "SUCCEEDED"}; !slices.Equal(got, want) {
+		t.Errorf("records %q, want %q", got, want)
+	}
+}
+
+// TestReportsSurviveATunnelRestart stops the controlplane's tunnel
+// endpoint while an attempt prints and starts it again on the same port:
+// the reconnected agent lists the attempt in its first heartbeat and its
+// reports resume where they stopped.
+func TestReportsSurviveATunnelRestart(t *testing.T) {
+	b := setupTasks(t, taskSetup{})
+	a := b.attempt("restart", "for i in $(seq 1 30); do echo line $i; sleep 0.1; done")
+	k := attemptKey{a.TaskId, a.Attempt}
+	b.run(t, a)
+	waitUntil(t, 30*time.Second, "a few lines", func() bool { return len(b.cp.recordsOf(k)) > 3 })
+	addr := b.tunnel.Addr().String()
+	b.tunnel.Stop()
+	b.cp.mu.Lock()
+	b.cp.heartbeats = nil
+	b.cp.mu.Unlock()
+	time.Sleep(500 * time.Millisecond) // the task prints on while the controlplane is away
+	b.tunnel = b.startTunnel(addr)
+	waitUntil(t, 60*time.Second, "a heartbeat listing the attempt after the reconnect", func() bool {
+		b.cp.mu.Lock()
+		n := len(b.cp.heartbeats)
+		b.cp.mu.Unlock()
+		_ = n
+		return b.cp.heartbeatListing(k)
+	})
+	conn, err := b.hub.Conn(b.machineID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.client = agentv1.NewAgentClient(conn)
+	b.waitTerminal(t, k)
+	want := []string{"RUNNING"}
+	for i := 1; i <= 30; i++ {
+		want = append(want, "out:line "+strconv.Itoa(i))
+	}
+	want = append(want, "SUCCEEDED")
+	if got := shape(b.cp.recordsOf(k)); !slices.Equal(got, want) {
 		t.Errorf("records %q, want %q", got, want)
 	}
 }
