@@ -157,13 +157,6 @@ func (q *reportQueue) pushTerminal(r *agentv1.AttemptRecord) {
 	q.wake()
 }
 
-// droppedLines is how many log records the queue dropped.
-func (q *reportQueue) droppedLines() uint64 {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	return q.dropped
-}
-
 // batch returns the next call's records: everything sent and not acked,
 // then unsent records in order, within the call bounds. first is the
 // number of records[0]; nil when there is nothing to send (or output
