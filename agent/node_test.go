@@ -12,6 +12,7 @@ import (
 	"github.com/levers9/levers9/agent/taskrun"
 	"github.com/levers9/levers9/egress"
 	"github.com/levers9/levers9/internal/testenv"
+	"github.com/levers9/levers9/sandbox"
 	"github.com/levers9/levers9/sandbox/image/build"
 	"github.com/levers9/levers9/sandbox/image/imagetest"
 )
@@ -130,5 +131,16 @@ func TestBuildNodeNoNetwork(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(cfg.StateDir, "images")); err != nil {
 		t.Errorf("image cache not under the state directory: %v", err)
+	}
+	if _, ok := testenv.FindBinary("runsc"); ok {
+		// The longest task ID under a long state directory: runtimes put
+		// sockets under their root.
+		id := strings.Repeat("r", 40)
+		lines = nil
+		res, err := node.Runner.Run(ctx, taskrun.Task{ID: id, Attempt: 9999, Pool: "default", Image: "l9a/busybox:node",
+			Args: []string{"sh", "-c", "echo gvisor"}, Security: sandbox.Security{Runtime: sandbox.RuntimeRunsc}}, taskrun.Output{Logs: out.Logs})
+		if err != nil || res.State != taskrun.StateSucceeded || !slices.Equal(lines, []string{"gvisor"}) {
+			t.Errorf("runsc Run = %s, %v, output %q", res.State, err, lines)
+		}
 	}
 }

@@ -146,9 +146,10 @@ func (t *tasks) run(a *agentv1.TaskAttempt) (alreadyRunning bool, err error) {
 	log := t.log.With("task_id", a.TaskId, "attempt", a.Attempt, "pool", task.Pool)
 	rep := &reporter{taskID: a.TaskId, attempt: a.Attempt, q: h.q, send: t.send, clock: t.clock, log: log,
 		onStop: func() { h.kill("stopped by the controlplane") }}
+	ctx := t.ctx
 	go func() {
 		defer t.wg.Done()
-		rep.run(t.ctx)
+		rep.run(ctx)
 		t.forget(h)
 	}()
 	go func() {
