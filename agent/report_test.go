@@ -136,14 +136,14 @@ func (c *instantClock) After(d time.Duration) <-chan time.Time {
 // acked as stored, with failures on request.
 type store struct {
 	// mu guards the fields below.
-	mu       sync.Mutex
-	recs     []*agentv1.AttemptRecord
-	calls    int
+	mu    sync.Mutex
+	recs  []*agentv1.AttemptRecord
+	calls int
 	// failBefore fails a call before storing, failAfter after (the
 	// response is lost).
 	failBefore, failAfter func(call int) error
-	stopAt   int // answer stop=true from this call on (0: never)
-	firstSeq []uint64
+	stopAt                int // answer stop=true from this call on (0: never)
+	firstSeq              []uint64
 }
 
 func (s *store) report(_ context.Context, req *agentv1.ReportAttemptRequest) (*agentv1.ReportAttemptResponse, error) {

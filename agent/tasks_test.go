@@ -313,7 +313,7 @@ func writeAgentState(t *testing.T, st State, cert tls.Certificate, caCert *x509.
 // attempt is a busybox attempt running script.
 func (b *taskBundle) attempt(id, script string) *agentv1.TaskAttempt {
 	return &agentv1.TaskAttempt{TaskId: id, Attempt: 1, Pool: "default", Image: "l9a/busybox:test", ImageRegistry: b.reg.Host,
-		Command: []string{"/bin/sh", "-c", script},
+		Command:  []string{"/bin/sh", "-c", script},
 		Security: &v1.SecuritySettings{Profile: "hardened", Seccomp: "enforce", Runtime: "runc"}}
 }
 
