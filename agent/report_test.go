@@ -11,8 +11,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/levers9/levers9/agent/taskrun"
 	agentv1 "github.com/levers9/levers9/api/levers9/agent/v1"
 	v1 "github.com/levers9/levers9/api/levers9/v1"
+	"github.com/levers9/levers9/internal/errdefs"
+	"github.com/levers9/levers9/sandbox"
+	"github.com/levers9/levers9/sandbox/image"
 )
 
 func testLog(text string) *agentv1.AttemptRecord {
@@ -224,6 +228,39 @@ func TestReporterRetries(t *testing.T) {
 	for i, f := range st.firstSeq[1:8] {
 		if f != 4 {
 			t.Errorf("call %d first_seq %d, want 4 (resend of the unacked batch)", i+2, f)
+		}
+	}
+}
+
+// TestTasksStartStop: stop before start and twice is safe, a stopped
+// agent refuses attempts (Unavailable) and never starts again, and stop
+// returns with attempts that never got to run.
+func TestTasksStartStop(t *testing.T) {
+	valid := &agentv1.TaskAttempt{TaskId: "t", Attempt: 1, Image: "busybox"}
+	for i := 0; i < 50; i++ {
+		r, err := taskrun.New(taskrun.Config{Sandbox: &sandbox.Sandbox{}, Images: &image.Store{}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ts := newTasks(r, (&store{}).report, ReportConfig{}, &instantClock{}, slog.New(slog.DiscardHandler), "default")
+		if _, err := ts.run(valid); !errdefs.IsUnavailable(err) {
+			t.Fatalf("run before start: %v", err)
+		}
+		if i%2 == 0 {
+			ts.stop()
+		}
+		ts.start(context.Background())
+		_, err = ts.run(valid)
+		if (i%2 == 0) != errdefs.IsUnavailable(err) {
+			t.Fatalf("run after start (stopped before: %v): %v", i%2 == 0, err)
+		}
+		ts.stop()
+		ts.stop()
+		if _, err := ts.run(valid); !errdefs.IsUnavailable(err) {
+			t.Fatalf("run after stop: %v", err)
+		}
+		if got := ts.list(); len(got) != 0 {
+			t.Fatalf("held after stop: %v", got)
 		}
 	}
 }
