@@ -332,7 +332,7 @@ func (s *stack) firstLine(ctx context.Context) (time.Duration, error) {
 	ctx, cancel := context.WithTimeout(s.ctx, time.Minute)
 	defer cancel()
 	start := time.Now()
-	sub, err := s.tasks.SubmitTask(ctx, &v1.SubmitTaskRequest{Spec: &v1.TaskSpec{Command: []string{"echo", "hi"}, CpuMillis: 100}})
+	sub, err := s.tasks.SubmitTask(ctx, &v1.SubmitTaskRequest{Spec: &v1.TaskSpec{Command: []string{"echo", "hi"}}})
 	if err != nil {
 		return 0, err
 	}
