@@ -157,6 +157,9 @@ func (s *Store) attemptsOf(ctx context.Context, ids []string) (map[string][]Atte
 // created before (beforeAt, beforeID) when beforeID is set, in the given
 // states (all when empty), with their attempts.
 func (s *Store) ListTasks(ctx context.Context, workspaceID string, states []string, limit int, beforeAt time.Time, beforeID string) ([]Task, map[string][]Attempt, error) {
+	if states == nil {
+		states = []string{} // a nil slice is NULL, and cardinality(NULL) is not 0
+	}
 	rows, err := s.pool.Query(ctx, `SELECT `+taskColumns+` FROM tasks
 		WHERE workspace_id = $1 AND (cardinality($2::text[]) = 0 OR state = ANY($2))
 		  AND ($4 = '' OR (created_at, id) < ($3, $4))

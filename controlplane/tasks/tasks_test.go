@@ -193,7 +193,11 @@ func TestSubmitRefusals(t *testing.T) {
 		t.Errorf("refused submits stored tasks: %v %v", r, err)
 	}
 	// A stricter setting is accepted.
-	b.submit(t, &v1.TaskSpec{Env: map[string]string{"LEVERS9_SECCOMP": "enforce"}, Command: []string{"echo", "x"}}, "")
+	ok := b.submit(t, &v1.TaskSpec{Env: map[string]string{"LEVERS9_SECCOMP": "enforce"}, Command: []string{"echo", "x"}}, "")
+	r, err = b.tasks.ListTasks(b.ctx, &v1.ListTasksRequest{})
+	if err != nil || len(r.Tasks) != 1 || r.Tasks[0].Id != ok.Id {
+		t.Errorf("list after one accepted submit: %v %v", r, err)
+	}
 }
 
 func TestIdempotencyKeyRunsOnce(t *testing.T) {
@@ -465,4 +469,43 @@ func freeTunnelAddr(t *testing.T) string {
 		t.Fatal(err)
 	}
 	return fmt.Sprintf("127.0.0.1:%d", p)
+}
+
+func TestListPagesNewestFirst(t *testing.T) {
+	t.Parallel()
+	b := start(t, config1s(t))
+	var ids []string
+	for i := 0; i < 5; i++ {
+		ids = append(ids, b.submit(t, &v1.TaskSpec{Command: []string{"echo", fmt.Sprint(i)}}, "").Id)
+	}
+	if _, err := b.tasks.CancelTask(b.ctx, &v1.CancelTaskRequest{Id: ids[0]}); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	token := ""
+	for page := 0; page < 5; page++ {
+		r, err := b.tasks.ListTasks(b.ctx, &v1.ListTasksRequest{PageSize: 2, PageToken: token})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, task := range r.Tasks {
+			got = append(got, task.Id)
+		}
+		if token = r.NextPageToken; token == "" {
+			break
+		}
+	}
+	want := []string{ids[4], ids[3], ids[2], ids[1], ids[0]}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("pages gave %v, want %v", got, want)
+	}
+	r, err := b.tasks.ListTasks(b.ctx, &v1.ListTasksRequest{States: []v1.TaskState{v1.TaskState_TASK_STATE_CANCELLED}})
+	if err != nil || len(r.Tasks) != 1 || r.Tasks[0].Id != ids[0] {
+		t.Errorf("cancelled only: %v %v", r, err)
+	}
+	for _, bad := range []*v1.ListTasksRequest{{PageToken: "nope"}, {PageSize: 501}, {States: []v1.TaskState{42}}} {
+		if _, err := b.tasks.ListTasks(b.ctx, bad); status.Code(err) != codes.InvalidArgument {
+			t.Errorf("%v: %v", bad, err)
+		}
+	}
 }
