@@ -15,6 +15,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/levers9/levers9/internal/clientconfig"
 )
 
 // IO is where the CLI reads and writes; tests use buffers.
@@ -89,9 +91,6 @@ func (a *app) connect(needToken bool) (*session, error) {
 	if err != nil {
 		return nil, err
 	}
-	if t := a.getenv("LEVERS9_TOKEN"); t != "" {
-		c.Token = t
-	}
 	if needToken && c.Token == "" {
 		return nil, errNoToken
 	}
@@ -107,35 +106,15 @@ func (a *app) connect(needToken bool) (*session, error) {
 }
 
 func (a *app) activeContext() (Context, string, error) {
-	if cp := a.getenv("LEVERS9_CONTROLPLANE"); cp != "" {
-		return Context{Controlplane: cp, CAFile: a.getenv("LEVERS9_CONTROLPLANE_CA")}, "(environment)", nil
-	}
-	dir, err := Dir(a.getenv)
-	if err != nil {
-		return Context{}, "", err
-	}
-	f, err := LoadFile(dir)
+	c, name, err := clientconfig.Resolve(a.getenv, a.context)
 	if errors.Is(err, ErrNoConfig) {
+		dir, err := Dir(a.getenv)
+		if err != nil {
+			return Context{}, "", err
+		}
 		return a.firstRun(dir)
 	}
-	if err != nil {
-		return Context{}, "", err
-	}
-	name := a.context
-	if name == "" {
-		name = a.getenv("LEVERS9_CONTEXT")
-	}
-	if name == "" {
-		name = f.Current
-	}
-	if name == "" {
-		return Context{}, "", fmt.Errorf("no current context: pick one with `levers9 config use NAME` (have: %s)", strings.Join(f.Names(), ", "))
-	}
-	c, ok := f.Contexts[name]
-	if !ok {
-		return Context{}, "", fmt.Errorf("no context %q: see `levers9 config list`", name)
-	}
-	return c, name, nil
+	return c, name, err
 }
 
 // call runs fn with a timeout and the session's token, and turns errors
