@@ -334,5 +334,5 @@ func (c *Client) wait(ctx context.Context, taskID string, maxOutput int) (*Resul
 	}
 	res := partial
 	res.State, res.ExitCode, res.Message, res.Attempts = t.GetState(), int(t.GetExitCode()), t.GetMessage(), len(t.GetAttempts())
-	return res, taskError(t)
+	return res, ErrorOf(t)
 }

@@ -3,6 +3,7 @@ package sdk
 import (
 	"fmt"
 	"strings"
+	"time"
 
 	v1 "github.com/levers9/levers9/api/levers9/v1"
 )
@@ -42,6 +43,8 @@ type TaskError struct {
 	// retries were left.
 	Lost     bool
 	Attempts int
+	// Timeout is the task's run time limit, for a timed-out task.
+	Timeout time.Duration
 }
 
 func (e *TaskError) Error() string {
@@ -53,6 +56,8 @@ func (e *TaskError) Error() string {
 	switch {
 	case e.State == v1.TaskState_TASK_STATE_CANCELLED:
 		b.WriteString("was cancelled")
+	case e.State == v1.TaskState_TASK_STATE_TIMED_OUT && e.Timeout > 0:
+		fmt.Fprintf(&b, "timed out after %s", e.Timeout)
 	case e.State == v1.TaskState_TASK_STATE_TIMED_OUT:
 		b.WriteString("timed out")
 	case e.Lost:
@@ -70,12 +75,14 @@ func (e *TaskError) Error() string {
 	return b.String()
 }
 
-// taskError is nil for a succeeded task and says what happened otherwise.
-func taskError(t *v1.Task) error {
+// ErrorOf is nil for a succeeded task and a *TaskError saying what
+// happened otherwise (also for a task that has not finished yet).
+func ErrorOf(t *v1.Task) error {
 	if t.GetState() == v1.TaskState_TASK_STATE_SUCCEEDED {
 		return nil
 	}
-	e := &TaskError{TaskID: t.GetId(), State: t.GetState(), ExitCode: int(t.GetExitCode()), Message: t.GetMessage(), Attempts: len(t.GetAttempts())}
+	e := &TaskError{TaskID: t.GetId(), State: t.GetState(), ExitCode: int(t.GetExitCode()), Message: t.GetMessage(),
+		Attempts: len(t.GetAttempts()), Timeout: t.GetSpec().GetTimeout().AsDuration()}
 	if n := len(t.GetAttempts()); n > 0 {
 		last := t.GetAttempts()[n-1]
 		e.Lost = last.GetState() == v1.AttemptState_ATTEMPT_STATE_LOST
