@@ -257,4 +257,3 @@ func TestMapOrderAndBound(t *testing.T) {
 		t.Errorf("after cancel: %d calls, last err %v", calls.Load(), errs[len(errs)-1])
 	}
 }
-

@@ -52,7 +52,7 @@ type Server struct {
 	// loseReplies makes the next submits store the task but answer
 	// Unavailable, as when the reply is lost on the way.
 	loseReplies int
-	cancels        []string
+	cancels     []string
 	// onCancel, when set, runs (with mu held) when a task is cancelled,
 	// instead of ending it at once.
 	onCancel func(id string)
