@@ -6,10 +6,10 @@ import (
 	"fmt"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/spf13/cobra"
-	"golang.org/x/term"
 
 	v1 "github.com/levers9/levers9/api/levers9/v1"
 	"github.com/levers9/levers9/sdk"
@@ -103,16 +103,25 @@ func (a *app) run(detach bool, opts []sdk.FunctionOption, args []string) error {
 	sigs, stop := a.notify()
 	defer stop()
 
-	// An interrupt during the submit abandons it; the idempotency key
-	// makes the submit itself safe to retry, not to abandon, so say so.
+	// A first interrupt during the submit waits for it (abandoning it
+	// could leave a task running that nobody follows) and then cancels;
+	// a second abandons it.
 	sctx, cancelSubmit := context.WithCancel(context.Background())
 	defer cancelSubmit()
 	submitted := make(chan struct{})
+	var early atomic.Bool
 	go func() {
-		select {
-		case <-sigs:
-			cancelSubmit()
-		case <-submitted:
+		for {
+			select {
+			case <-sigs:
+			case <-submitted:
+				return
+			}
+			if early.Swap(true) {
+				cancelSubmit()
+				return
+			}
+			fmt.Fprintln(a.io.Err, "levers9: will cancel the task once submitted (Ctrl-C again to give up waiting)")
 		}
 	}()
 	task, err := c.Submit(sctx, spec, sdk.NewIdempotencyKey("levers9-run"))
@@ -130,16 +139,17 @@ func (a *app) run(detach bool, opts []sdk.FunctionOption, args []string) error {
 		fmt.Fprintln(a.io.Out, task.GetId())
 		return nil
 	}
-	if f, ok := a.io.Err.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
+	if isTerminal(a.io.Err) {
 		fmt.Fprintf(a.io.Err, "\x1b[2m--- task %s (%s)\x1b[0m\n", task.GetId(), sdk.StateName(task.GetState()))
 	}
-	return a.followToEnd(s, c, task.GetId(), sigs, true)
+	return a.followToEnd(s, c, task.GetId(), sigs, true, early.Load())
 }
 
 // followToEnd streams a task to its end and exits with its result. With
 // cancelOnInterrupt the first interrupt cancels the task and the second
 // detaches; without, the first detaches (the task keeps running).
-func (a *app) followToEnd(s *session, c *sdk.Client, id string, sigs <-chan os.Signal, cancelOnInterrupt bool) error {
+// interrupted says an interrupt already came.
+func (a *app) followToEnd(s *session, c *sdk.Client, id string, sigs <-chan os.Signal, cancelOnInterrupt, interrupted bool) error {
 	fctx, stopFollow := context.WithCancel(context.Background())
 	defer stopFollow()
 	var (
@@ -147,26 +157,30 @@ func (a *app) followToEnd(s *session, c *sdk.Client, id string, sigs <-chan os.S
 		detached bool
 		wg       sync.WaitGroup
 	)
+	errw := &lockedWriter{w: a.io.Err}
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
 		n := 0
 		for {
-			select {
-			case <-fctx.Done():
-				return
-			case <-sigs:
+			if !interrupted {
+				select {
+				case <-fctx.Done():
+					return
+				case <-sigs:
+				}
 			}
+			interrupted = false
 			n++
 			if n == 1 && cancelOnInterrupt {
-				fmt.Fprintf(a.io.Err, "levers9: cancelling task %s (Ctrl-C again to detach and leave it)\n", id)
+				fmt.Fprintf(errw, "levers9: cancelling task %s (Ctrl-C again to detach and leave it)\n", id)
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
 					cctx, cancel := context.WithTimeout(fctx, a.timeout)
 					defer cancel()
 					if _, err := c.Cancel(cctx, id); err != nil && fctx.Err() == nil {
-						fmt.Fprintf(a.io.Err, "levers9: cancel task %s: %v\n", id, a.explain(s, err))
+						fmt.Fprintf(errw, "levers9: cancel task %s: %v\n", id, a.explain(s, err))
 					}
 				}()
 				continue
@@ -178,7 +192,7 @@ func (a *app) followToEnd(s *session, c *sdk.Client, id string, sigs <-chan os.S
 			return
 		}
 	}()
-	p := newStreamPrinter(a.io.Out, a.io.Err)
+	p := newStreamPrinter(a.io.Out, errw, isTerminal(a.io.Err))
 	err := c.Follow(fctx, id, "", p.event)
 	stopFollow()
 	wg.Wait()

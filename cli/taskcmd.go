@@ -112,7 +112,7 @@ the task running (cancel it with levers9 task cancel ID).`,
 			if follow {
 				sigs, stop := a.notify()
 				defer stop()
-				return a.followToEnd(s, c, args[0], sigs, false)
+				return a.followToEnd(s, c, args[0], sigs, false, false)
 			}
 			return a.logsSoFar(s, c, args[0])
 		},
@@ -237,7 +237,7 @@ func (a *app) logsSoFar(s *session, c *sdk.Client, id string) error {
 	// The first event may take a connection setup to arrive.
 	idle := time.AfterFunc(max(waitIdle, a.timeout/4), cancel)
 	defer idle.Stop()
-	p := newStreamPrinter(a.io.Out, a.io.Err)
+	p := newStreamPrinter(a.io.Out, a.io.Err, isTerminal(a.io.Err))
 	err := c.Follow(fctx, id, "", func(ev *sdk.TaskEvent) error {
 		if ev.GetTime() != nil && ev.GetTime().AsTime().After(start.Add(2*time.Second)) {
 			return errCaughtUp

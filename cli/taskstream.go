@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"sync"
 
 	"golang.org/x/term"
 
@@ -25,12 +26,27 @@ type streamPrinter struct {
 	last *v1.StateChange
 }
 
-func newStreamPrinter(out, errw io.Writer) *streamPrinter {
-	p := &streamPrinter{out: out, err: errw, ended: map[int32]string{}}
-	if f, ok := errw.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
-		p.dim = true
-	}
-	return p
+func newStreamPrinter(out, errw io.Writer, dim bool) *streamPrinter {
+	return &streamPrinter{out: out, err: errw, ended: map[int32]string{}, dim: dim}
+}
+
+// isTerminal reports whether w is a terminal (markers are dim there).
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	return ok && term.IsTerminal(int(f.Fd()))
+}
+
+// lockedWriter serialises writes from the follower and the interrupt
+// handler.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }
 
 // marker prints one marker line on stderr.

@@ -236,7 +236,7 @@ func NewIdempotencyKey(name string) string {
 		panic(err) // crypto/rand never fails on Linux
 	}
 	label := strings.Map(func(r rune) rune {
-		if r < 0x80 && (r == '-' || r == '_' || r == '.' || envKey.MatchString(string(r))) {
+		if r < 0x80 && (r == '-' || r == '_' || r == '.' || r >= '0' && r <= '9' || envKey.MatchString(string(r))) {
 			return r
 		}
 		return '-'
