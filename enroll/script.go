@@ -72,7 +72,7 @@ func JoinScript(p ScriptParams) (string, error) {
 var scriptTmpl = template.Must(template.New("join").Parse(`#!/bin/sh
 # levers9 join script for machine {{.MachineID}} (pool {{.Pool}}).
 # It holds a single-use join token that expires at {{.Expires}}: keep this file private.
-# Run it as root on the machine to join:   sh join.sh [--foreground] [--state-dir DIR]
+# Run it as root on the machine to join:   sh join.sh [--foreground] [--state-dir DIR] [-- AGENT-RUN-FLAGS...]
 set -eu
 
 MACHINE_ID='{{.MachineID}}'
@@ -96,9 +96,19 @@ while [ $# -gt 0 ]; do
     --etc-dir) shift; ETC_DIR="${1:?--etc-dir needs a directory}" ;;
     --bin-dir) shift; BIN_DIR="${1:?--bin-dir needs a directory}" ;;
     -h|--help) sed -n '2,4p' "$0"; exit 0 ;;
+    --) shift; break ;;
     *) fail "unknown option $1 (try --help)" ;;
   esac
   shift
+done
+# Whatever follows -- goes to 'levers9-agent run' (e.g. --insecure-registries
+# HOST:PORT); each must be one word without quotes or spaces.
+AGENT_ARGS=""
+for a in "$@"; do
+  case "$a" in
+    *[!A-Za-z0-9._:/,=+-]*) fail "agent option $a: use letters, digits and . _ : / , = + - only" ;;
+  esac
+  AGENT_ARGS="$AGENT_ARGS $a"
 done
 
 [ "$(uname -s)" = Linux ] || fail "levers9 agents run on Linux; this is $(uname -s)"
@@ -152,7 +162,8 @@ fi
 
 if [ "$FOREGROUND" = 1 ]; then
   say "running the agent in the foreground"
-  exec "$BIN_DIR/levers9-agent" run --state-dir "$STATE_DIR"
+  # shellcheck disable=SC2086
+  exec "$BIN_DIR/levers9-agent" run --state-dir "$STATE_DIR" $AGENT_ARGS
 fi
 if command -v systemctl >/dev/null 2>&1 && [ -d /run/systemd/system ]; then
   cat > /etc/systemd/system/levers9-agent.service <<L9UNIT
@@ -162,7 +173,7 @@ After=network-online.target
 Wants=network-online.target
 
 [Service]
-ExecStart=$BIN_DIR/levers9-agent run --state-dir $STATE_DIR
+ExecStart=$BIN_DIR/levers9-agent run --state-dir $STATE_DIR$AGENT_ARGS
 Restart=always
 RestartSec=2
 KillMode=process

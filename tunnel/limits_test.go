@@ -310,6 +310,20 @@ func TestChurn(t *testing.T) {
 				cn := "m-churn-" + string(rune('a'+i))
 				for time.Now().Before(stopAt) {
 					a := startBareAgent(t, e, cn, i%2 == 0)
+					// A life starts once the agent is in (or after 3 s), so
+					// a loaded machine slows the churn instead of ending
+					// every agent before its handshake completes.
+					in := time.Now().Add(3 * time.Second)
+					for time.Now().Before(in) {
+						ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+						_, err := e.push(ctx, cn, "p")
+						cancel()
+						if err == nil {
+							pushes.Add(1)
+							break
+						}
+						time.Sleep(10 * time.Millisecond)
+					}
 					life := time.Duration(50+rand.IntN(300)) * time.Millisecond
 					end := time.Now().Add(life)
 					for time.Now().Before(end) {

@@ -48,9 +48,20 @@ type Config struct {
 	// Registerer takes the tunnel's and the registry's metrics.
 	Registerer prometheus.Registerer
 	Liveness   tunnel.Liveness
+	// Tasks takes what agents report about their attempts; nil refuses
+	// reports (Unavailable) and ignores heartbeats' attempt lists.
+	Tasks Tasks
 	// PresenceTTL is how long a replica's claim on an agent lives in Redis
 	// without a refresh (default 30 s; refreshed every third of it).
 	PresenceTTL time.Duration
+}
+
+// Tasks is what the registry hands agents' attempt reports to.
+type Tasks interface {
+	Report(ctx context.Context, machineID string, req *agentv1.ReportAttemptRequest) (*agentv1.ReportAttemptResponse, error)
+	// Running reconciles the attempts an agent holds and returns those it
+	// must stop.
+	Running(ctx context.Context, machineID string, running []*agentv1.RunningAttempt) ([]*agentv1.RunningAttempt, error)
 }
 
 // Registry is one replica's view of connected agents. Start/Stop follow the

@@ -55,6 +55,13 @@ func (s *controlplaneService) Heartbeat(ctx context.Context, req *agentv1.Heartb
 		}
 	}
 	resp := &agentv1.HeartbeatResponse{IntervalSeconds: 10}
+	if t := s.r.cfg.Tasks; t != nil {
+		stop, err := t.Running(ctx, id, req.GetRunning())
+		if err != nil {
+			return nil, errdefs.ToGRPC(err)
+		}
+		resp.Stop = stop
+	}
 	// Renew once two thirds of the certificate's life have passed.
 	if notAfter != nil && time.Until(*notAfter) < s.r.cfg.CertTTL/3 {
 		resp.RenewCertificate = true
@@ -85,4 +92,19 @@ func (s *controlplaneService) RenewCertificate(ctx context.Context, req *agentv1
 	}
 	s.r.cfg.Log.Info("agent certificate renewed", "machine_id", id, "expires", notAfter)
 	return &agentv1.RenewCertificateResponse{CertificatePem: string(certPEM), ExpiresAt: timestamppb.New(notAfter)}, nil
+}
+
+func (s *controlplaneService) ReportAttempt(ctx context.Context, req *agentv1.ReportAttemptRequest) (*agentv1.ReportAttemptResponse, error) {
+	a, err := caller(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if s.r.cfg.Tasks == nil {
+		return nil, errdefs.ToGRPC(fmt.Errorf("this controlplane takes no task reports yet: %w", errdefs.ErrUnavailable))
+	}
+	resp, err := s.r.cfg.Tasks.Report(ctx, a.Identity, req)
+	if err != nil {
+		return nil, errdefs.ToGRPC(err)
+	}
+	return resp, nil
 }

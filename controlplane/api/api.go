@@ -20,6 +20,7 @@ import (
 	"github.com/levers9/levers9/controlplane/config"
 	"github.com/levers9/levers9/controlplane/seal"
 	"github.com/levers9/levers9/controlplane/store"
+	"github.com/levers9/levers9/controlplane/tasks"
 	"github.com/levers9/levers9/internal/errdefs"
 )
 
@@ -38,7 +39,9 @@ type Deps struct {
 	Public PublicEndpoints
 	// Presence is the tunnel registry.
 	Presence Presence
-	Metrics  Metrics
+	// Tasks runs tasks.
+	Tasks   *tasks.Manager
+	Metrics Metrics
 	// BootstrapSecret enables bootstrap when non-empty.
 	BootstrapSecret string
 	Now             func() time.Time

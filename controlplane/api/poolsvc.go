@@ -5,6 +5,7 @@ import (
 
 	v1 "github.com/levers9/levers9/api/levers9/v1"
 	"github.com/levers9/levers9/controlplane/auth"
+	"github.com/levers9/levers9/controlplane/tasks"
 	"github.com/levers9/levers9/internal/errdefs"
 )
 
@@ -28,10 +29,7 @@ func (s *PoolService) ListPools(ctx context.Context, _ *v1.ListPoolsRequest) (*v
 	byName := map[string]*v1.Pool{}
 	for _, name := range s.poolNames() {
 		cfg := s.Config.Worker.Pools[name]
-		sec := s.Config.Worker.EffectiveSecurity(name)
-		pool := &v1.Pool{Name: name, GpuType: cfg.GPUType, NodeSelector: cfg.NodeSelector, Security: &v1.SecuritySettings{
-			Profile: sec.Profile, Seccomp: sec.Seccomp, DropNetRaw: *sec.DropNetRaw, BridgePortIsolation: *sec.BridgePortIsolation,
-			EgressMode: sec.Egress.Mode, EgressAllow: sec.Egress.Allow, Runtime: cfg.Runtime}}
+		pool := &v1.Pool{Name: name, GpuType: cfg.GPUType, NodeSelector: cfg.NodeSelector, Security: tasks.SecuritySettings(s.Config, name)}
 		byName[name] = pool
 		resp.Pools = append(resp.Pools, pool)
 	}

@@ -60,6 +60,9 @@ type Controlplane struct {
 	AgentCertTTL string `yaml:"agentCertTTL"`
 	// JoinTTL is the default lifetime of join tokens (default 1h).
 	JoinTTL string `yaml:"joinTTL"`
+	// LostAgentGrace is how long a machine's tunnel may be gone before its
+	// running attempts are marked lost and retried elsewhere (default 30s).
+	LostAgentGrace string `yaml:"lostAgentGrace"`
 }
 
 // TLS names the controlplane's certificate; both empty means plaintext.
@@ -161,6 +164,7 @@ func (c *Config) WithDefaults() {
 	setDefault(&cp.PublicHost, "127.0.0.1")
 	setDefault(&cp.AgentCertTTL, "24h")
 	setDefault(&cp.JoinTTL, "1h")
+	setDefault(&cp.LostAgentGrace, "30s")
 	pg := &c.Database.Postgres
 	setDefault(&pg.Host, "127.0.0.1")
 	if pg.Port == 0 {

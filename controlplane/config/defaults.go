@@ -72,6 +72,12 @@ func (c Controlplane) JoinTokenTTL() time.Duration {
 	return d
 }
 
+// LostGrace is controlplane.lostAgentGrace parsed (Validate checked it).
+func (c Controlplane) LostGrace() time.Duration {
+	d, _ := time.ParseDuration(c.LostAgentGrace)
+	return d
+}
+
 // Redacted describes where Postgres is without the password.
 func (p Postgres) Redacted() string {
 	return fmt.Sprintf("postgres://%s@%s/%s", p.User, net.JoinHostPort(p.Host, strconv.Itoa(p.Port)), p.Database)

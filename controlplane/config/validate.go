@@ -40,6 +40,9 @@ func (c *Config) Validate() error {
 			bad(key, "%q is not a duration of at least 1m (like 24h)", v)
 		}
 	}
+	if d, err := time.ParseDuration(cp.LostAgentGrace); err != nil || d < 500*time.Millisecond {
+		bad("controlplane.lostAgentGrace", "%q is not a duration of at least 500ms (like 30s)", cp.LostAgentGrace)
+	}
 	if cp.PublicHost == "" || strings.ContainsAny(cp.PublicHost, " /'\"$`") {
 		bad("controlplane.publicHost", "%q is not a host name or address", cp.PublicHost)
 	}

@@ -24,6 +24,7 @@ func (s *Server) startAgents(ctx context.Context) error {
 	r, err := agents.New(agents.Config{
 		Addr: s.cfg.Controlplane.TunnelAddr, Hosts: hosts, CA: ca, CertTTL: s.cfg.Controlplane.CertTTL(),
 		Store: s.store, Redis: s.bus.Redis(), Bus: s.bus, Log: s.log.With("component", "agents"), Registerer: s.reg,
+		Tasks: s.tasks,
 	})
 	if err != nil {
 		return err

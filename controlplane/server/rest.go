@@ -38,6 +38,7 @@ func (s *Server) restHandler(ctx context.Context) (http.Handler, error) {
 		v1.RegisterMachineServiceHandler,
 		v1.RegisterEnrollServiceHandler,
 		v1.RegisterSecurityServiceHandler,
+		v1.RegisterTaskServiceHandler,
 	} {
 		if err := reg(ctx, gw, conn); err != nil {
 			return nil, fmt.Errorf("register REST gateway: %w", err)

@@ -35,6 +35,7 @@ import (
 	"github.com/levers9/levers9/controlplane/config"
 	"github.com/levers9/levers9/controlplane/seal"
 	"github.com/levers9/levers9/controlplane/store"
+	"github.com/levers9/levers9/controlplane/tasks"
 	"github.com/levers9/levers9/enroll"
 )
 
@@ -65,6 +66,7 @@ type Server struct {
 	pendingAgents *agents.Registry
 	caErr         atomic.Pointer[error]
 	deps          *api.Deps
+	tasks         *tasks.Manager
 
 	public   *grpc.Server // TLS (when configured) on controlplane.grpcAddr
 	internal *grpc.Server // plaintext, in memory, for the REST gateway
@@ -140,6 +142,16 @@ func (s *Server) Start(ctx context.Context) error {
 		Dist:     agentdist.New(binDir, s.cfg.Controlplane.AgentDevBuilds, src, s.log.With("component", "agentdist")),
 		Presence: presence{s}}
 	s.deps = deps
+	if s.tasks, err = tasks.New(tasks.Config{Store: s.store, Redis: s.bus.Redis(), Config: s.cfg, Log: s.log.With("component", "tasks"),
+		Agents: func() tasks.Agents {
+			if r := s.agents.Load(); r != nil {
+				return r
+			}
+			return nil
+		}}); err != nil {
+		return err
+	}
+	deps.Tasks = s.tasks
 	authn := &auth.Authenticator{Store: s.store, Public: map[string]bool{api.AuthMethod: true, api.EnrollMethod: true}}
 	s.health = health.NewServer()
 	s.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
@@ -196,6 +208,9 @@ func (s *Server) Start(ctx context.Context) error {
 		}
 	}()
 	go func() { defer s.wg.Done(); s.dependencyLoop(loopCtx) }()
+	if err := s.tasks.Start(loopCtx); err != nil {
+		return err
+	}
 	s.log.Info("controlplane listening", "grpc", s.grpcLn.Addr().String(), "rest", s.restLn.Addr().String(),
 		"tls", tlsCfg != nil, "postgres", s.cfg.Database.Postgres.Redacted(), "redis", r.Addr)
 	return nil
@@ -225,6 +240,7 @@ func (s *Server) Stop() {
 	s.stopped = true
 	s.mu.Unlock()
 	s.cancel()
+	s.tasks.Stop()
 	if r := s.agents.Load(); r != nil {
 		r.Stop()
 	}

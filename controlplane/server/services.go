@@ -19,4 +19,5 @@ func registerServices(g *grpc.Server, deps *api.Deps, authn *auth.Authenticator)
 	v1.RegisterMachineServiceServer(g, &api.MachineService{Deps: deps})
 	v1.RegisterEnrollServiceServer(g, &api.EnrollService{Deps: deps})
 	v1.RegisterSecurityServiceServer(g, &api.SecurityService{Deps: deps})
+	v1.RegisterTaskServiceServer(g, &api.TaskService{Deps: deps})
 }

@@ -26,18 +26,20 @@ func ensureAgent(ctx context.Context, p Paths, st *State, say func(string, ...an
 		return waitOnline(ctx, p, st, say)
 	}
 	stateDir := p.file("agent/state")
+	// The local registry is plain HTTP on loopback.
+	agentArgs := []string{"--insecure-registries", fmt.Sprintf("127.0.0.1:%d", st.RegistryPort)}
 	var cmd *exec.Cmd
 	if _, err := os.Stat(p.file("agent/state/agent.json")); err == nil {
 		say("starting the local agent (already joined)")
-		cmd = exec.Command(p.Bin+"/levers9-agent", "run", "--state-dir", stateDir)
+		cmd = exec.Command(p.Bin+"/levers9-agent", append([]string{"run", "--state-dir", stateDir}, agentArgs...)...)
 	} else {
 		script, err := createLocalMachine(ctx, p, st)
 		if err != nil {
 			return err
 		}
 		say("joining this machine to pool default with the join script %s", script)
-		cmd = exec.Command("sh", script, "--foreground", "--state-dir", stateDir,
-			"--etc-dir", p.file("agent/etc"), "--bin-dir", p.file("agent/bin"))
+		cmd = exec.Command("sh", append([]string{script, "--foreground", "--state-dir", stateDir,
+			"--etc-dir", p.file("agent/etc"), "--bin-dir", p.file("agent/bin"), "--"}, agentArgs...)...)
 	}
 	logf, err := os.OpenFile(p.file("agent.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {

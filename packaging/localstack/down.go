@@ -20,6 +20,10 @@ func Down(ctx context.Context, p Paths, out io.Writer) error {
 	}
 	stopProcess(p.file("agent.pid"), "the local agent", say)
 	stopProcess(p.file("controlplane.pid"), "the controlplane", say)
+	if fileExists(p.file("registry/registry.pid")) {
+		say("stopping the image registry")
+		_ = (&devstack.Registry{Dir: p.file("registry")}).Stop()
+	}
 	if fileExists(p.file("redis/redis.pid")) {
 		say("stopping Redis")
 		r := &devstack.Redis{Dir: p.file("redis"), Port: st.RedisPort}

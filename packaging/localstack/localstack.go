@@ -35,6 +35,8 @@ type State struct {
 	GRPCPort         int    `json:"grpcPort"`
 	RESTPort         int    `json:"restPort"`
 	TunnelPort       int    `json:"tunnelPort"`
+	RegistryPort     int    `json:"registryPort"`
+	DemoImage        string `json:"demoImage,omitempty"`
 	AdminToken       string `json:"adminToken,omitempty"`
 	LocalMachineID   string `json:"localMachineId,omitempty"`
 }

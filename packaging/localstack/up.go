@@ -72,6 +72,9 @@ func Up(ctx context.Context, p Paths, out io.Writer) error {
 		}
 	}
 
+	if err := ensureRegistry(ctx, p, st, say); err != nil {
+		return err
+	}
 	if err := ensureCert(p); err != nil {
 		return err
 	}
@@ -108,7 +111,10 @@ func Up(ctx context.Context, p Paths, out io.Writer) error {
 	if err := st.save(p); err != nil {
 		return err
 	}
-	return ensureAgent(ctx, p, st, say)
+	if err := ensureAgent(ctx, p, st, say); err != nil {
+		return err
+	}
+	return runDemo(ctx, p, st, out, say)
 }
 
 func fileExists(path string) bool {
@@ -165,8 +171,11 @@ database:
   redis:
     addr: 127.0.0.1:%d
     password: %q
+worker:
+  # The demo image make up pushed; tasks that name no image run it.
+  defaultImage: %s
 `, st.GRPCPort, st.RESTPort, st.TunnelPort, p.file("tls/cert.pem"), p.file("tls/key.pem"), st.BootstrapSecret,
-		st.PostgresPort, st.PostgresPassword, st.EncryptionKey, st.RedisPort, st.RedisPassword)
+		st.PostgresPort, st.PostgresPassword, st.EncryptionKey, st.RedisPort, st.RedisPassword, st.DemoImage)
 	return enroll.WriteSecretFile(p.file("controlplane.yaml"), []byte(yml))
 }
 

@@ -1,0 +1,446 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/levers9/levers9/internal/errdefs"
+)
+
+// Task states (tasks.state) and attempt states (task_attempts.state); the
+// migration lists the moves.
+const (
+	TaskPending   = "PENDING"
+	TaskScheduled = "SCHEDULED"
+	TaskRunning   = "RUNNING"
+	TaskSucceeded = "SUCCEEDED"
+	TaskFailed    = "FAILED"
+	TaskCancelled = "CANCELLED"
+	TaskTimedOut  = "TIMED_OUT"
+	AttemptLost   = "LOST"
+)
+
+// TerminalTaskState reports whether nothing leaves state.
+func TerminalTaskState(state string) bool {
+	switch state {
+	case TaskSucceeded, TaskFailed, TaskCancelled, TaskTimedOut:
+		return true
+	}
+	return false
+}
+
+// ErrNotPlaced is returned by PlaceAttempt when the task is no longer
+// pending or the machine no longer has room: the caller moves on.
+var ErrNotPlaced = fmt.Errorf("not placed: %w", errdefs.ErrFailedPrecondition)
+
+// Task is a row of tasks.
+type Task struct {
+	ID              string
+	WorkspaceID     string
+	Pool            string
+	Spec            []byte // protojson TaskSpec
+	CPUMillis       int64
+	MemoryBytes     int64
+	GPUs            int
+	GPUType         string
+	Retries         int
+	State           string
+	Attempts        int
+	CancelRequested bool
+	ExitCode        *int
+	Message         string
+	IdempotencyKey  string
+	CreatedAt       time.Time
+	FinishedAt      *time.Time
+}
+
+// Attempt is a row of task_attempts.
+type Attempt struct {
+	TaskID       string
+	Number       int
+	MachineID    string
+	State        string
+	CPUMillis    int64
+	MemoryBytes  int64
+	GPUDevices   []string
+	ScheduledAt  time.Time
+	StartedAt    *time.Time
+	FinishedAt   *time.Time
+	ExitCode     *int
+	Message      string
+	DroppedLines int64
+	ImageDigest  string
+}
+
+const taskColumns = `id, workspace_id, pool, spec, cpu_millis, memory_bytes, gpus, gpu_type, retries, state, attempts,
+	cancel_requested, exit_code, message, coalesce(idempotency_key, ''), created_at, finished_at`
+
+func scanTask(row interface{ Scan(...any) error }) (Task, error) {
+	var t Task
+	err := row.Scan(&t.ID, &t.WorkspaceID, &t.Pool, &t.Spec, &t.CPUMillis, &t.MemoryBytes, &t.GPUs, &t.GPUType, &t.Retries,
+		&t.State, &t.Attempts, &t.CancelRequested, &t.ExitCode, &t.Message, &t.IdempotencyKey, &t.CreatedAt, &t.FinishedAt)
+	return t, err
+}
+
+const attemptColumns = `task_id, number, machine_id, state, cpu_millis, memory_bytes, gpu_devices, scheduled_at, started_at,
+	finished_at, exit_code, message, dropped_lines, image_digest`
+
+func scanAttempt(row interface{ Scan(...any) error }) (Attempt, error) {
+	var a Attempt
+	err := row.Scan(&a.TaskID, &a.Number, &a.MachineID, &a.State, &a.CPUMillis, &a.MemoryBytes, &a.GPUDevices, &a.ScheduledAt,
+		&a.StartedAt, &a.FinishedAt, &a.ExitCode, &a.Message, &a.DroppedLines, &a.ImageDigest)
+	return a, err
+}
+
+// InsertTask stores a new PENDING task. With an idempotency key that the
+// workspace used before, it returns that task and existing=true instead.
+func (s *Store) InsertTask(ctx context.Context, t Task) (Task, bool, error) {
+	var key any
+	if t.IdempotencyKey != "" {
+		key = t.IdempotencyKey
+	}
+	row := s.pool.QueryRow(ctx, `INSERT INTO tasks (id, workspace_id, pool, spec, cpu_millis, memory_bytes, gpus, gpu_type, retries, state, idempotency_key, created_at)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 'PENDING', $10, $11)
+		ON CONFLICT (workspace_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+		RETURNING `+taskColumns,
+		t.ID, t.WorkspaceID, t.Pool, t.Spec, t.CPUMillis, t.MemoryBytes, t.GPUs, t.GPUType, t.Retries, key, t.CreatedAt)
+	got, err := scanTask(row)
+	if err == nil {
+		return got, false, nil
+	}
+	if !errors.Is(err, pgx.ErrNoRows) {
+		return Task{}, false, wrap("insert task", err)
+	}
+	got, err = scanTask(s.pool.QueryRow(ctx, `SELECT `+taskColumns+` FROM tasks WHERE workspace_id = $1 AND idempotency_key = $2`, t.WorkspaceID, t.IdempotencyKey))
+	if err != nil {
+		return Task{}, false, wrap("look up task by idempotency key", err)
+	}
+	return got, true, nil
+}
+
+// GetTask returns a task of workspaceID with its attempts in order; empty
+// workspaceID looks in every workspace (controlplane-internal callers).
+func (s *Store) GetTask(ctx context.Context, workspaceID, id string) (Task, []Attempt, error) {
+	t, err := scanTask(s.pool.QueryRow(ctx, `SELECT `+taskColumns+` FROM tasks WHERE id = $1 AND ($2 = '' OR workspace_id = $2)`, id, workspaceID))
+	if err != nil {
+		return Task{}, nil, wrap("get task "+id, err)
+	}
+	atts, err := s.attemptsOf(ctx, []string{id})
+	if err != nil {
+		return Task{}, nil, err
+	}
+	return t, atts[id], nil
+}
+
+func (s *Store) attemptsOf(ctx context.Context, ids []string) (map[string][]Attempt, error) {
+	rows, err := s.pool.Query(ctx, `SELECT `+attemptColumns+` FROM task_attempts WHERE task_id = ANY($1) ORDER BY task_id, number`, ids)
+	if err != nil {
+		return nil, wrap("list attempts", err)
+	}
+	defer rows.Close()
+	out := map[string][]Attempt{}
+	for rows.Next() {
+		a, err := scanAttempt(rows)
+		if err != nil {
+			return nil, wrap("read attempt", err)
+		}
+		out[a.TaskID] = append(out[a.TaskID], a)
+	}
+	return out, wrap("list attempts", rows.Err())
+}
+
+// ListTasks returns up to limit tasks of a workspace, newest first,
+// created before (beforeAt, beforeID) when beforeID is set, in the given
+// states (all when empty), with their attempts.
+func (s *Store) ListTasks(ctx context.Context, workspaceID string, states []string, limit int, beforeAt time.Time, beforeID string) ([]Task, map[string][]Attempt, error) {
+	rows, err := s.pool.Query(ctx, `SELECT `+taskColumns+` FROM tasks
+		WHERE workspace_id = $1 AND (cardinality($2::text[]) = 0 OR state = ANY($2))
+		  AND ($4 = '' OR (created_at, id) < ($3, $4))
+		ORDER BY created_at DESC, id DESC LIMIT $5`, workspaceID, states, beforeAt, beforeID, limit)
+	if err != nil {
+		return nil, nil, wrap("list tasks", err)
+	}
+	tasks, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Task, error) { return scanTask(r) })
+	if err != nil {
+		return nil, nil, wrap("list tasks", err)
+	}
+	ids := make([]string, len(tasks))
+	for i, t := range tasks {
+		ids[i] = t.ID
+	}
+	atts, err := s.attemptsOf(ctx, ids)
+	return tasks, atts, err
+}
+
+// PendingTask is what the queue needs of a pending task.
+type PendingTask struct {
+	ID, WorkspaceID, Pool string
+	CreatedAt             time.Time
+}
+
+// PendingTasks lists every PENDING task, oldest first (the queue rescuer
+// puts them back into Redis).
+func (s *Store) PendingTasks(ctx context.Context, limit int) ([]PendingTask, error) {
+	rows, err := s.pool.Query(ctx, `SELECT id, workspace_id, pool, created_at FROM tasks WHERE state = 'PENDING' ORDER BY created_at LIMIT $1`, limit)
+	if err != nil {
+		return nil, wrap("list pending tasks", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (PendingTask, error) {
+		var p PendingTask
+		return p, r.Scan(&p.ID, &p.WorkspaceID, &p.Pool, &p.CreatedAt)
+	})
+	return out, wrap("list pending tasks", err)
+}
+
+// PoolMachine is an enrolled machine of a pool with what its active
+// attempts hold.
+type PoolMachine struct {
+	ID        string
+	Inventory []byte
+	UsedCPU   int64
+	UsedMem   int64
+	UsedGPUs  []string
+}
+
+// PoolMachines lists the enrolled, undeleted machines of pool (in every
+// workspace: pools are shared) with the resources their active attempts
+// hold.
+func (s *Store) PoolMachines(ctx context.Context, pool string) ([]PoolMachine, error) {
+	rows, err := s.pool.Query(ctx, `SELECT m.id, m.inventory,
+			coalesce(sum(a.cpu_millis), 0)::bigint, coalesce(sum(a.memory_bytes), 0)::bigint,
+			coalesce(array_agg(g) FILTER (WHERE g IS NOT NULL), '{}')
+		FROM machines m
+		LEFT JOIN task_attempts a ON a.machine_id = m.id AND a.state IN ('SCHEDULED', 'RUNNING')
+		LEFT JOIN LATERAL unnest(a.gpu_devices) g ON true
+		WHERE m.pool = $1 AND m.enrolled_at IS NOT NULL AND m.deleted_at IS NULL
+		GROUP BY m.id, m.inventory ORDER BY m.id`, pool)
+	if err != nil {
+		return nil, wrap("list machines of pool "+pool, err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (PoolMachine, error) {
+		var m PoolMachine
+		return m, r.Scan(&m.ID, &m.Inventory, &m.UsedCPU, &m.UsedMem, &m.UsedGPUs)
+	})
+	return out, wrap("list machines of pool "+pool, err)
+}
+
+// ActiveByWorkspace counts each workspace's placed, unfinished tasks in pool.
+func (s *Store) ActiveByWorkspace(ctx context.Context, pool string) (map[string]int, error) {
+	rows, err := s.pool.Query(ctx, `SELECT workspace_id, count(*) FROM tasks WHERE pool = $1 AND state IN ('SCHEDULED', 'RUNNING') GROUP BY 1`, pool)
+	if err != nil {
+		return nil, wrap("count active tasks", err)
+	}
+	defer rows.Close()
+	out := map[string]int{}
+	for rows.Next() {
+		var ws string
+		var n int
+		if err := rows.Scan(&ws, &n); err != nil {
+			return nil, wrap("count active tasks", err)
+		}
+		out[ws] = n
+	}
+	return out, wrap("count active tasks", rows.Err())
+}
+
+// Capacity is what a machine offers, from its inventory.
+type Capacity struct {
+	CPUMillis   int64
+	MemoryBytes int64
+}
+
+// PlaceAttempt moves a PENDING task to SCHEDULED with a new attempt on
+// machineID holding cpu, memory and gpuDevices. It locks the machine row and
+// re-checks the machine's room against capacity inside the transaction, so
+// replicas placing at the same time never overbook a machine or place a
+// task twice; ErrNotPlaced means another placement won.
+func (s *Store) PlaceAttempt(ctx context.Context, taskID, machineID string, capacity Capacity, cpu, mem int64, gpuDevices []string) (Attempt, error) {
+	var a Attempt
+	err := s.tx(ctx, func(tx pgx.Tx) error {
+		var deleted bool
+		if err := tx.QueryRow(ctx, `SELECT deleted_at IS NOT NULL FROM machines WHERE id = $1 FOR UPDATE`, machineID).Scan(&deleted); err != nil {
+			return wrap("lock machine "+machineID, err)
+		}
+		if deleted {
+			return ErrNotPlaced
+		}
+		var usedCPU, usedMem int64
+		var clash bool
+		if err := tx.QueryRow(ctx, `SELECT coalesce(sum(cpu_millis), 0)::bigint, coalesce(sum(memory_bytes), 0)::bigint,
+				coalesce(bool_or(gpu_devices && $2::text[]), false)
+			FROM task_attempts WHERE machine_id = $1 AND state IN ('SCHEDULED', 'RUNNING')`, machineID, gpuDevices).Scan(&usedCPU, &usedMem, &clash); err != nil {
+			return wrap("sum the machine's attempts", err)
+		}
+		if clash || usedCPU+cpu > capacity.CPUMillis || usedMem+mem > capacity.MemoryBytes {
+			return ErrNotPlaced
+		}
+		var n int
+		err := tx.QueryRow(ctx, `UPDATE tasks SET state = 'SCHEDULED', attempts = attempts + 1, updated_at = now()
+			WHERE id = $1 AND state = 'PENDING' AND NOT cancel_requested RETURNING attempts`, taskID).Scan(&n)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return ErrNotPlaced
+		}
+		if err != nil {
+			return wrap("schedule task "+taskID, err)
+		}
+		a, err = scanAttempt(tx.QueryRow(ctx, `INSERT INTO task_attempts (task_id, number, machine_id, state, cpu_millis, memory_bytes, gpu_devices)
+			VALUES ($1, $2, $3, 'SCHEDULED', $4, $5, $6) RETURNING `+attemptColumns, taskID, n, machineID, cpu, mem, gpuDevices))
+		return wrap("insert attempt", err)
+	})
+	return a, err
+}
+
+// MarkRunning records that an attempt's container started. It reports
+// whether anything changed (false for a repeat or a stale attempt).
+func (s *Store) MarkRunning(ctx context.Context, taskID string, n int, at time.Time) (bool, error) {
+	changed := false
+	err := s.tx(ctx, func(tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, `UPDATE task_attempts SET state = 'RUNNING', started_at = $3
+			WHERE task_id = $1 AND number = $2 AND state = 'SCHEDULED'`, taskID, n, at)
+		if err != nil {
+			return wrap("mark attempt running", err)
+		}
+		if tag.RowsAffected() == 0 {
+			return nil
+		}
+		changed = true
+		_, err = tx.Exec(ctx, `UPDATE tasks SET state = 'RUNNING', updated_at = now() WHERE id = $1 AND attempts = $2 AND state = 'SCHEDULED'`, taskID, n)
+		return wrap("mark task running", err)
+	})
+	return changed, err
+}
+
+// AttemptEnd is how an attempt finished on its machine.
+type AttemptEnd struct {
+	State        string // SUCCEEDED, FAILED, CANCELLED or TIMED_OUT
+	ExitCode     *int
+	Message      string
+	DroppedLines int64
+	ImageDigest  string
+	At           time.Time
+}
+
+// FinishAttempt records an attempt's end and makes it the task's result.
+// It reports whether anything changed (false for a repeat, or for an
+// attempt already given up as lost).
+func (s *Store) FinishAttempt(ctx context.Context, taskID string, n int, e AttemptEnd) (bool, error) {
+	if !TerminalTaskState(e.State) {
+		return false, fmt.Errorf("finish attempt %s/%d: %q is not terminal: %w", taskID, n, e.State, errdefs.ErrInvalidArgument)
+	}
+	changed := false
+	err := s.tx(ctx, func(tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, `UPDATE task_attempts SET state = $3, exit_code = $4, message = $5, dropped_lines = $6,
+				image_digest = $7, finished_at = $8, started_at = coalesce(started_at, $8)
+			WHERE task_id = $1 AND number = $2 AND state IN ('SCHEDULED', 'RUNNING')`,
+			taskID, n, e.State, e.ExitCode, e.Message, e.DroppedLines, e.ImageDigest, e.At)
+		if err != nil {
+			return wrap("finish attempt", err)
+		}
+		if tag.RowsAffected() == 0 {
+			return nil
+		}
+		changed = true
+		_, err = tx.Exec(ctx, `UPDATE tasks SET state = $3, exit_code = $4, message = $5, finished_at = $6, updated_at = now()
+			WHERE id = $1 AND attempts = $2 AND state IN ('SCHEDULED', 'RUNNING')`, taskID, n, e.State, e.ExitCode, e.Message, e.At)
+		return wrap("finish task", err)
+	})
+	return changed, err
+}
+
+// LoseAttempt marks an active attempt LOST and decides the task: CANCELLED
+// when a cancel was asked for, PENDING again when retries remain, else
+// FAILED. changed is false when the attempt was not active any more.
+func (s *Store) LoseAttempt(ctx context.Context, taskID string, n int, why string) (taskState string, changed bool, err error) {
+	err = s.tx(ctx, func(tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, `UPDATE task_attempts SET state = 'LOST', message = $3, finished_at = now()
+			WHERE task_id = $1 AND number = $2 AND state IN ('SCHEDULED', 'RUNNING')`, taskID, n, why)
+		if err != nil {
+			return wrap("mark attempt lost", err)
+		}
+		if tag.RowsAffected() == 0 {
+			return nil
+		}
+		changed = true
+		err = tx.QueryRow(ctx, `UPDATE tasks SET updated_at = now(),
+				state = CASE WHEN cancel_requested THEN 'CANCELLED' WHEN attempts < 1 + retries THEN 'PENDING' ELSE 'FAILED' END,
+				message = CASE WHEN cancel_requested THEN 'cancelled' WHEN attempts < 1 + retries THEN message
+					ELSE format('attempt %s lost (%s) and no retries left', attempts, $3::text) END,
+				finished_at = CASE WHEN cancel_requested OR attempts >= 1 + retries THEN now() END
+			WHERE id = $1 AND attempts = $2 AND state IN ('SCHEDULED', 'RUNNING') RETURNING state`, taskID, n, why).Scan(&taskState)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil
+		}
+		return wrap("decide lost task", err)
+	})
+	return taskState, changed, err
+}
+
+// ActiveAttempt is an attempt still holding a machine.
+type ActiveAttempt struct {
+	TaskID          string
+	Number          int
+	MachineID       string
+	ScheduledAt     time.Time
+	CancelRequested bool
+	MachineDeleted  bool
+}
+
+// ActiveAttempts lists active attempts, of one machine when machineID is
+// set.
+func (s *Store) ActiveAttempts(ctx context.Context, machineID string) ([]ActiveAttempt, error) {
+	rows, err := s.pool.Query(ctx, `SELECT a.task_id, a.number, a.machine_id, a.scheduled_at, t.cancel_requested,
+			m.id IS NULL OR m.deleted_at IS NOT NULL
+		FROM task_attempts a JOIN tasks t ON t.id = a.task_id LEFT JOIN machines m ON m.id = a.machine_id
+		WHERE a.state IN ('SCHEDULED', 'RUNNING') AND ($1 = '' OR a.machine_id = $1)`, machineID)
+	if err != nil {
+		return nil, wrap("list active attempts", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (ActiveAttempt, error) {
+		var a ActiveAttempt
+		return a, r.Scan(&a.TaskID, &a.Number, &a.MachineID, &a.ScheduledAt, &a.CancelRequested, &a.MachineDeleted)
+	})
+	return out, wrap("list active attempts", err)
+}
+
+// AttemptWanted reports whether the controlplane still wants an attempt
+// to run on machineID: it exists there, is active and no cancel was asked.
+func (s *Store) AttemptWanted(ctx context.Context, machineID, taskID string, n int) (bool, error) {
+	var wanted bool
+	err := s.pool.QueryRow(ctx, `SELECT a.state IN ('SCHEDULED', 'RUNNING') AND NOT t.cancel_requested
+		FROM task_attempts a JOIN tasks t ON t.id = a.task_id
+		WHERE a.task_id = $1 AND a.number = $2 AND a.machine_id = $3`, taskID, n, machineID).Scan(&wanted)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, nil
+	}
+	return wanted, wrap("look up attempt", err)
+}
+
+// AttemptOwner returns the workspace of a task attempt that ran or runs on
+// machineID (not found otherwise): an agent may only report its own.
+func (s *Store) AttemptOwner(ctx context.Context, machineID, taskID string, n int) (string, error) {
+	var ws string
+	err := s.pool.QueryRow(ctx, `SELECT t.workspace_id FROM task_attempts a JOIN tasks t ON t.id = a.task_id
+		WHERE a.task_id = $1 AND a.number = $2 AND a.machine_id = $3`, taskID, n, machineID).Scan(&ws)
+	return ws, wrap(fmt.Sprintf("attempt %s/%d on machine %s", taskID, n, machineID), err)
+}
+
+// RequestCancel asks a task of workspaceID to stop. A PENDING task becomes
+// CANCELLED at once; a placed one keeps its state until its machine
+// reports (or is lost). It returns the task after the change.
+func (s *Store) RequestCancel(ctx context.Context, workspaceID, id string) (Task, error) {
+	t, err := scanTask(s.pool.QueryRow(ctx, `UPDATE tasks SET cancel_requested = true, updated_at = now(),
+			state = CASE WHEN state = 'PENDING' THEN 'CANCELLED' ELSE state END,
+			message = CASE WHEN state = 'PENDING' THEN 'cancelled before it was placed' ELSE message END,
+			finished_at = CASE WHEN state = 'PENDING' THEN now() ELSE finished_at END
+		WHERE id = $1 AND workspace_id = $2 AND state NOT IN ('SUCCEEDED', 'FAILED', 'CANCELLED', 'TIMED_OUT')
+		RETURNING `+taskColumns, id, workspaceID))
+	if errors.Is(err, pgx.ErrNoRows) {
+		t, _, err = s.GetTask(ctx, workspaceID, id)
+		return t, err
+	}
+	return t, wrap("cancel task "+id, err)
+}
