@@ -177,9 +177,11 @@ func (a *app) followToEnd(s *session, c *sdk.Client, id string, sigs <-chan os.S
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					cctx, cancel := context.WithTimeout(fctx, a.timeout)
+					// Not tied to following: a detach right after still
+					// lets the asked-for cancel through.
+					cctx, cancel := context.WithTimeout(context.Background(), a.timeout)
 					defer cancel()
-					if _, err := c.Cancel(cctx, id); err != nil && fctx.Err() == nil {
+					if _, err := c.Cancel(cctx, id); err != nil {
 						fmt.Fprintf(errw, "levers9: cancel task %s: %v\n", id, a.explain(s, err))
 					}
 				}()

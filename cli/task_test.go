@@ -386,3 +386,145 @@ func TestRunInterruptDuringSubmit(t *testing.T) {
 		t.Errorf("code %d, tasks %v, cancels %v, stdout %q, stderr %q", code, srv.Tasks(), srv.Cancels(), out, errOut)
 	}
 }
+
+func TestStreamPrinterMarkers(t *testing.T) {
+	t.Parallel()
+	var out, errb bytes.Buffer
+	p := newStreamPrinter(&out, &errb, false)
+	state := func(attempt int32, sc *v1.StateChange) *v1.TaskEvent {
+		return &v1.TaskEvent{Attempt: attempt, Event: &v1.TaskEvent_State{State: sc}}
+	}
+	for _, ev := range []*v1.TaskEvent{
+		state(1, &v1.StateChange{TaskState: v1.TaskState_TASK_STATE_RUNNING, MachineId: "m_a"}),
+		{Attempt: 1, Event: &v1.TaskEvent_Log{Log: &v1.LogLine{Stream: v1.LogStream_LOG_STREAM_STDOUT, Text: "x", DroppedBefore: 3}}},
+		state(1, &v1.StateChange{TaskState: v1.TaskState_TASK_STATE_PENDING, AttemptState: v1.AttemptState_ATTEMPT_STATE_LOST,
+			Message: "attempt 1 lost: machine m_a has been offline for 2.1s; retrying"}),
+		state(2, &v1.StateChange{TaskState: v1.TaskState_TASK_STATE_SCHEDULED, MachineId: "m_b", NewAttempt: true}),
+	} {
+		if err := p.event(ev); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := "--- 3 lines dropped here (output came faster than it could be shipped)\n" +
+		"--- attempt 2 on machine m_b (attempt 1 lost: machine m_a has been offline for 2.1s)\n"
+	if out.String() != "x\n" || errb.String() != want {
+		t.Errorf("stdout %q\nstderr %q\nwant   %q", out.String(), errb.String(), want)
+	}
+}
+
+// realTaskCLI is the CLI with a context on a real (TLS) controlplane.
+func realTaskCLI(t *testing.T) *taskCLI {
+	t.Helper()
+	b := setup(t)
+	if _, errOut, code := b.run(t, "\n", map[string]string{"LEVERS9_BOOTSTRAP_SECRET": "test-bootstrap-secret"},
+		"config", "create", "p", "--controlplane", b.addr, "--tls", "--ca", b.cert); code != 0 {
+		t.Fatal(errOut)
+	}
+	return &taskCLI{env: map[string]string{"LEVERS9_HOME": b.home}, sigs: make(chan os.Signal, 4)}
+}
+
+// taskIDs lists the tasks through the CLI, newest first.
+func (c *taskCLI) taskIDs(t *testing.T, args ...string) []string {
+	t.Helper()
+	out, errOut, code := c.run(t, append([]string{"task", "list", "-o", "json"}, args...)...)
+	var list struct{ Tasks []struct{ ID string } }
+	if code != 0 || json.Unmarshal([]byte(out), &list) != nil {
+		t.Fatalf("task list: %q %q", out, errOut)
+	}
+	var ids []string
+	for _, tk := range list.Tasks {
+		ids = append(ids, tk.ID)
+	}
+	return ids
+}
+
+// TestRunRealControlplane: the CLI against a real controlplane with no
+// machine, so tasks stay pending: refusals before anything runs, Ctrl-C
+// cancelling a pending task, a second Ctrl-C detaching, and the task
+// commands.
+func TestRunRealControlplane(t *testing.T) {
+	t.Parallel()
+	c := realTaskCLI(t)
+
+	_, errOut, code := c.run(t, "run", "--gpu", "1", "--", "nvidia-smi")
+	if code != 1 || !strings.Contains(errOut, `pool "default" has no GPUs`) || strings.Contains(errOut, "rpc error") {
+		t.Errorf("gpu: %d %q", code, errOut)
+	}
+	_, errOut, code = c.run(t, "run", "--env", "LEVERS9_SECURITY_PROFILE=legacy", "--", "true")
+	if code != 1 || !strings.Contains(errOut, "looser") {
+		t.Errorf("looser profile: %d %q", code, errOut)
+	}
+	if ids := c.taskIDs(t, "--state", allStates); len(ids) != 0 {
+		t.Fatalf("refused runs left tasks: %v", ids)
+	}
+
+	// Ctrl-C cancels the pending task; the stream ends with it.
+	r := c.start("run", "--", "sleep", "100")
+	var id string
+	sdktest.WaitFor(t, "a pending task", func() bool {
+		ids := c.taskIDs(t, "--state", "pending")
+		if len(ids) == 1 {
+			id = ids[0]
+		}
+		return id != ""
+	})
+	c.sigs <- syscall.SIGINT
+	if code := r.wait(t); code != 1 || !strings.Contains(r.err.String(), "cancelling task "+id) || !strings.Contains(r.err.String(), "task "+id+" was cancelled") {
+		t.Errorf("Ctrl-C: %d %q", code, r.err)
+	}
+
+	// Two Ctrl-C: the first cancels, the second detaches at once and
+	// says how to resume.
+	r = c.start("run", "--", "sleep", "100")
+	sdktest.WaitFor(t, "a second task", func() bool {
+		select {
+		case code := <-r.code:
+			t.Fatalf("run ended early: %d %q %q", code, r.out, r.err)
+		default:
+		}
+		return len(c.taskIDs(t, "--state", allStates)) == 2
+	})
+	c.sigs <- syscall.SIGINT
+	c.sigs <- syscall.SIGINT
+	// A pending task is cancelled at once, so its end may win the race
+	// with the second Ctrl-C (TestRunInterrupts pins the detach).
+	if code = r.wait(t); !(code == 130 && strings.Contains(r.err.String(), "levers9 task logs -f")) &&
+		!(code == 1 && strings.Contains(r.err.String(), "was cancelled")) {
+		t.Errorf("double Ctrl-C: %d %q", code, r.err)
+	}
+
+	out, errOut, code := c.run(t, "run", "--detach", "--memory", "512Mi", "--cpu", "0.25", "--", "echo", "hi")
+	detached := strings.TrimSpace(out)
+	if code != 0 || !strings.HasPrefix(detached, "t_") {
+		t.Fatalf("detach: %q %q", out, errOut)
+	}
+	out, _, code = c.run(t, "task", "show", detached)
+	if code != 0 || !strings.Contains(out, "pending") || !strings.Contains(out, "no attempts yet") ||
+		!strings.Contains(out, "512 MiB") || !strings.Contains(out, "0.25 cores") {
+		t.Errorf("show: %q", out)
+	}
+	start := time.Now()
+	out, errOut, code = c.run(t, "task", "logs", detached)
+	if code != 0 || out != "" || time.Since(start) > 15*time.Second {
+		t.Errorf("logs of a pending task: %d %q %q after %s", code, out, errOut, time.Since(start))
+	}
+	if out, _, code = c.run(t, "task", "cancel", detached); code != 0 || out != "task "+detached+" cancelled\n" {
+		t.Errorf("cancel: %q", out)
+	}
+	out, _, code = c.run(t, "task", "logs", "-f", detached)
+	if code != 1 {
+		t.Errorf("logs -f of a cancelled task: %d %q", code, out)
+	}
+	if ids := c.taskIDs(t, "--state", "cancelled"); len(ids) != 3 || ids[0] != detached {
+		t.Errorf("cancelled tasks, newest first: %v", ids)
+	}
+	if _, errOut, code = c.run(t, "task", "show", "t_nope"); code != 1 || !strings.Contains(errOut, "not found") {
+		t.Errorf("show of a missing task: %q", errOut)
+	}
+	// Without --state, every task.
+	if all, some := c.taskIDs(t), c.taskIDs(t, "--state", allStates); !slices.Equal(all, some) {
+		t.Errorf("task list without --state = %v, with every state = %v (controlplane/store ListTasks: a nil states slice reaches SQL as NULL, and cardinality(NULL) = 0 is not true)", all, some)
+	}
+}
+
+const allStates = "pending,scheduled,running,succeeded,failed,cancelled,timed_out"

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"sync"
 
 	"golang.org/x/term"
@@ -89,8 +90,11 @@ func (p *streamPrinter) event(ev *sdk.TaskEvent) error {
 	}
 	if as := s.GetAttemptState(); isAttemptEnd(as) {
 		how := sdk.AttemptStateName(as)
-		if s.GetMessage() != "" {
-			how += ": " + s.GetMessage()
+		// The controlplane words it "attempt 1 lost: why; retrying"; the
+		// marker already says the attempt and that a new one began.
+		msg := strings.TrimPrefix(s.GetMessage(), fmt.Sprintf("attempt %d %s: ", ev.GetAttempt(), how))
+		if msg = strings.TrimSuffix(msg, "; retrying"); msg != "" {
+			how += ": " + msg
 		}
 		p.ended[ev.GetAttempt()] = how
 	}
