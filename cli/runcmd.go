@@ -202,7 +202,11 @@ func (a *app) followToEnd(s *session, c *sdk.Client, id string, sigs <-chan os.S
 	wasDetached := detached
 	mu.Unlock()
 	if wasDetached {
-		return &exitError{code: exitInterrupted, msg: fmt.Sprintf("detached from task %s (it goes on); follow it again with: levers9 task logs -f %s", id, id)}
+		what := "it goes on"
+		if cancelOnInterrupt {
+			what = "its cancel was asked for"
+		}
+		return &exitError{code: exitInterrupted, msg: fmt.Sprintf("detached from task %s (%s); follow it again with: levers9 task logs -f %s", id, what, id)}
 	}
 	if err != nil {
 		return fmt.Errorf("%w\nthe task may still run: levers9 task logs -f %s", a.explain(s, err), id)

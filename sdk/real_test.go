@@ -136,10 +136,17 @@ func TestRemoteEndToEnd(t *testing.T) {
 	if err := <-done; !errors.Is(err, context.Canceled) {
 		t.Errorf("cancelled Remote: %v", err)
 	}
-	waitFor(t, "the task cancelled", func() bool {
+	deadline := time.Now().Add(20 * time.Second)
+	for {
 		tk, err := c.Task(ctx, id)
-		return err == nil && tk.State == v1.TaskState_TASK_STATE_CANCELLED
-	})
+		if err == nil && tk.State == v1.TaskState_TASK_STATE_CANCELLED {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("task %s not cancelled: %v %v\ncontrolplane log:\n%s", id, tk, err, b.in.Logs.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 	if sres == nil || sres.TaskID != id {
 		t.Errorf("result of a cancelled Remote: %+v", sres)
 	}
