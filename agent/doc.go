@@ -1,7 +1,15 @@
 // Package agent owns the node agent: joining (enrollment with a join token
-// and a key that never leaves the machine), its state directory, and — as
-// the other parts land — the tunnel client, inventory and heartbeats, and
-// the task lifecycle. It dials out and never listens on a network port. It
-// never imports the controlplane; it talks to it only through api/ over
-// the tunnel or the enrollment call. API: internal to the agent binary.
+// and a key that never leaves the machine), its state directory, the tunnel
+// client, inventory and heartbeats, and the tasks it runs for the
+// controlplane: RunTask, CancelTask and ListTasks served over the tunnel,
+// backed by agent/taskrun, with each attempt's progress sent back through
+// ReportAttempt as numbered records (RUNNING, output lines, the terminal
+// state) that are resent until acknowledged, so a controlplane restart
+// loses nothing, and whose unsent output is bounded (the oldest lines go,
+// counted). An attempt is held, and listed in every heartbeat, from the
+// RunTask that took it until its terminal record is acknowledged.
+//
+// It dials out and never listens on a network port. It never imports the
+// controlplane; it talks to it only through api/ over the tunnel or the
+// enrollment call. API: internal to the agent binary.
 package agent

@@ -10,14 +10,18 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/levers9/levers9/agent/inventory"
+	"github.com/levers9/levers9/agent/taskrun"
 	agentv1 "github.com/levers9/levers9/api/levers9/agent/v1"
 	v1 "github.com/levers9/levers9/api/levers9/v1"
 	"github.com/levers9/levers9/egress"
@@ -41,6 +45,14 @@ type RunOptions struct {
 	// Egress, when the agent runs container networking, supplies the
 	// pool's readiness report sent with each heartbeat.
 	Egress ReadinessSource
+	// Runner runs the attempts the controlplane sends; the agent owns it
+	// from NewAgent on (Reconcile and Start in Start, Stop in Stop). Nil
+	// makes an agent that refuses tasks (FailedPrecondition).
+	Runner *taskrun.Runner
+	// Report bounds attempt reports (buffers, batches, retries).
+	Report ReportConfig
+	// Clock is the time source of report retries (default the real one).
+	Clock taskrun.Clock
 }
 
 // ReadinessSource is what the agent needs of the egress node.
@@ -57,6 +69,10 @@ type Agent struct {
 	auto     *tunnel.Auto
 	srv      *grpc.Server
 	inv      *inventory.Collector
+	// cp calls the controlplane on whatever session is up; attempt
+	// reports use it so they outlive a reconnect.
+	cp    *grpc.ClientConn
+	tasks *tasks // nil without a Runner
 }
 
 // NewAgent loads the state written by Join.
@@ -66,6 +82,9 @@ func NewAgent(o RunOptions) (*Agent, error) {
 	}
 	if o.HeartbeatInterval == 0 {
 		o.HeartbeatInterval = 10 * time.Second
+	}
+	if o.Clock == nil {
+		o.Clock = realClock{}
 	}
 	st, err := o.State.Settings()
 	if err != nil {
@@ -103,24 +122,64 @@ func NewAgent(o RunOptions) (*Agent, error) {
 		},
 	}
 	cc.Logger = o.Log.With("component", "tunnel")
-	a.srv = grpc.NewServer(tunnel.ServerOptions(tunnel.Limits{})...)
-	agentv1.RegisterAgentServer(a.srv, &agentService{machineID: st.MachineID})
 	if a.auto, err = tunnel.NewAuto(cc, a.onSession); err != nil {
 		return nil, err
 	}
+	// Calls wait for a session (OpenStream blocks until one is up), so the
+	// reconnect backoff of gRPC itself stays short.
+	a.cp, err = tunnel.NewClientConn("controlplane", a.auto.OpenStream, tunnel.Limits{},
+		grpc.WithConnectParams(grpc.ConnectParams{Backoff: backoff.Config{BaseDelay: 50 * time.Millisecond, Multiplier: 1.6,
+			Jitter: 0.2, MaxDelay: time.Second}, MinConnectTimeout: 20 * time.Second}))
+	if err != nil {
+		return nil, err
+	}
+	if o.Runner != nil {
+		cp := agentv1.NewControlplaneClient(a.cp)
+		send := func(ctx context.Context, req *agentv1.ReportAttemptRequest) (*agentv1.ReportAttemptResponse, error) {
+			return cp.ReportAttempt(ctx, req, grpc.WaitForReady(true))
+		}
+		a.tasks = newTasks(o.Runner, send, o.Report, o.Clock, o.Log.With("component", "tasks", "machine_id", st.MachineID), st.Pool)
+	}
+	a.srv = grpc.NewServer(tunnel.ServerOptions(tunnel.Limits{})...)
+	agentv1.RegisterAgentServer(a.srv, &agentService{machineID: st.MachineID, tasks: a.tasks})
 	return a, nil
 }
 
 // MachineID is the machine this agent is.
 func (a *Agent) MachineID() string { return a.settings.MachineID }
 
-// Start connects (and keeps reconnecting) in the background.
-func (a *Agent) Start(ctx context.Context) error { return a.auto.Start(ctx) }
+// Start removes what an earlier agent left (its attempts are reported
+// lost by their absence from the heartbeat), starts the Runner, and
+// connects (and keeps reconnecting) in the background. ctx is the shutdown
+// context: its end detaches running containers instead of killing them.
+func (a *Agent) Start(ctx context.Context) error {
+	if a.tasks != nil {
+		lost, err := a.o.Runner.Reconcile(ctx)
+		for _, l := range lost {
+			a.o.Log.Warn("attempt lost by an earlier agent: container removed", "task_id", l.TaskID, "attempt", l.Attempt,
+				"pool", l.Pool, "container_id", l.ContainerID, "started", l.Started)
+		}
+		if err != nil {
+			a.o.Log.Error("reconcile leftovers of an earlier agent", "err", err)
+		}
+		if err := a.o.Runner.Start(ctx); err != nil {
+			return err
+		}
+		a.tasks.start(ctx)
+	}
+	a.cp.Connect()
+	return a.auto.Start(ctx)
+}
 
-// Stop closes the tunnel and waits. Safe twice.
+// Stop closes the tunnel and waits; running containers detach (see
+// taskrun). Safe twice.
 func (a *Agent) Stop() {
 	a.auto.Stop()
 	a.srv.Stop()
+	if a.tasks != nil {
+		a.tasks.stop()
+	}
+	_ = a.cp.Close()
 }
 
 func (a *Agent) onSession(ctx context.Context, s tunnel.Session) {
@@ -148,6 +207,9 @@ func (a *Agent) onSession(ctx context.Context, s tunnel.Session) {
 		if a.o.Egress != nil {
 			req.EgressReport = reportPB(a.o.Egress.ReadinessReport(a.settings.Pool))
 		}
+		if a.tasks != nil {
+			req.Running = a.tasks.list()
+		}
 		hctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		resp, err := cp.Heartbeat(hctx, req)
 		cancel()
@@ -157,6 +219,11 @@ func (a *Agent) onSession(ctx context.Context, s tunnel.Session) {
 		case err == nil:
 			if req.Inventory != nil {
 				lastInv, lastInvSent = inv, time.Now()
+			}
+			for _, st := range resp.Stop {
+				if a.tasks != nil && a.tasks.cancel(st.TaskId, st.Attempt, "stopped by the controlplane") {
+					a.o.Log.Info("attempt stopped by the controlplane", "task_id", st.TaskId, "attempt", st.Attempt)
+				}
 			}
 			if resp.RenewCertificate {
 				a.renew(ctx, cp)
@@ -252,37 +319,71 @@ func reportPB(r egress.Report) *v1.ReadinessReport {
 	return pb
 }
 
-type agentService struct {
-	agentv1.UnimplementedAgentServer
-	machineID string
-}
+type realClock struct{}
 
-func (s *agentService) Ping(_ context.Context, req *agentv1.PingRequest) (*agentv1.PingResponse, error) {
-	return &agentv1.PingResponse{MachineId: s.machineID, Payload: req.Payload}, nil
-}
+func (realClock) Now() time.Time                         { return time.Now() }
+func (realClock) After(d time.Duration) <-chan time.Time { return time.After(d) }
 
 func runCmd(ctx context.Context, args []string, _, stderr io.Writer) error {
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	stateDir := fs.String("state-dir", "/var/lib/levers9-agent", "the agent's state directory (from join)")
 	tunnelAddr := fs.String("tunnel", "", "controlplane tunnel HOST:PORT (default: learnt at join)")
+	var nc NodeConfig
+	fs.StringVar(&nc.Prefix, "prefix", "", "names this agent's containers, cgroups, bridge and namespaces (default: from the machine ID)")
+	fs.StringVar(&nc.ImageRegistry, "image-registry", "", "worker.imageRegistry: where images without a registry come from (default index.docker.io)")
+	registries := fs.String("registries", "", "further registries images may name, comma-separated")
+	insecure := fs.String("insecure-registries", "", "registries reached over plain HTTP, comma-separated (e.g. a local 127.0.0.1:5000)")
+	fs.Int64Var(&nc.ImageDiskBudget, "image-disk-budget", 0, "cap of the image cache in bytes (0: no eviction)")
+	fs.BoolVar(&nc.NoNetwork, "no-network", false, "run containers with loopback only (no egress network)")
+	fs.StringVar(&nc.SubnetV4, "subnet-v4", "", "container IPv4 subnet (default "+egress.DefaultSubnetV4+")")
+	fs.StringVar(&nc.SubnetV6, "subnet-v6", "", "container IPv6 ULA subnet (default "+egress.DefaultSubnetV6+")")
+	resolvers := fs.String("resolvers", "", "DNS servers containers use, comma-separated (default: the host's non-loopback ones)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
+	nc.Registries, nc.InsecureRegistries, nc.Resolvers = splitList(*registries), splitList(*insecure), splitList(*resolvers)
 	log := slog.New(slog.NewJSONHandler(stderr, nil))
 	o := RunOptions{State: State{Dir: *stateDir}, Log: log, Version: Version}
 	if *tunnelAddr != "" {
 		o.TunnelAddrs = []string{*tunnelAddr}
 	}
+	st, err := o.State.Settings()
+	if err != nil {
+		return err
+	}
+	abs, err := filepath.Abs(*stateDir)
+	if err != nil {
+		return err
+	}
+	nc.StateDir, nc.MachineID, nc.Logger = abs, st.MachineID, log
+	nc.Controlplane = controlplaneAllow(st.Controlplane)
+	node, err := BuildNode(ctx, nc)
+	if err != nil {
+		return fmt.Errorf("build the task runner: %w", err)
+	}
+	defer node.Close()
+	o.Runner, o.Egress = node.Runner, node.Readiness()
 	a, err := NewAgent(o)
 	if err != nil {
 		return err
 	}
 	if err := a.Start(ctx); err != nil {
+		a.Stop()
 		return err
 	}
-	log.Info("agent running", "machine_id", a.MachineID(), "pool", a.settings.Pool)
+	log.Info("agent running", "machine_id", a.MachineID(), "pool", a.settings.Pool, "prefix", nc.WithDefaults().Prefix)
 	<-ctx.Done()
 	a.Stop()
 	return nil
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			out = append(out, f)
+		}
+	}
+	return out
 }

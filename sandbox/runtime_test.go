@@ -107,7 +107,9 @@ func TestKillAndCgroupLimits(t *testing.T) {
 			want := map[string]string{
 				"memory/" + cg + "/memory.limit_in_bytes": "67108864",
 				"pids/" + cg + "/pids.max":                "32",
-				"cpu/" + cg + "/cpu.cfs_quota_us":         "50000",
+				// 500 mCPU: half a core's shares, a one-core cap.
+				"cpu/" + cg + "/cpu.cfs_quota_us": "100000",
+				"cpu/" + cg + "/cpu.shares":       "512",
 			}
 			for f, v := range want {
 				got, err := os.ReadFile("/sys/fs/cgroup/" + f)

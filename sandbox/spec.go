@@ -141,9 +141,15 @@ func BuildSpec(task TaskSpec, sec Security, host Host) (*specs.Spec, Effective, 
 	}
 	if r := task.Resources; r.CPUMillis > 0 || r.MemoryBytes > 0 || r.Pids > 0 {
 		if r.CPUMillis > 0 {
+			// The request is the task's share under contention (1024
+			// shares per core); the hard cap is the request but never
+			// under one core, because a sub-core quota throttles the
+			// container's own start (runc init, the dynamic loader) by
+			// hundreds of milliseconds.
 			period := uint64(100000)
-			quota := r.CPUMillis * 100
-			s.Linux.Resources.CPU = &specs.LinuxCPU{Period: &period, Quota: &quota}
+			quota := max(r.CPUMillis, minCPUCapMillis) * 100
+			shares := uint64(max(r.CPUMillis*1024/1000, 2))
+			s.Linux.Resources.CPU = &specs.LinuxCPU{Period: &period, Quota: &quota, Shares: &shares}
 		}
 		if r.MemoryBytes > 0 {
 			m := r.MemoryBytes

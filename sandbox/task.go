@@ -44,9 +44,14 @@ type TaskSpec struct {
 	ShmBytes int64 `json:"shmBytes"`
 }
 
+// minCPUCapMillis is the least hard CPU cap a task gets.
+const minCPUCapMillis = 1000
+
 // Resources are the cgroup limits; zero means unlimited.
 type Resources struct {
-	// CPUMillis is CPU time in thousandths of a core (1500 = 1.5 cores).
+	// CPUMillis is CPU in thousandths of a core (1500 = 1.5 cores): the
+	// task's share when cores are contended, and its hard cap, but the cap
+	// is never under one core (see minCPUCapMillis).
 	CPUMillis   int64 `json:"cpuMillis"`
 	MemoryBytes int64 `json:"memoryBytes"`
 	Pids        int64 `json:"pids"`

@@ -241,8 +241,6 @@ func (s *Server) Stop() {
 	s.cancel()
 	_ = s.tcp.Close()
 	_ = s.ql.Close()
-	_ = s.qtr.Close()
-	_ = s.udp.Close()
 	for c := range s.pending {
 		_ = c.Close()
 	}
@@ -251,9 +249,14 @@ func (s *Server) Stop() {
 		sessions = append(sessions, ss)
 	}
 	s.mu.Unlock()
+	// Sessions first, while the UDP socket still carries their
+	// CONNECTION_CLOSE: agents then reconnect at once instead of waiting
+	// out the heartbeat timeout.
 	for _, ss := range sessions {
 		_ = ss.Close()
 	}
+	_ = s.qtr.Close()
+	_ = s.udp.Close()
 	s.wg.Wait()
 }
 

@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
+	"sync"
 	"time"
 )
 
@@ -133,6 +135,43 @@ func (cfg Config) Validate() error {
 // is safe to call concurrently and as often as heartbeats need.
 type Collector struct {
 	cfg Config
+	// versions remembers each runtime's answer while its binary is the
+	// same file: heartbeats collect often, and `runsc --version` costs a
+	// noticeable slice of a CPU each time.
+	mu       sync.Mutex
+	versions map[string]cachedVersion
+}
+
+type cachedVersion struct {
+	path    string
+	size    int64
+	mtime   time.Time
+	version string
+}
+
+// runtimeVersion is the package's runtimeVersion, cached per binary file.
+func (c *Collector) runtimeVersion(ctx context.Context, bin, name string) (string, error) {
+	path, err := exec.LookPath(bin)
+	var st os.FileInfo
+	if err == nil {
+		st, err = os.Stat(path)
+	}
+	if err != nil {
+		return runtimeVersion(ctx, bin, name, c.cfg.CommandTimeout)
+	}
+	c.mu.Lock()
+	cv, ok := c.versions[name]
+	c.mu.Unlock()
+	if ok && cv.path == path && cv.size == st.Size() && cv.mtime.Equal(st.ModTime()) {
+		return cv.version, nil
+	}
+	v, err := runtimeVersion(ctx, bin, name, c.cfg.CommandTimeout)
+	if err == nil {
+		c.mu.Lock()
+		c.versions[name] = cachedVersion{path: path, size: st.Size(), mtime: st.ModTime(), version: v}
+		c.mu.Unlock()
+	}
+	return v, err
 }
 
 // NewCollector checks cfg and applies its defaults.
@@ -140,12 +179,12 @@ func NewCollector(cfg Config) (*Collector, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Collector{cfg: cfg.withDefaults()}, nil
+	return &Collector{cfg: cfg.withDefaults(), versions: map[string]cachedVersion{}}, nil
 }
 
 // Collect reads the machine's inventory. It blocks for at most about
-// 2×(CommandTimeout+1s) plus the GPU query; it runs both runtimes' --version
-// each time, so callers on a short heartbeat may want to cache the result. The returned Inventory is always
+// 2×(CommandTimeout+1s) plus the GPU query; a runtime's --version runs again
+// only when its binary changed. The returned Inventory is always
 // usable: a fact that could not be read is left at its zero value, and the
 // error joins one entry per such fact, each naming it. A cancelled ctx
 // returns ctx.Err() and no inventory.
@@ -175,10 +214,10 @@ func (c *Collector) Collect(ctx context.Context) (Inventory, error) {
 	if inv.AppArmorEnabled, err = appArmorEnabled(c.cfg.SysDir); err != nil {
 		fail("apparmor", err)
 	}
-	if inv.RuncVersion, err = runtimeVersion(ctx, c.cfg.RuncPath, "runc", c.cfg.CommandTimeout); err != nil {
+	if inv.RuncVersion, err = c.runtimeVersion(ctx, c.cfg.RuncPath, "runc"); err != nil {
 		fail("runc version", err)
 	}
-	if inv.RunscVersion, err = runtimeVersion(ctx, c.cfg.RunscPath, "runsc", c.cfg.CommandTimeout); err != nil {
+	if inv.RunscVersion, err = c.runtimeVersion(ctx, c.cfg.RunscPath, "runsc"); err != nil {
 		fail("runsc version", err)
 	}
 	if ctx.Err() != nil {

@@ -297,3 +297,31 @@ func TestParseAppArmorEnabled(t *testing.T) {
 		}
 	}
 }
+
+// A runtime's --version runs once per binary: heartbeats collect often.
+// Replacing the binary is noticed.
+func TestCollectRuntimeVersionCachedPerBinary(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	count := filepath.Join(t.TempDir(), "count")
+	runc := writeScript(t, `echo x >> `+count+`; echo "runc version 1.1.5"`)
+	c, err := NewCollector(Config{StateDir: b.stateDir, GPUs: NoGPUs{}, RuncPath: runc, RunscPath: writeScript(t, "exit 0")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 3; i++ {
+		inv, _ := c.Collect(context.Background())
+		if inv.RuncVersion != "1.1.5" {
+			t.Fatalf("runc version %q", inv.RuncVersion)
+		}
+	}
+	if n, _ := os.ReadFile(count); strings.Count(string(n), "x") != 1 {
+		t.Errorf("runc --version ran %d times for 3 collections", strings.Count(string(n), "x"))
+	}
+	if err := os.WriteFile(runc, []byte("#!/bin/sh\necho \"runc version 1.2.0\"\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if inv, _ := c.Collect(context.Background()); inv.RuncVersion != "1.2.0" {
+		t.Errorf("after replacing the binary: %q", inv.RuncVersion)
+	}
+}

@@ -48,6 +48,10 @@ type Config struct {
 	// Registerer takes the tunnel's and the registry's metrics.
 	Registerer prometheus.Registerer
 	Liveness   tunnel.Liveness
+	// ResetKey is the QUIC stateless reset key (nil: a random one per
+	// process, so agents of a restarted controlplane wait for their
+	// heartbeat timeout).
+	ResetKey *[32]byte
 	// Tasks takes what agents report about their attempts; nil refuses
 	// reports (Unavailable) and ignores heartbeats' attempt lists.
 	Tasks Tasks
@@ -146,8 +150,12 @@ func (r *Registry) startLocked(ctx context.Context) error {
 		Authorize: r.authorize,
 		OnSession: r.hub.HandleSession,
 		Liveness:  r.cfg.Liveness,
-		Logger:    r.cfg.Log.With("component", "tunnel"),
-		Metrics:   r.tm,
+		// Every replica and every restart derives the same key, so a
+		// restarted controlplane resets agents' old QUIC connections at
+		// their next packet.
+		QUICStatelessResetKey: r.cfg.ResetKey,
+		Logger:                r.cfg.Log.With("component", "tunnel"),
+		Metrics:               r.tm,
 	})
 	if err != nil {
 		return err

@@ -39,6 +39,8 @@ type Env struct {
 	PG    *devstack.Postgres
 	Redis *devstack.Redis
 	dbs   atomic.Int64
+	// redisDBs numbers each Config's Redis database.
+	redisDBs atomic.Int64
 }
 
 // StartEnv starts Postgres and Redis for a test binary (call from
@@ -127,6 +129,9 @@ func (e *Env) Config(t testing.TB) *config.Config {
 	pg := &c.Database.Postgres
 	pg.Host, pg.Port, pg.User, pg.Password = e.PG.Host, e.PG.Port, e.PG.User, e.PG.Password
 	pg.Database = e.NewDatabase(t)
+	// Its own Redis database too: queues are named by pool, and parallel
+	// tests' controlplanes must not take each other's work.
+	c.Database.Redis.DB = int(e.redisDBs.Add(1) % devstack.RedisDatabases)
 	pg.EncryptionKey = "test-encryption-key-aaaaaaaaaaaa"
 	c.Database.Redis.Addr = e.Redis.Addr()
 	c.Database.Redis.Password = e.Redis.Password

@@ -2,6 +2,8 @@ package server
 
 import (
 	"context"
+	"crypto/hmac"
+	"crypto/sha256"
 	"net"
 
 	"github.com/levers9/levers9/controlplane/agents"
@@ -24,7 +26,7 @@ func (s *Server) startAgents(ctx context.Context) error {
 	r, err := agents.New(agents.Config{
 		Addr: s.cfg.Controlplane.TunnelAddr, Hosts: hosts, CA: ca, CertTTL: s.cfg.Controlplane.CertTTL(),
 		Store: s.store, Redis: s.bus.Redis(), Bus: s.bus, Log: s.log.With("component", "agents"), Registerer: s.reg,
-		Tasks: s.tasks,
+		Tasks: s.tasks, ResetKey: s.resetKey(),
 	})
 	if err != nil {
 		return err
@@ -44,6 +46,16 @@ func (s *Server) startRegistry(ctx context.Context, r *agents.Registry) error {
 	}
 	s.agents.Store(r)
 	return nil
+}
+
+// resetKey derives the tunnel's QUIC stateless reset key from the
+// encryption key, a secret every replica shares and keeps across restarts.
+func (s *Server) resetKey() *[32]byte {
+	mac := hmac.New(sha256.New, []byte(s.cfg.Database.Postgres.EncryptionKey))
+	mac.Write([]byte("levers9 quic stateless reset key"))
+	var k [32]byte
+	copy(k[:], mac.Sum(nil))
+	return &k
 }
 
 // Agents is the tunnel registry, nil until Postgres has been reached.

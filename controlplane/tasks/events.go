@@ -28,13 +28,20 @@ const maxEvents = 200000
 // keepFinished is how long a finished task's events stay followable.
 const keepFinished = 7 * 24 * time.Hour
 
+// eventsChannel carries the ID of a task whose stream grew, so followers
+// wait on one subscription per replica instead of each holding a Redis
+// connection in a blocking read.
+const eventsChannel = "levers9:task-events"
+
 var appendScript = redis.NewScript(`
 local acked = tonumber(redis.call('HGET', KEYS[2], ARGV[1]) or '0')
 local first = tonumber(ARGV[2])
-local n = #ARGV - 3
+local n = #ARGV - 4
+local added = 0
 for i = 1, n do
   if first + i - 1 > acked then
-    redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[3], '*', 'e', ARGV[3 + i])
+    redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[3], '*', 'e', ARGV[4 + i])
+    added = added + 1
   end
 end
 local last = first + n - 1
@@ -42,14 +49,17 @@ if last > acked then
   redis.call('HSET', KEYS[2], ARGV[1], last)
   acked = last
 end
+if added > 0 then
+  redis.call('PUBLISH', '` + eventsChannel + `', ARGV[4])
+end
 return acked
 `)
 
 // appendRecords appends encoded events numbered first.. for an attempt,
 // skipping numbers already stored, and returns the acknowledged number.
 func (m *Manager) appendRecords(ctx context.Context, taskID string, attempt int, first uint64, events [][]byte) (uint64, error) {
-	args := make([]any, 0, 3+len(events))
-	args = append(args, attempt, first, maxEvents)
+	args := make([]any, 0, 4+len(events))
+	args = append(args, attempt, first, maxEvents, taskID)
 	for _, e := range events {
 		args = append(args, e)
 	}
@@ -67,7 +77,10 @@ func (m *Manager) publish(ctx context.Context, taskID string, ev *v1.TaskEvent) 
 	}
 	b, err := proto.Marshal(ev)
 	if err == nil {
-		err = m.cfg.Redis.XAdd(ctx, &redis.XAddArgs{Stream: eventsKey(taskID), MaxLen: maxEvents, Approx: true, Values: []any{"e", b}}).Err()
+		pipe := m.cfg.Redis.Pipeline()
+		pipe.XAdd(ctx, &redis.XAddArgs{Stream: eventsKey(taskID), MaxLen: maxEvents, Approx: true, Values: []any{"e", b}})
+		pipe.Publish(ctx, eventsChannel, taskID)
+		_, err = pipe.Exec(ctx)
 	}
 	if err != nil {
 		// Followers fall back to the task's row for the final state.
@@ -98,8 +111,9 @@ func terminal(s v1.TaskState) bool {
 
 var cursorRE = regexp.MustCompile(`^[0-9]{1,20}-[0-9]{1,20}$`)
 
-// followPoll is how long one blocking read waits before the follower
-// checks the task's row (an event lost on the way must not hang it).
+// followPoll is how long a quiet follower waits for its task's stream to
+// grow before it checks the task's row (an event or a notification lost on
+// the way must not hang it).
 const followPoll = 2 * time.Second
 
 // Follow sends a task's events after cursor until the task's terminal
@@ -115,8 +129,24 @@ func (m *Manager) Follow(ctx context.Context, workspaceID, taskID, cursor string
 	if last == "" {
 		last = "0"
 	}
+	// Registered before the first read, so no growth is missed between a
+	// read that found nothing and the wait.
+	grew, done := m.watch(taskID)
+	defer done()
+	quiet := false
 	for {
-		res, err := m.cfg.Redis.XRead(ctx, &redis.XReadArgs{Streams: []string{eventsKey(taskID), last}, Count: 512, Block: followPoll}).Result()
+		if quiet {
+			t := time.NewTimer(followPoll)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return ctx.Err()
+			case <-grew:
+				t.Stop()
+			case <-t.C:
+			}
+		}
+		res, err := m.cfg.Redis.XRead(ctx, &redis.XReadArgs{Streams: []string{eventsKey(taskID), last}, Count: 512, Block: -1}).Result()
 		if err != nil && !errors.Is(err, redis.Nil) {
 			if ctx.Err() != nil {
 				return ctx.Err()
@@ -141,8 +171,13 @@ func (m *Manager) Follow(ctx context.Context, workspaceID, taskID, cursor string
 				}
 			}
 		}
-		if n > 0 {
+		if quiet = n == 0; !quiet {
 			continue
+		}
+		select {
+		case <-grew:
+			continue // it grew while we read
+		default:
 		}
 		// Quiet: the task may have ended with its last event lost, or
 		// expired from Redis. The row is the truth.
@@ -189,4 +224,36 @@ func finalEvent(t *v1.Task, cursor string) *v1.TaskEvent {
 		ev.Time = timestamppb.Now()
 	}
 	return ev
+}
+
+// watch registers interest in a task's stream: the channel gets a value
+// (at most one pending) whenever the stream grows. done unregisters.
+func (m *Manager) watch(taskID string) (<-chan struct{}, func()) {
+	ch := make(chan struct{}, 1)
+	m.wmu.Lock()
+	if m.watchers[taskID] == nil {
+		m.watchers[taskID] = map[chan struct{}]bool{}
+	}
+	m.watchers[taskID][ch] = true
+	m.wmu.Unlock()
+	return ch, func() {
+		m.wmu.Lock()
+		delete(m.watchers[taskID], ch)
+		if len(m.watchers[taskID]) == 0 {
+			delete(m.watchers, taskID)
+		}
+		m.wmu.Unlock()
+	}
+}
+
+// grew wakes the followers of a task on this replica.
+func (m *Manager) grew(taskID string) {
+	m.wmu.Lock()
+	defer m.wmu.Unlock()
+	for ch := range m.watchers[taskID] {
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
+	}
 }

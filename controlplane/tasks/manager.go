@@ -86,6 +86,9 @@ type Manager struct {
 	// offlineSince and served belong to the loop goroutine.
 	offlineSince map[string]time.Time
 	served       map[string]time.Time
+
+	wmu      sync.Mutex
+	watchers map[string]map[chan struct{}]bool // task ID -> followers here
 }
 
 // New checks cfg.
@@ -102,7 +105,8 @@ func New(cfg Config) (*Manager, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Manager{cfg: cfg, log: cfg.Log, replica: ids.Random(8), wake: make(chan struct{}, 1), offlineSince: map[string]time.Time{}, served: map[string]time.Time{}}, nil
+	return &Manager{cfg: cfg, log: cfg.Log, replica: ids.Random(8), wake: make(chan struct{}, 1), offlineSince: map[string]time.Time{}, served: map[string]time.Time{},
+		watchers: map[string]map[chan struct{}]bool{}}, nil
 }
 
 func (m *Manager) now() time.Time { return m.cfg.Now() }

@@ -51,10 +51,11 @@ func (m *Manager) Wake() {
 	_ = m.cfg.Redis.Publish(ctx, wakeChannel, m.replica).Err()
 }
 
-// listen turns other replicas' wake-ups into local ones.
+// listen turns other replicas' wake-ups into local ones and tells local
+// followers that their task's stream grew.
 func (m *Manager) listen(ctx context.Context) {
 	defer m.wg.Done()
-	sub := m.cfg.Redis.Subscribe(ctx, wakeChannel)
+	sub := m.cfg.Redis.Subscribe(ctx, wakeChannel, eventsChannel)
 	defer sub.Close()
 	ch := sub.Channel()
 	for {
@@ -64,6 +65,10 @@ func (m *Manager) listen(ctx context.Context) {
 		case msg, ok := <-ch:
 			if !ok {
 				return
+			}
+			if msg.Channel == eventsChannel {
+				m.grew(msg.Payload)
+				continue
 			}
 			if msg.Payload != m.replica {
 				select {

@@ -164,9 +164,9 @@ func TestSubmitRefusals(t *testing.T) {
 	t.Parallel()
 	b := start(t, config1s(t))
 	startScriptedAgent(t, b.in, b.ctx, "default", 2, 0)
-	controlplanetest.Eventually(t, 10*time.Second, "machine online", func() bool {
-		r, err := v1.NewPoolServiceClient(b.in.Conn).ListPools(b.ctx, &v1.ListPoolsRequest{})
-		return err == nil && len(r.Pools) > 0 && r.Pools[0].MachinesOnline == 1
+	controlplanetest.Eventually(t, 10*time.Second, "machine online with its inventory", func() bool {
+		r, err := v1.NewMachineServiceClient(b.in.Conn).ListMachines(b.ctx, &v1.ListMachinesRequest{})
+		return err == nil && len(r.Machines) == 1 && r.Machines[0].GetInventory().GetCpus() == 2
 	})
 	for _, tc := range []struct {
 		name string

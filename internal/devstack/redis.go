@@ -13,6 +13,10 @@ import (
 	"time"
 )
 
+// RedisDatabases is how many numbered databases a private redis-server has
+// (tests give each controlplane its own).
+const RedisDatabases = 1024
+
 // Redis is a private redis-server.
 type Redis struct {
 	Dir      string
@@ -55,6 +59,7 @@ func (r *Redis) StartServer(ctx context.Context) error {
 		"dir " + r.Dir,
 		`save ""`,
 		"appendonly no",
+		"databases " + strconv.Itoa(RedisDatabases),
 		"protected-mode yes",
 	}
 	if r.Password != "" {

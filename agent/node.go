@@ -1,0 +1,219 @@
+package agent
+
+import (
+	"bufio"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+
+	"github.com/levers9/levers9/agent/taskrun"
+	"github.com/levers9/levers9/egress"
+	"github.com/levers9/levers9/internal/errdefs"
+	"github.com/levers9/levers9/sandbox"
+	"github.com/levers9/levers9/sandbox/image"
+)
+
+// NodeConfig says how `levers9-agent run` builds the parts that run tasks
+// on this machine. Everything the parts create on the host carries Prefix,
+// and everything they keep on disk is under StateDir, so two agents on one
+// host (each in its own network namespace, with its own state directory)
+// never touch each other's containers, cgroups, mounts or bridges.
+type NodeConfig struct {
+	// StateDir is the agent's state directory; the image cache, container
+	// state, network files and attempt records go under it.
+	StateDir string
+	// MachineID seeds the default Prefix.
+	MachineID string
+	// Prefix names host objects: containers, cgroups, bridge, network
+	// namespaces (1-8 of [a-z0-9], starting with a letter). Default "l9"
+	// and 6 hex digits of the machine ID's hash.
+	Prefix string
+	// ImageRegistry is worker.imageRegistry, the registry references
+	// without one resolve against (default index.docker.io); Registries
+	// may be named explicitly too; InsecureRegistries (a subset) are
+	// reached over plain HTTP.
+	ImageRegistry      string
+	Registries         []string
+	InsecureRegistries []string
+	// ImageDiskBudget caps the image cache in bytes (0: no GC).
+	ImageDiskBudget int64
+	// NoNetwork runs containers with only loopback instead of attaching
+	// them to the egress network.
+	NoNetwork bool
+	// SubnetV4, SubnetV6 and Resolvers configure the container network
+	// (defaults: egress's subnets; the host's non-loopback resolvers).
+	SubnetV4, SubnetV6 string
+	Resolvers          []string
+	// Controlplane are allow entries containers may always reach.
+	Controlplane []string
+	Logger       *slog.Logger
+}
+
+var nodePrefixRE = regexp.MustCompile(`^[a-z][a-z0-9]{0,7}$`)
+
+// WithDefaults fills every empty field but Resolvers (see BuildNode).
+func (c NodeConfig) WithDefaults() NodeConfig {
+	if c.Prefix == "" {
+		h := sha256.Sum256([]byte(c.MachineID))
+		c.Prefix = "l9" + hex.EncodeToString(h[:3])
+	}
+	if c.ImageRegistry == "" {
+		c.ImageRegistry = "index.docker.io"
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return c
+}
+
+// Validate reports every problem at once, each naming its flag.
+func (c NodeConfig) Validate() error {
+	var errs []error
+	if c.StateDir == "" || !filepath.IsAbs(c.StateDir) {
+		errs = append(errs, fmt.Errorf("--state-dir: %q is not an absolute path", c.StateDir))
+	}
+	if !nodePrefixRE.MatchString(c.Prefix) {
+		errs = append(errs, fmt.Errorf("--prefix: %q must be 1-8 of [a-z0-9] starting with a letter", c.Prefix))
+	}
+	if len(errs) == 0 {
+		return nil
+	}
+	return fmt.Errorf("agent node config: %w: %w", errdefs.ErrInvalidArgument, errors.Join(errs...))
+}
+
+// Node is what runs tasks on this machine: the Runner and, unless
+// NoNetwork, the egress node (whose readiness report goes with the
+// heartbeats).
+type Node struct {
+	Runner *taskrun.Runner
+	Egress *egress.Node
+}
+
+// Readiness returns the egress node as a ReadinessSource, nil without one.
+func (n *Node) Readiness() ReadinessSource {
+	if n.Egress == nil {
+		return nil
+	}
+	return n.Egress
+}
+
+// Close stops the egress node's collection loop; containers and the
+// network stay for the next agent (its Reconcile cleans up).
+func (n *Node) Close() {
+	if n.Egress != nil {
+		n.Egress.Stop()
+	}
+}
+
+// BuildNode makes the sandbox (runc, and runsc when installed), the image
+// cache and the egress node (set up and collecting), and the Runner over
+// them. The Runner is not started: the Agent reconciles and starts it.
+func BuildNode(ctx context.Context, c NodeConfig) (*Node, error) {
+	c = c.WithDefaults()
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	log := c.Logger
+	host, err := sandbox.DetectHost(ctx, sandbox.NVIDIADiscovery{})
+	if err != nil {
+		return nil, fmt.Errorf("detect the host: %w", err)
+	}
+	sb, err := sandbox.New(sandbox.Config{Prefix: c.Prefix, StateDir: filepath.Join(c.StateDir, "containers"),
+		CgroupParent: "/" + c.Prefix, SensitivePaths: []string{c.StateDir}, Host: host, Logger: log})
+	if err != nil {
+		return nil, err
+	}
+	registries := append([]string{}, c.Registries...)
+	for _, r := range c.InsecureRegistries {
+		if r != c.ImageRegistry && !slices.Contains(registries, r) {
+			registries = append(registries, r)
+		}
+	}
+	store, err := image.New(image.Config{Root: filepath.Join(c.StateDir, "images"), Registry: c.ImageRegistry,
+		Registries: registries, InsecureRegistries: c.InsecureRegistries, DiskBudget: c.ImageDiskBudget,
+		MountSource: "levers9-" + c.Prefix, Logger: log})
+	if err != nil {
+		return nil, err
+	}
+	n := &Node{}
+	if !c.NoNetwork {
+		resolvers := c.Resolvers
+		if len(resolvers) == 0 {
+			resolvers = hostResolvers("/etc/resolv.conf")
+			if len(resolvers) == 0 {
+				resolvers = []string{"1.1.1.1", "9.9.9.9"}
+				log.Warn("no usable resolver in /etc/resolv.conf (only loopback ones); containers use public resolvers, set --resolvers to choose", "resolvers", resolvers)
+			}
+		}
+		n.Egress, err = egress.NewNode(egress.Config{Prefix: c.Prefix, SubnetV4: c.SubnetV4, SubnetV6: c.SubnetV6,
+			Resolvers: resolvers, Controlplane: c.Controlplane, StateDir: filepath.Join(c.StateDir, "network")}, log, nil)
+		if err != nil {
+			return nil, err
+		}
+		if err := n.Egress.Setup(ctx); err != nil {
+			return nil, err
+		}
+		if err := n.Egress.Start(ctx); err != nil {
+			return nil, err
+		}
+	}
+	n.Runner, err = taskrun.New(taskrun.Config{Sandbox: sb, Images: store, Egress: n.Egress,
+		StateDir: filepath.Join(c.StateDir, "attempts"), Logger: log})
+	if err != nil {
+		n.Close()
+		return nil, err
+	}
+	return n, nil
+}
+
+// hostResolvers returns the non-loopback nameservers of a resolv.conf:
+// a loopback resolver (systemd-resolved's 127.0.0.53) is unreachable from
+// a container's namespace.
+func hostResolvers(path string) []string {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	var out []string
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) < 2 || fields[0] != "nameserver" {
+			continue
+		}
+		a, err := netip.ParseAddr(fields[1])
+		if err != nil || a.IsLoopback() || a.Zone() != "" {
+			continue
+		}
+		out = append(out, a.String())
+	}
+	return out
+}
+
+// controlplaneAllow is the allow entry for the controlplane's gRPC address
+// when it is an IP literal (a name cannot be an allow entry).
+func controlplaneAllow(addr string) []string {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil
+	}
+	a, err := netip.ParseAddr(host)
+	if err != nil || a.IsLoopback() {
+		return nil
+	}
+	if a.Is6() {
+		return []string{"[" + a.String() + "]:" + port + "/tcp"}
+	}
+	return []string{a.String() + ":" + port + "/tcp"}
+}

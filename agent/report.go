@@ -1,0 +1,303 @@
+package agent
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/levers9/levers9/agent/taskrun"
+	agentv1 "github.com/levers9/levers9/api/levers9/agent/v1"
+)
+
+// ReportConfig bounds how an attempt's records travel to the controlplane.
+// Zero fields take the defaults each names.
+type ReportConfig struct {
+	// MaxUnsentLogs is how many log records (default 10,000), and
+	// MaxUnsentBytes how many bytes of their text (default 8 MiB), an
+	// attempt keeps while the controlplane is slow or away; beyond them the
+	// oldest unsent log records are dropped and counted. State updates are
+	// never dropped.
+	MaxUnsentLogs  int
+	MaxUnsentBytes int
+	// MaxBatchRecords and MaxBatchBytes bound one ReportAttempt call
+	// (defaults 512 records, 256 KiB; a single larger record still goes).
+	MaxBatchRecords int
+	MaxBatchBytes   int
+	// BackoffMin and BackoffMax bound the wait between failed calls
+	// (defaults 100 ms and 2 s; doubled per failure, reset on success).
+	BackoffMin time.Duration
+	BackoffMax time.Duration
+	// CallTimeout bounds one call (default 15 s).
+	CallTimeout time.Duration
+}
+
+func (c ReportConfig) withDefaults() ReportConfig {
+	if c.MaxUnsentLogs <= 0 {
+		c.MaxUnsentLogs = 10000
+	}
+	if c.MaxUnsentBytes <= 0 {
+		c.MaxUnsentBytes = 8 << 20
+	}
+	if c.MaxBatchRecords <= 0 {
+		c.MaxBatchRecords = 512
+	}
+	if c.MaxBatchBytes <= 0 {
+		c.MaxBatchBytes = 256 << 10
+	}
+	if c.BackoffMin <= 0 {
+		c.BackoffMin = 100 * time.Millisecond
+	}
+	if c.BackoffMax < c.BackoffMin {
+		c.BackoffMax = max(2*time.Second, c.BackoffMin)
+	}
+	if c.CallTimeout <= 0 {
+		c.CallTimeout = 15 * time.Second
+	}
+	return c
+}
+
+// recordOverhead approximates a record's size beside its text.
+const recordOverhead = 48
+
+func recordSize(r *agentv1.AttemptRecord) int {
+	if l := r.GetLog(); l != nil {
+		return recordOverhead + len(l.Text)
+	}
+	return recordOverhead + len(r.GetUpdate().GetMessage())
+}
+
+// reportQueue holds one attempt's records on their way to the controlplane.
+// Records get their numbers (from 1, consecutive) only when they first go
+// into a call, so dropping unsent log records never leaves a hole; a
+// numbered record is kept, with its number, until acknowledged.
+//
+// The order is fixed by the attempt's life: the RUNNING update, the output
+// lines, the terminal update. Output read before the RUNNING update is
+// known waits for it, so RUNNING is always record 1 of an attempt that
+// started.
+type reportQueue struct {
+	cfg    ReportConfig
+	notify chan struct{}
+
+	// mu guards the fields below.
+	mu sync.Mutex
+	// sent are numbered acked+1.. and went out at least once.
+	sent     []*agentv1.AttemptRecord
+	running  *agentv1.AttemptRecord
+	logs     []*agentv1.AttemptRecord // unsent, oldest first
+	logBytes int
+	terminal *agentv1.AttemptRecord
+	// termSeq is the terminal record's number once it has one.
+	termSeq uint64
+	acked   uint64
+	// dropped counts log records dropped here.
+	dropped uint64
+}
+
+func newReportQueue(cfg ReportConfig) *reportQueue {
+	return &reportQueue{cfg: cfg.withDefaults(), notify: make(chan struct{}, 1)}
+}
+
+func (q *reportQueue) wake() {
+	select {
+	case q.notify <- struct{}{}:
+	default:
+	}
+}
+
+// pushRunning queues the RUNNING update ahead of any output.
+func (q *reportQueue) pushRunning(r *agentv1.AttemptRecord) {
+	q.mu.Lock()
+	// Output read while the runtime was still returning is earlier than
+	// the RUNNING event; the container was running then, and record times
+	// should not go back.
+	if len(q.logs) > 0 && q.logs[0].Time != nil && r.Time != nil && q.logs[0].Time.AsTime().Before(r.Time.AsTime()) {
+		r.Time = q.logs[0].Time
+	}
+	q.running = r
+	q.mu.Unlock()
+	q.wake()
+}
+
+// pushLog queues an output line; when the unsent lines exceed the bounds
+// the oldest go, their count carried on the next one kept.
+func (q *reportQueue) pushLog(r *agentv1.AttemptRecord) {
+	q.mu.Lock()
+	q.logs = append(q.logs, r)
+	q.logBytes += len(r.GetLog().GetText())
+	for len(q.logs) > 1 && (len(q.logs) > q.cfg.MaxUnsentLogs || q.logBytes > q.cfg.MaxUnsentBytes) {
+		old := q.logs[0].GetLog()
+		q.logs[0] = nil
+		q.logs = q.logs[1:]
+		q.logBytes -= len(old.GetText())
+		q.dropped++
+		next := q.logs[0].GetLog()
+		next.DroppedBefore += 1 + old.GetDroppedBefore()
+	}
+	// Re-slicing from the front never frees the array; copy down once
+	// half of it is dead.
+	if cap(q.logs) > 64 && len(q.logs) < cap(q.logs)/4 {
+		q.logs = append(make([]*agentv1.AttemptRecord, 0, 2*len(q.logs)), q.logs...)
+	}
+	started := q.running != nil || len(q.sent) > 0 || q.acked > 0
+	q.mu.Unlock()
+	if started {
+		q.wake()
+	}
+}
+
+// pushTerminal queues the last record; its dropped_lines gets the lines
+// dropped here added.
+func (q *reportQueue) pushTerminal(r *agentv1.AttemptRecord) {
+	q.mu.Lock()
+	r.GetUpdate().DroppedLines += q.dropped
+	q.terminal = r
+	q.mu.Unlock()
+	q.wake()
+}
+
+// batch returns the next call's records: everything sent and not acked,
+// then unsent records in order, within the call bounds. first is the
+// number of records[0]; nil when there is nothing to send (or output
+// waits for the RUNNING update).
+func (q *reportQueue) batch() (first uint64, records []*agentv1.AttemptRecord) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	size := 0
+	for _, r := range q.sent {
+		size += recordSize(r)
+	}
+	next := q.acked + uint64(len(q.sent)) + 1
+	room := func(r *agentv1.AttemptRecord) bool {
+		return len(q.sent) == 0 || len(q.sent) < q.cfg.MaxBatchRecords && size+recordSize(r) <= q.cfg.MaxBatchBytes
+	}
+	take := func(r *agentv1.AttemptRecord) {
+		q.sent = append(q.sent, r)
+		size += recordSize(r)
+		next++
+	}
+	if q.running != nil && room(q.running) {
+		take(q.running)
+		q.running = nil
+	}
+	// Output goes only after RUNNING (or, for an attempt that ended
+	// before it started, before the terminal update).
+	if q.running == nil && (next > 1 || q.terminal != nil) {
+		for len(q.logs) > 0 && room(q.logs[0]) {
+			r := q.logs[0]
+			q.logs[0] = nil
+			q.logs = q.logs[1:]
+			q.logBytes -= len(r.GetLog().GetText())
+			take(r)
+		}
+		if len(q.logs) == 0 {
+			q.logs = nil
+			if q.terminal != nil && room(q.terminal) {
+				q.termSeq = next
+				take(q.terminal)
+				q.terminal = nil
+			}
+		}
+	}
+	if len(q.sent) == 0 {
+		return 0, nil
+	}
+	return q.acked + 1, append([]*agentv1.AttemptRecord(nil), q.sent...)
+}
+
+// ack drops every sent record up to seq.
+func (q *reportQueue) ack(seq uint64) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if seq <= q.acked {
+		return
+	}
+	n := min(seq-q.acked, uint64(len(q.sent)))
+	clear(q.sent[:n])
+	q.sent = q.sent[n:]
+	q.acked += n
+}
+
+// done reports whether the terminal record is acknowledged.
+func (q *reportQueue) done() bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.termSeq != 0 && q.acked >= q.termSeq
+}
+
+// reportFunc sends one ReportAttempt call.
+type reportFunc func(ctx context.Context, req *agentv1.ReportAttemptRequest) (*agentv1.ReportAttemptResponse, error)
+
+// reporter delivers one attempt's queue: at most one call in flight, the
+// next one carrying everything that queued meanwhile; after an error the
+// same numbered records go again after a capped backoff, for as long as it
+// takes. It returns once the terminal record is acknowledged or ctx ends.
+type reporter struct {
+	taskID  string
+	attempt int32
+	q       *reportQueue
+	send    reportFunc
+	clock   taskrun.Clock
+	log     *slog.Logger
+	// onStop runs when the controlplane answers stop=true.
+	onStop func()
+}
+
+func (r *reporter) run(ctx context.Context) {
+	cfg := r.q.cfg
+	backoff := cfg.BackoffMin
+	failing := false
+	for {
+		first, recs := r.q.batch()
+		if recs == nil {
+			if r.q.done() {
+				return
+			}
+			select {
+			case <-r.q.notify:
+				continue
+			case <-ctx.Done():
+				return
+			}
+		}
+		cctx, cancel := context.WithTimeout(ctx, cfg.CallTimeout)
+		resp, err := r.send(cctx, &agentv1.ReportAttemptRequest{TaskId: r.taskID, Attempt: r.attempt, FirstSeq: first, Records: recs})
+		cancel()
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			if !failing {
+				r.log.Warn("attempt report failed; retrying", "first_seq", first, "records", len(recs), "err", err)
+				failing = true
+			}
+			select {
+			case <-r.clock.After(backoff):
+			case <-ctx.Done():
+				return
+			}
+			backoff = min(2*backoff, cfg.BackoffMax)
+			continue
+		}
+		if failing {
+			r.log.Info("attempt report delivered again", "first_seq", first)
+			failing = false
+		}
+		r.q.ack(resp.AckedSeq)
+		if resp.Stop && r.onStop != nil {
+			r.onStop()
+		}
+		if resp.AckedSeq < first {
+			// Stored nothing: going again at once would spin.
+			select {
+			case <-r.clock.After(backoff):
+			case <-ctx.Done():
+				return
+			}
+			backoff = min(2*backoff, cfg.BackoffMax)
+			continue
+		}
+		backoff = cfg.BackoffMin
+	}
+}

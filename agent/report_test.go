@@ -1,0 +1,266 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/levers9/levers9/agent/taskrun"
+	agentv1 "github.com/levers9/levers9/api/levers9/agent/v1"
+	v1 "github.com/levers9/levers9/api/levers9/v1"
+	"github.com/levers9/levers9/internal/errdefs"
+	"github.com/levers9/levers9/sandbox"
+	"github.com/levers9/levers9/sandbox/image"
+)
+
+func testLog(text string) *agentv1.AttemptRecord {
+	return &agentv1.AttemptRecord{Record: &agentv1.AttemptRecord_Log{Log: &v1.LogLine{Stream: v1.LogStream_LOG_STREAM_STDOUT, Text: text}}}
+}
+
+func testUpdate(s v1.AttemptState) *agentv1.AttemptRecord {
+	return &agentv1.AttemptRecord{Record: &agentv1.AttemptRecord_Update{Update: &agentv1.AttemptUpdate{State: s}}}
+}
+
+// describe renders records as "RUN", "FAIL", "a+2" (text and dropped_before).
+func describe(recs []*agentv1.AttemptRecord) []string {
+	var out []string
+	for _, r := range recs {
+		if l := r.GetLog(); l != nil {
+			s := l.Text
+			if l.DroppedBefore > 0 {
+				s += "+" + strconv.FormatUint(l.DroppedBefore, 10)
+			}
+			out = append(out, s)
+			continue
+		}
+		switch r.GetUpdate().State {
+		case v1.AttemptState_ATTEMPT_STATE_RUNNING:
+			out = append(out, "RUN")
+		default:
+			out = append(out, "END")
+		}
+	}
+	return out
+}
+
+// TestReportQueue drives the queue by hand: what each call carries, its
+// first number, and what an ack leaves.
+func TestReportQueue(t *testing.T) {
+	type step struct {
+		push  []string // "RUN", "END" or log text
+		ack   uint64   // acks before the batch when > 0
+		first uint64
+		want  []string
+	}
+	for _, tc := range []struct {
+		name  string
+		cfg   ReportConfig
+		steps []step
+		// wantDropped is the terminal's dropped_lines.
+		wantDropped uint64
+	}{
+		{name: "output waits for RUNNING", steps: []step{
+			{push: []string{"a", "b"}, want: nil},
+			{push: []string{"RUN"}, first: 1, want: []string{"RUN", "a", "b"}},
+			{push: []string{"c"}, first: 1, want: []string{"RUN", "a", "b", "c"}},
+			{ack: 2, push: []string{"END"}, first: 3, want: []string{"b", "c", "END"}},
+			{ack: 5, want: nil},
+		}},
+		{name: "failed before start", steps: []step{
+			{push: []string{"END"}, first: 1, want: []string{"END"}},
+		}},
+		{name: "batch bounds", cfg: ReportConfig{MaxBatchRecords: 2}, steps: []step{
+			{push: []string{"RUN", "a", "b", "END"}, first: 1, want: []string{"RUN", "a"}},
+			{ack: 2, first: 3, want: []string{"b", "END"}},
+		}},
+		{name: "overflow drops the oldest unsent lines", cfg: ReportConfig{MaxUnsentLogs: 2}, steps: []step{
+			{push: []string{"RUN"}, first: 1, want: []string{"RUN"}},
+			{push: []string{"a", "b", "c", "d", "e"}, first: 1, want: []string{"RUN", "d+3", "e"}},
+			{ack: 3, push: []string{"f", "g", "h", "END"}, first: 4, want: []string{"g+1", "h", "END"}},
+		}, wantDropped: 4},
+		{name: "bytes bound", cfg: ReportConfig{MaxUnsentBytes: 5}, steps: []step{
+			{push: []string{"RUN", "aaa", "bbb", "cc"}, first: 1, want: []string{"RUN", "bbb+1", "cc"}},
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			q := newReportQueue(tc.cfg)
+			var term *agentv1.AttemptRecord
+			for i, s := range tc.steps {
+				if s.ack > 0 {
+					q.ack(s.ack)
+				}
+				for _, p := range s.push {
+					switch p {
+					case "RUN":
+						q.pushRunning(testUpdate(v1.AttemptState_ATTEMPT_STATE_RUNNING))
+					case "END":
+						term = testUpdate(v1.AttemptState_ATTEMPT_STATE_SUCCEEDED)
+						q.pushTerminal(term)
+					default:
+						q.pushLog(testLog(p))
+					}
+				}
+				first, recs := q.batch()
+				if got := describe(recs); first != s.first || !slices.Equal(got, s.want) {
+					t.Fatalf("step %d: batch %d %q, want %d %q", i, first, got, s.first, s.want)
+				}
+			}
+			if term != nil && term.GetUpdate().DroppedLines != tc.wantDropped {
+				t.Errorf("terminal dropped_lines %d, want %d", term.GetUpdate().DroppedLines, tc.wantDropped)
+			}
+		})
+	}
+}
+
+// instantClock fires every After at once and records the waits.
+type instantClock struct {
+	// mu guards waits.
+	mu    sync.Mutex
+	waits []time.Duration
+}
+
+func (c *instantClock) Now() time.Time { return time.Now() }
+
+func (c *instantClock) After(d time.Duration) <-chan time.Time {
+	c.mu.Lock()
+	c.waits = append(c.waits, d)
+	c.mu.Unlock()
+	ch := make(chan time.Time, 1)
+	ch <- time.Now()
+	return ch
+}
+
+// store is a controlplane's view of one attempt: records by number,
+// acked as stored, with failures on request.
+type store struct {
+	// mu guards the fields below.
+	mu    sync.Mutex
+	recs  []*agentv1.AttemptRecord
+	calls int
+	// failBefore fails a call before storing, failAfter after (the
+	// response is lost).
+	failBefore, failAfter func(call int) error
+	stopAt                int // answer stop=true from this call on (0: never)
+	firstSeq              []uint64
+}
+
+func (s *store) report(_ context.Context, req *agentv1.ReportAttemptRequest) (*agentv1.ReportAttemptResponse, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.calls++
+	s.firstSeq = append(s.firstSeq, req.FirstSeq)
+	if s.failBefore != nil {
+		if err := s.failBefore(s.calls); err != nil {
+			return nil, err
+		}
+	}
+	for i, r := range req.Records {
+		seq := req.FirstSeq + uint64(i)
+		if seq == uint64(len(s.recs))+1 {
+			s.recs = append(s.recs, r)
+		}
+	}
+	if s.failAfter != nil {
+		if err := s.failAfter(s.calls); err != nil {
+			return nil, err
+		}
+	}
+	return &agentv1.ReportAttemptResponse{AckedSeq: uint64(len(s.recs)), Stop: s.stopAt > 0 && s.calls >= s.stopAt}, nil
+}
+
+// TestReporterRetries: calls that fail (before or after the controlplane
+// stored them) are resent with the same numbers after a capped backoff,
+// and the controlplane ends with every record once, in order.
+func TestReporterRetries(t *testing.T) {
+	errDown := errors.New("controlplane restarting")
+	between := func(lo, hi int) func(int) error {
+		return func(call int) error {
+			if call >= lo && call <= hi {
+				return errDown
+			}
+			return nil
+		}
+	}
+	st := &store{failBefore: between(2, 4), failAfter: between(5, 8)}
+	clock := &instantClock{}
+	q := newReportQueue(ReportConfig{MaxBatchRecords: 3})
+	stopped := make(chan struct{})
+	r := &reporter{taskID: "t", attempt: 1, q: q, send: st.report, clock: clock, log: slog.New(slog.DiscardHandler)}
+	var once sync.Once
+	r.onStop = func() { once.Do(func() { close(stopped) }) }
+	st.stopAt = 10
+	q.pushRunning(testUpdate(v1.AttemptState_ATTEMPT_STATE_RUNNING))
+	var want []string
+	want = append(want, "RUN")
+	for i := 0; i < 20; i++ {
+		q.pushLog(testLog(fmt.Sprint(i)))
+		want = append(want, fmt.Sprint(i))
+	}
+	q.pushTerminal(testUpdate(v1.AttemptState_ATTEMPT_STATE_SUCCEEDED))
+	want = append(want, "END")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	r.run(ctx)
+	if !q.done() {
+		t.Fatal("reporter returned before the terminal record was acked")
+	}
+	if got := describe(st.recs); !slices.Equal(got, want) {
+		t.Errorf("stored %q, want %q", got, want)
+	}
+	select {
+	case <-stopped:
+	default:
+		t.Error("stop=true did not reach onStop")
+	}
+	wantWaits := []time.Duration{100 * time.Millisecond, 200 * time.Millisecond, 400 * time.Millisecond, 800 * time.Millisecond,
+		1600 * time.Millisecond, 2 * time.Second, 2 * time.Second}
+	if !slices.Equal(clock.waits, wantWaits) {
+		t.Errorf("backoff waits %v, want %v", clock.waits, wantWaits)
+	}
+	// Call 1 stored 1-3; calls 2-8 failed (5-8 after storing 4-6) and
+	// each resent from 4.
+	for i, f := range st.firstSeq[1:8] {
+		if f != 4 {
+			t.Errorf("call %d first_seq %d, want 4 (resend of the unacked batch)", i+2, f)
+		}
+	}
+}
+
+// TestTasksStartStop: stop before start and twice is safe, a stopped
+// agent refuses attempts (Unavailable) and never starts again, and stop
+// returns with attempts that never got to run.
+func TestTasksStartStop(t *testing.T) {
+	valid := &agentv1.TaskAttempt{TaskId: "t", Attempt: 1, Image: "busybox"}
+	for i := 0; i < 50; i++ {
+		r, err := taskrun.New(taskrun.Config{Sandbox: &sandbox.Sandbox{}, Images: &image.Store{}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ts := newTasks(r, (&store{}).report, ReportConfig{}, &instantClock{}, slog.New(slog.DiscardHandler), "default")
+		if _, err := ts.run(valid); !errdefs.IsUnavailable(err) {
+			t.Fatalf("run before start: %v", err)
+		}
+		if i%2 == 0 {
+			ts.stop()
+		}
+		ts.start(context.Background())
+		_, err = ts.run(valid)
+		if (i%2 == 0) != errdefs.IsUnavailable(err) {
+			t.Fatalf("run after start (stopped before: %v): %v", i%2 == 0, err)
+		}
+		ts.stop()
+		ts.stop()
+		if _, err := ts.run(valid); !errdefs.IsUnavailable(err) {
+			t.Fatalf("run after stop: %v", err)
+		}
+		if got := ts.list(); len(got) != 0 {
+			t.Fatalf("held after stop: %v", got)
+		}
+	}
+}

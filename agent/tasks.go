@@ -1,0 +1,279 @@
+package agent
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/levers9/levers9/agent/taskrun"
+	agentv1 "github.com/levers9/levers9/api/levers9/agent/v1"
+	v1 "github.com/levers9/levers9/api/levers9/v1"
+	"github.com/levers9/levers9/internal/errdefs"
+)
+
+// attemptKey names an attempt on this agent.
+type attemptKey struct {
+	taskID  string
+	attempt int32
+}
+
+func (k attemptKey) String() string { return fmt.Sprintf("%s/%d", k.taskID, k.attempt) }
+
+// finishedMemory is how long, and finishedMax how many, attempts this
+// agent finished are remembered, so a RunTask the controlplane repeats
+// after the attempt ended (its first answer lost, a fast task) starts
+// nothing.
+const (
+	finishedMemory = 15 * time.Minute
+	finishedMax    = 4096
+)
+
+// held is one attempt the agent holds: from the RunTask that took it until
+// its terminal record is acknowledged.
+type held struct {
+	key    attemptKey
+	cancel context.CancelFunc
+	q      *reportQueue
+	// cancelMu guards reason, the first reason the attempt was killed.
+	cancelMu sync.Mutex
+	reason   string
+}
+
+func (h *held) kill(reason string) {
+	h.cancelMu.Lock()
+	if h.reason == "" {
+		h.reason = reason
+	}
+	h.cancelMu.Unlock()
+	h.cancel()
+}
+
+func (h *held) killReason() string {
+	h.cancelMu.Lock()
+	defer h.cancelMu.Unlock()
+	return h.reason
+}
+
+// tasks runs attempts with the Runner and reports them: it is what the
+// Agent service's RunTask, CancelTask and ListTasks and the heartbeat's
+// running/stop fields act on.
+//
+// An attempt's life here:
+//
+//	RunTask ──> held (in ListTasks and heartbeats) ──> Run returns,
+//	terminal record queued ──> terminal record acked ──> forgotten
+//
+// CancelTask, a heartbeat's stop and a report's stop=true end the kill
+// context; the attempt still reports its terminal state.
+type tasks struct {
+	runner *taskrun.Runner
+	send   reportFunc
+	cfg    ReportConfig
+	clock  taskrun.Clock
+	log    *slog.Logger
+	pool   string
+
+	// mu guards the fields below.
+	mu       sync.Mutex
+	ctx      context.Context // ends on stop: reporters give up
+	end      context.CancelFunc
+	stopped  bool
+	held     map[attemptKey]*held
+	finished map[attemptKey]time.Time
+	wg       sync.WaitGroup
+}
+
+func newTasks(runner *taskrun.Runner, send reportFunc, cfg ReportConfig, clock taskrun.Clock, log *slog.Logger, pool string) *tasks {
+	return &tasks{runner: runner, send: send, cfg: cfg, clock: clock, log: log, pool: pool,
+		held: map[attemptKey]*held{}, finished: map[attemptKey]time.Time{}}
+}
+
+// start lets attempts run; the end of ctx (or stop) ends the reporters.
+// The Runner is started by the caller, with its own shutdown context.
+func (t *tasks) start(ctx context.Context) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.ctx == nil && !t.stopped {
+		t.ctx, t.end = context.WithCancel(ctx)
+	}
+}
+
+// stop refuses new attempts, ends the reporters, stops the Runner (running
+// containers detach and keep running) and waits for every attempt
+// goroutine. Safe twice and before start.
+func (t *tasks) stop() {
+	t.mu.Lock()
+	t.stopped = true
+	if t.end != nil {
+		t.end()
+	}
+	t.mu.Unlock()
+	t.runner.Stop()
+	t.wg.Wait()
+}
+
+// run takes an attempt: it is held when run returns without error, and
+// runs in the background.
+func (t *tasks) run(a *agentv1.TaskAttempt) (alreadyRunning bool, err error) {
+	task, err := taskFromAttempt(a, t.pool)
+	if err != nil {
+		return false, err
+	}
+	key := attemptKey{a.TaskId, a.Attempt}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.ctx == nil || t.stopped || t.ctx.Err() != nil {
+		return false, fmt.Errorf("run task %s: agent not started or stopping: %w", key, errdefs.ErrUnavailable)
+	}
+	if _, ok := t.held[key]; ok {
+		return true, nil
+	}
+	if _, ok := t.finished[key]; ok {
+		return true, nil
+	}
+	killCtx, cancel := context.WithCancel(context.WithoutCancel(t.ctx))
+	h := &held{key: key, cancel: cancel, q: newReportQueue(t.cfg)}
+	t.held[key] = h
+	t.wg.Add(2)
+	log := t.log.With("task_id", a.TaskId, "attempt", a.Attempt, "pool", task.Pool)
+	rep := &reporter{taskID: a.TaskId, attempt: a.Attempt, q: h.q, send: t.send, clock: t.clock, log: log,
+		onStop: func() { h.kill("stopped by the controlplane") }}
+	ctx := t.ctx
+	go func() {
+		defer t.wg.Done()
+		rep.run(ctx)
+		t.forget(h)
+	}()
+	go func() {
+		defer t.wg.Done()
+		defer cancel()
+		t.execute(killCtx, h, task, log)
+	}()
+	return false, nil
+}
+
+// execute runs the attempt and queues its records.
+func (t *tasks) execute(ctx context.Context, h *held, task taskrun.Task, log *slog.Logger) {
+	var failMsg string
+	out := taskrun.Output{
+		Logs: taskrun.LogSinkFunc(func(_ context.Context, l taskrun.LogLine) error {
+			h.q.pushLog(logRecord(l))
+			return nil
+		}),
+		Events: func(e taskrun.Event) {
+			if e.Kind != taskrun.EventState {
+				return
+			}
+			switch e.To {
+			case taskrun.StateRunning:
+				h.q.pushRunning(&agentv1.AttemptRecord{Time: timestamppb.New(e.Time),
+					Record: &agentv1.AttemptRecord_Update{Update: &agentv1.AttemptUpdate{State: v1.AttemptState_ATTEMPT_STATE_RUNNING}}})
+			case taskrun.StateFailed:
+				failMsg = e.Err
+			}
+		},
+	}
+	res, err := t.runner.Run(ctx, task, out)
+	if errors.Is(err, taskrun.ErrDetached) || (err != nil && errdefs.IsUnavailable(err) && res.State == taskrun.StatePending) {
+		// The agent is shutting down: the container (if any) keeps
+		// running, and the next agent's Reconcile finds it.
+		log.Info("attempt detached: agent shutting down")
+		return
+	}
+	u := &agentv1.AttemptUpdate{State: stateOf(res.State), ExitCode: int32(res.Exit.Code),
+		DroppedLines: res.DroppedLines, ImageDigest: res.ImageDigest}
+	switch res.State {
+	case taskrun.StateFailed:
+		// An exit code says it all; a message says why there is none.
+		if err != nil || res.Exit.Code == 0 {
+			u.Message = cmp.Or(failMsg, errString(err))
+		}
+	case taskrun.StateCancelled:
+		u.Message = cmp.Or(h.killReason(), "cancelled")
+	case taskrun.StateTimedOut:
+		u.Message = fmt.Sprintf("killed after the task's %s timeout", task.Timeout)
+	default:
+		if !res.State.Terminal() {
+			u.State = v1.AttemptState_ATTEMPT_STATE_FAILED
+			u.Message = cmp.Or(errString(err), fmt.Sprintf("attempt ended in state %s", res.State))
+		}
+	}
+	h.q.pushTerminal(&agentv1.AttemptRecord{Time: timestamppb.New(t.clock.Now()), Record: &agentv1.AttemptRecord_Update{Update: u}})
+	log.Info("attempt finished", "state", u.State.String(), "exit_code", u.ExitCode, "dropped_lines", u.DroppedLines)
+}
+
+func errString(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
+
+// forget drops an attempt whose terminal record is acknowledged (or whose
+// reporter gave up because the agent stops).
+func (t *tasks) forget(h *held) {
+	done := h.q.done()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.held[h.key] == h {
+		delete(t.held, h.key)
+	}
+	if !done {
+		return
+	}
+	now := t.clock.Now()
+	for k, at := range t.finished {
+		if now.Sub(at) > finishedMemory {
+			delete(t.finished, k)
+		}
+	}
+	if len(t.finished) >= finishedMax {
+		var oldest attemptKey
+		var at time.Time
+		for k, v := range t.finished {
+			if at.IsZero() || v.Before(at) {
+				oldest, at = k, v
+			}
+		}
+		delete(t.finished, oldest)
+	}
+	t.finished[h.key] = now
+}
+
+// cancel kills a held attempt; false when the agent does not hold it.
+func (t *tasks) cancel(taskID string, attempt int32, reason string) bool {
+	t.mu.Lock()
+	h, ok := t.held[attemptKey{taskID, attempt}]
+	t.mu.Unlock()
+	if !ok {
+		return false
+	}
+	h.kill(reason)
+	return true
+}
+
+// list returns every held attempt, sorted.
+func (t *tasks) list() []*agentv1.RunningAttempt {
+	t.mu.Lock()
+	keys := make([]attemptKey, 0, len(t.held))
+	for k := range t.held {
+		keys = append(keys, k)
+	}
+	t.mu.Unlock()
+	slices.SortFunc(keys, func(a, b attemptKey) int {
+		return cmp.Or(strings.Compare(a.taskID, b.taskID), cmp.Compare(a.attempt, b.attempt))
+	})
+	out := make([]*agentv1.RunningAttempt, len(keys))
+	for i, k := range keys {
+		out[i] = &agentv1.RunningAttempt{TaskId: k.taskID, Attempt: k.attempt}
+	}
+	return out
+}
