@@ -28,9 +28,9 @@ const (
 // DefaultMaxOutput bounds Result.Stdout and Result.Stderr (each).
 const DefaultMaxOutput = 1 << 20
 
-// SecurityEnv are the environment variables that tighten a task's security
+// securityEnv are the environment variables that tighten a task's security
 // (see the package doc); they pass from this process to its tasks.
-var SecurityEnv = []string{"LEVERS9_SECURITY_PROFILE", "LEVERS9_SECCOMP"}
+var securityEnv = []string{"LEVERS9_SECURITY_PROFILE", "LEVERS9_SECCOMP"}
 
 // Function is a command to run remotely, configured once and called many
 // times. It is safe for concurrent use.
@@ -154,7 +154,7 @@ func (c *Client) Function(name string, opts ...FunctionOption) *Function {
 	}
 	// The caller's environment may tighten security for every task it
 	// runs; an explicit Env wins.
-	for _, k := range SecurityEnv {
+	for _, k := range securityEnv {
 		if v := c.getenv(k); v != "" {
 			if _, set := f.spec.Env[k]; !set {
 				if f.spec.Env == nil {
