@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -15,6 +17,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/levers9/levers9/internal/clientconfig"
 )
 
 // IO is where the CLI reads and writes; tests use buffers.
@@ -25,9 +29,13 @@ type IO struct {
 }
 
 type app struct {
-	io      IO
-	in      *bufio.Reader
-	getenv  func(string) string
+	io     IO
+	in     *bufio.Reader
+	getenv func(string) string
+	// notify starts delivering interrupts (Ctrl-C) for commands that
+	// follow a task, and returns a stop function; tests inject their own
+	// channel.
+	notify  func() (<-chan os.Signal, func())
 	context string // --context
 	output  string // -o
 	timeout time.Duration
@@ -35,7 +43,11 @@ type app struct {
 
 // New builds the levers9 command tree.
 func New(stdio IO, getenv func(string) string) *cobra.Command {
-	a := &app{io: stdio, in: bufio.NewReader(stdio.In), getenv: getenv}
+	return newApp(stdio, getenv, notifyInterrupts)
+}
+
+func newApp(stdio IO, getenv func(string) string, notify func() (<-chan os.Signal, func())) *cobra.Command {
+	a := &app{io: stdio, in: bufio.NewReader(stdio.In), getenv: getenv, notify: notify}
 	root := &cobra.Command{
 		Use:   "levers9",
 		Short: "Run GPU and CPU tasks on machines you own",
@@ -58,19 +70,54 @@ LEVERS9_CONTROLPLANE (+ LEVERS9_TOKEN) skips the config file entirely.`,
 	root.PersistentFlags().StringVar(&a.context, "context", "", "use this context instead of the current one")
 	root.PersistentFlags().StringVarP(&a.output, "output", "o", "table", "output format of listings: table or json")
 	root.PersistentFlags().DurationVar(&a.timeout, "timeout", 30*time.Second, "how long one call to the controlplane may take")
-	root.AddCommand(a.configCmd(), a.tokenCmd(), a.secretCmd(), a.whoamiCmd(), a.machineCmd(), a.poolCmd(), a.securityCmd())
+	root.AddCommand(a.configCmd(), a.tokenCmd(), a.secretCmd(), a.whoamiCmd(), a.machineCmd(), a.poolCmd(), a.securityCmd(),
+		a.runCmd(), a.taskCmd())
 	return root
 }
 
-// Main runs the CLI and returns the process exit code.
+// Main runs the CLI and returns the process exit code: 0, 1 on errors, or
+// the exit code of the task `run` and `task logs -f` followed.
 func Main(args []string, stdio IO, getenv func(string) string) int {
-	root := New(stdio, getenv)
+	return mainWith(args, stdio, getenv, notifyInterrupts)
+}
+
+func mainWith(args []string, stdio IO, getenv func(string) string, notify func() (<-chan os.Signal, func())) int {
+	root := newApp(stdio, getenv, notify)
 	root.SetArgs(args)
-	if err := root.Execute(); err != nil {
+	err := root.Execute()
+	var ee *exitError
+	if errors.As(err, &ee) {
+		if ee.msg != "" {
+			fmt.Fprintln(stdio.Err, "levers9:", ee.msg)
+		}
+		return ee.code
+	}
+	if err != nil {
 		fmt.Fprintln(stdio.Err, "levers9:", err)
 		return 1
 	}
 	return 0
+}
+
+// exitError ends the CLI with a code other than 1 (a task's exit code,
+// 124 for a timeout, 130 for an interrupt), with an optional message.
+type exitError struct {
+	code int
+	msg  string
+}
+
+func (e *exitError) Error() string {
+	if e.msg != "" {
+		return e.msg
+	}
+	return fmt.Sprintf("exit code %d", e.code)
+}
+
+// notifyInterrupts delivers SIGINT and SIGTERM until stopped.
+func notifyInterrupts() (<-chan os.Signal, func()) {
+	ch := make(chan os.Signal, 2)
+	signal.Notify(ch, os.Interrupt, syscall.SIGTERM)
+	return ch, func() { signal.Stop(ch) }
 }
 
 // session is an active context with its connection.
@@ -89,9 +136,6 @@ func (a *app) connect(needToken bool) (*session, error) {
 	if err != nil {
 		return nil, err
 	}
-	if t := a.getenv("LEVERS9_TOKEN"); t != "" {
-		c.Token = t
-	}
 	if needToken && c.Token == "" {
 		return nil, errNoToken
 	}
@@ -107,35 +151,15 @@ func (a *app) connect(needToken bool) (*session, error) {
 }
 
 func (a *app) activeContext() (Context, string, error) {
-	if cp := a.getenv("LEVERS9_CONTROLPLANE"); cp != "" {
-		return Context{Controlplane: cp, CAFile: a.getenv("LEVERS9_CONTROLPLANE_CA")}, "(environment)", nil
-	}
-	dir, err := Dir(a.getenv)
-	if err != nil {
-		return Context{}, "", err
-	}
-	f, err := LoadFile(dir)
+	c, name, err := clientconfig.Resolve(a.getenv, a.context)
 	if errors.Is(err, ErrNoConfig) {
+		dir, err := Dir(a.getenv)
+		if err != nil {
+			return Context{}, "", err
+		}
 		return a.firstRun(dir)
 	}
-	if err != nil {
-		return Context{}, "", err
-	}
-	name := a.context
-	if name == "" {
-		name = a.getenv("LEVERS9_CONTEXT")
-	}
-	if name == "" {
-		name = f.Current
-	}
-	if name == "" {
-		return Context{}, "", fmt.Errorf("no current context: pick one with `levers9 config use NAME` (have: %s)", strings.Join(f.Names(), ", "))
-	}
-	c, ok := f.Contexts[name]
-	if !ok {
-		return Context{}, "", fmt.Errorf("no context %q: see `levers9 config list`", name)
-	}
-	return c, name, nil
+	return c, name, err
 }
 
 // call runs fn with a timeout and the session's token, and turns errors

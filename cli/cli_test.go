@@ -32,6 +32,7 @@ func setup(t *testing.T) *cliBundle {
 	cert, key := controlplanetest.SelfSignedTLS(t)
 	cfg := env.Config(t)
 	cfg.Controlplane.TLS.CertFile, cfg.Controlplane.TLS.KeyFile = cert, key
+	cfg.Worker.DefaultImage = "busybox:clitest"
 	in := controlplanetest.Start(t, cfg, true)
 	home := filepath.Join(t.TempDir(), "l9home")
 	return &cliBundle{home: home, cert: cert, addr: in.Server.GRPCAddr(), inst: in,

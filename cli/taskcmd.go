@@ -1,0 +1,252 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	"google.golang.org/grpc"
+
+	v1 "github.com/levers9/levers9/api/levers9/v1"
+	"github.com/levers9/levers9/sdk"
+)
+
+func (a *app) taskCmd() *cobra.Command {
+	cmd := &cobra.Command{Use: "task", Short: "List, inspect, follow and cancel tasks"}
+	var (
+		states []string
+		limit  int
+	)
+	list := &cobra.Command{
+		Use:   "list [--state S]... [--limit N]",
+		Short: "List the workspace's tasks, newest first",
+		Long: `List tasks, newest first: state, pool, image, attempts, exit code and command.
+--state keeps only tasks in these states (repeat it or separate with commas):
+pending, scheduled, running, succeeded, failed, cancelled, timed_out.`,
+		Example: `  levers9 task list
+  levers9 task list --state running,pending
+  levers9 task list --state failed -o json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			want, err := parseStates(states)
+			if err != nil {
+				return err
+			}
+			if limit < 1 {
+				return fmt.Errorf("--limit %d: want 1 or more", limit)
+			}
+			var tasks []*v1.Task
+			token := ""
+			for len(tasks) < limit {
+				resp, err := rpc(a, func(ctx context.Context, conn *grpc.ClientConn) (*v1.ListTasksResponse, error) {
+					return v1.NewTaskServiceClient(conn).ListTasks(ctx, &v1.ListTasksRequest{
+						PageSize: int32(min(limit-len(tasks), 500)), PageToken: token, States: want})
+				})
+				if err != nil {
+					return err
+				}
+				tasks = append(tasks, resp.Tasks...)
+				if token = resp.NextPageToken; token == "" || len(resp.Tasks) == 0 {
+					break
+				}
+			}
+			if len(tasks) > limit {
+				tasks = tasks[:limit]
+			}
+			if a.output == "json" {
+				return a.printJSON(&v1.ListTasksResponse{Tasks: tasks})
+			}
+			w := newTab(a)
+			fmt.Fprintln(w, "ID\tSTATE\tPOOL\tIMAGE\tATTEMPTS\tEXIT\tCREATED\tCOMMAND")
+			for _, t := range tasks {
+				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", t.Id, sdk.StateName(t.State), dash(t.GetSpec().GetPool()),
+					dash(t.GetSpec().GetImage()), len(t.Attempts), exitText(t), when(t.CreatedAt), commandText(t.GetSpec().GetCommand(), 60))
+			}
+			return w.Flush()
+		},
+	}
+	list.Flags().StringArrayVar(&states, "state", nil, "only tasks in this state (repeatable, or comma-separated)")
+	list.Flags().IntVar(&limit, "limit", 50, "show at most this many tasks")
+
+	show := &cobra.Command{
+		Use:     "show ID",
+		Short:   "Show a task with its attempts",
+		Example: `  levers9 task show t_abc123`,
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			resp, err := rpc(a, func(ctx context.Context, conn *grpc.ClientConn) (*v1.GetTaskResponse, error) {
+				return v1.NewTaskServiceClient(conn).GetTask(ctx, &v1.GetTaskRequest{Id: args[0]})
+			})
+			if err != nil {
+				return err
+			}
+			if a.output == "json" {
+				return a.printJSON(resp)
+			}
+			a.printTask(resp.Task)
+			return nil
+		},
+	}
+
+	var follow bool
+	logs := &cobra.Command{
+		Use:   "logs ID [-f]",
+		Short: "Print a task's output so far, or follow it to its end with -f",
+		Long: `Print a task's output (its stdout to stdout, its stderr to stderr, markers where a new
+attempt began). Without -f, print what it has written so far and exit. With -f, follow it to
+its end and exit with its exit code, as levers9 run does; Ctrl-C stops following and leaves
+the task running (cancel it with levers9 task cancel ID).`,
+		Example: `  levers9 task logs t_abc123
+  levers9 task logs -f t_abc123`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			s, c, err := a.taskClient()
+			if err != nil {
+				return err
+			}
+			defer s.Close()
+			if follow {
+				sigs, stop := a.notify()
+				defer stop()
+				return a.followToEnd(s, c, args[0], sigs, false, false)
+			}
+			return a.logsSoFar(s, c, args[0])
+		},
+	}
+	logs.Flags().BoolVarP(&follow, "follow", "f", false, "follow the task to its end and exit with its exit code")
+
+	cancel := &cobra.Command{
+		Use:     "cancel ID",
+		Short:   "Cancel a task: a running one is killed and its machine cleaned up",
+		Example: `  levers9 task cancel t_abc123`,
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			resp, err := rpc(a, func(ctx context.Context, conn *grpc.ClientConn) (*v1.CancelTaskResponse, error) {
+				return v1.NewTaskServiceClient(conn).CancelTask(ctx, &v1.CancelTaskRequest{Id: args[0]})
+			})
+			if err != nil {
+				return err
+			}
+			if a.output == "json" {
+				return a.printJSON(resp)
+			}
+			t := resp.Task
+			switch {
+			case t.State == v1.TaskState_TASK_STATE_CANCELLED:
+				fmt.Fprintf(a.io.Out, "task %s cancelled\n", t.Id)
+			case sdk.IsTerminal(t.State):
+				fmt.Fprintf(a.io.Out, "task %s had already finished: %s\n", t.Id, sdk.StateName(t.State))
+			default:
+				fmt.Fprintf(a.io.Out, "task %s is being cancelled (%s); follow it with: levers9 task logs -f %s\n", t.Id, sdk.StateName(t.State), t.Id)
+			}
+			return nil
+		},
+	}
+	cmd.AddCommand(list, show, logs, cancel)
+	return cmd
+}
+
+func (a *app) printTask(t *v1.Task) {
+	sp := t.GetSpec()
+	w := newTab(a)
+	timeout := "none"
+	if sp.GetTimeout() != nil {
+		timeout = sp.GetTimeout().AsDuration().String()
+	}
+	gpus := fmt.Sprint(sp.GetGpus())
+	if sp.GetGpuType() != "" {
+		gpus += " " + sp.GetGpuType()
+	}
+	for _, kv := range [][2]string{
+		{"ID", t.Id}, {"State", sdk.StateName(t.State)}, {"Exit code", exitText(t)}, {"Message", dash(t.Message)},
+		{"Pool", dash(sp.GetPool())}, {"Image", dash(sp.GetImage())}, {"Command", dash(commandText(sp.GetCommand(), 0))},
+		{"CPU", fmt.Sprintf("%.3g cores", float64(sp.GetCpuMillis())/1000)}, {"Memory", fmt.Sprintf("%d MiB", sp.GetMemoryBytes()>>20)},
+		{"GPUs", gpus}, {"Timeout", timeout}, {"Retries", fmt.Sprint(sp.GetRetries())},
+		{"Env", dash(strings.Join(envNames(sp.GetEnv()), ", "))},
+		{"Created", when(t.CreatedAt)}, {"Finished", when(t.FinishedAt)},
+	} {
+		fmt.Fprintf(w, "%s:\t%s\n", kv[0], kv[1])
+	}
+	w.Flush()
+	if len(t.Attempts) == 0 {
+		fmt.Fprintln(a.io.Out, "\nno attempts yet (waiting for a machine with room)")
+		return
+	}
+	fmt.Fprintln(a.io.Out)
+	w = newTab(a)
+	fmt.Fprintln(w, "ATTEMPT\tSTATE\tMACHINE\tSCHEDULED\tSTARTED\tFINISHED\tEXIT\tDROPPED\tMESSAGE")
+	for _, at := range t.Attempts {
+		exit := "-"
+		if at.FinishedAt != nil {
+			exit = fmt.Sprint(at.ExitCode)
+		}
+		fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\n", at.Number, sdk.AttemptStateName(at.State), dash(at.MachineId),
+			when(at.ScheduledAt), when(at.StartedAt), when(at.FinishedAt), exit, at.DroppedLines, dash(at.Message))
+	}
+	w.Flush()
+}
+
+// envNames lists the keys only: values may be sensitive.
+func envNames(env map[string]string) []string {
+	names := make([]string, 0, len(env))
+	for k := range env {
+		names = append(names, k)
+	}
+	slices.Sort(names)
+	return names
+}
+
+func exitText(t *v1.Task) string {
+	if !sdk.IsTerminal(t.State) || t.State == v1.TaskState_TASK_STATE_CANCELLED {
+		return "-"
+	}
+	return fmt.Sprint(t.ExitCode)
+}
+
+// commandText quotes argv for display, cut to max runes (0: no limit).
+func commandText(argv []string, max int) string {
+	parts := make([]string, len(argv))
+	for i, s := range argv {
+		if s == "" || strings.ContainsAny(s, " \t\n'\"\\$`") {
+			s = "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+		}
+		parts[i] = s
+	}
+	out := strings.Join(parts, " ")
+	if r := []rune(out); max > 0 && len(r) > max {
+		out = string(r[:max-1]) + "…"
+	}
+	return out
+}
+
+// errCaughtUp stops `task logs` once it reached the present.
+var errCaughtUp = errors.New("caught up")
+
+// logsSoFar prints a task's events up to now. The API streams from a
+// cursor with no "up to now" mark, so the present is where events stop
+// arriving for waitIdle, or the first event stamped after the command
+// started (with a little slack for clocks that differ).
+func (a *app) logsSoFar(s *session, c *sdk.Client, id string) error {
+	start := time.Now()
+	fctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	// The first event may take a connection setup to arrive.
+	idle := time.AfterFunc(max(waitIdle, a.timeout/4), cancel)
+	defer idle.Stop()
+	p := newStreamPrinter(a.io.Out, a.io.Err, isTerminal(a.io.Err))
+	err := c.Follow(fctx, id, "", func(ev *sdk.TaskEvent) error {
+		if ev.GetTime() != nil && ev.GetTime().AsTime().After(start.Add(2*time.Second)) {
+			return errCaughtUp
+		}
+		idle.Reset(waitIdle)
+		return p.event(ev)
+	})
+	if err == nil || errors.Is(err, errCaughtUp) || (fctx.Err() != nil && errors.Is(err, context.Canceled)) {
+		return nil
+	}
+	return a.explain(s, err)
+}

@@ -1,0 +1,267 @@
+package sdk
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	v1 "github.com/levers9/levers9/api/levers9/v1"
+)
+
+// TestTasksAgainstRealControlplane: what a real controlplane answers,
+// through the SDK, with no machine to run anything: submit, idempotency,
+// get, cancel of a pending task, follow of a cancelled task ends,
+// refusals that read well.
+func TestTasksAgainstRealControlplane(t *testing.T) {
+	t.Parallel()
+	b := startReal(t, "1s")
+	c := b.client(t)
+	ctx := context.Background()
+
+	spec, err := c.Function("idem", Command("sleep")).Spec()
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, err := c.Submit(ctx, spec, "sdktest-key-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := c.Submit(ctx, spec, "sdktest-key-1")
+	if err != nil || again.Id != first.Id {
+		t.Fatalf("same key: %v, %v (first %s)", again.GetId(), err, first.Id)
+	}
+	got, err := c.Task(ctx, first.Id)
+	if err != nil || got.State != v1.TaskState_TASK_STATE_PENDING {
+		t.Fatalf("get: %v %v", got, err)
+	}
+	cancelled, err := c.Cancel(ctx, first.Id)
+	if err != nil || cancelled.State != v1.TaskState_TASK_STATE_CANCELLED {
+		t.Fatalf("cancel: %v %v", cancelled, err)
+	}
+	var states []string
+	fctx, stop := context.WithTimeout(ctx, 10*time.Second)
+	defer stop()
+	if err := c.Follow(fctx, first.Id, "", func(ev *TaskEvent) error {
+		if s := ev.GetState(); s != nil {
+			states = append(states, StateName(s.TaskState))
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Join(states, " ") != "pending cancelled" {
+		t.Errorf("follow of a cancelled task: %v", states)
+	}
+	res, err := c.Wait(fctx, first.Id)
+	var te *TaskError
+	if !errors.As(err, &te) || res.State != v1.TaskState_TASK_STATE_CANCELLED || !strings.Contains(err.Error(), "was cancelled") {
+		t.Errorf("wait: %+v %v", res, err)
+	}
+
+	// Refusals come back readable, with their code, and nothing runs.
+	tests := []struct {
+		name string
+		fn   *Function
+		code codes.Code
+		want string
+	}{
+		{"gpu", c.Function("g", GPU(1, "")), codes.FailedPrecondition, "has no GPUs"},
+		{"looser seccomp", c.Function("s", Env("LEVERS9_SECCOMP", "off")), codes.PermissionDenied, `LEVERS9_SECCOMP: "off" is looser than the pool's`},
+		{"unknown pool", c.Function("p", Pool("nope")), codes.Unknown, "nope"},
+		{"bad option", c.Function("o", CPU(-1)), codes.Unknown, "CPU"},
+	}
+	for _, tt := range tests {
+		_, err := tt.fn.Remote(ctx, "true")
+		if err == nil || !strings.Contains(err.Error(), tt.want) || (tt.code != codes.Unknown && status.Code(err) != tt.code) ||
+			strings.Contains(err.Error(), "rpc error") {
+			t.Errorf("%s: %v (code %v)", tt.name, err, status.Code(err))
+		}
+	}
+	// The environment's tightening reaches the controlplane too.
+	env := map[string]string{"LEVERS9_CONTROLPLANE": b.relay.addr, "LEVERS9_TOKEN": b.token, "LEVERS9_SECURITY_PROFILE": "legacy"}
+	lc, err := NewClient(ctx, WithGetenv(func(k string) string { return env[k] }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lc.Close()
+	if _, err := lc.Function("l").Submit(ctx, "true"); status.Code(err) != codes.PermissionDenied {
+		t.Errorf("a looser profile from the environment: %v", err)
+	}
+}
+
+// TestRemoteEndToEnd: output and exit codes through a real controlplane
+// and a machine on a real tunnel.
+func TestRemoteEndToEnd(t *testing.T) {
+	t.Parallel()
+	b := startReal(t, "1s")
+	b.startAgent(t, 4)
+	c := b.client(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+
+	res, err := c.Function("echo", Command("echo")).Remote(ctx, "hello", "world")
+	if err != nil || res.Stdout != "hello\nworld\n" || res.State != v1.TaskState_TASK_STATE_SUCCEEDED || res.Attempts != 1 {
+		t.Fatalf("echo: %+v %v", res, err)
+	}
+	res, err = c.Function("exit", Command("exit")).Remote(ctx, "3")
+	var te *TaskError
+	if !errors.As(err, &te) || te.ExitCode != 3 || res.ExitCode != 3 || !strings.Contains(err.Error(), "exited with code 3") {
+		t.Errorf("exit 3: %+v %v", res, err)
+	}
+
+	// Cancelling ctx cancels the running task.
+	sctx, scancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	var sres *Result
+	go func() {
+		var err error
+		sres, err = c.Function("sleep", Command("sleep")).Remote(sctx)
+		done <- err
+	}()
+	var id string
+	waitFor(t, "a running task", func() bool {
+		l, err := c.tasks.ListTasks(c.authed(ctx), &v1.ListTasksRequest{States: []v1.TaskState{v1.TaskState_TASK_STATE_RUNNING}})
+		if err == nil && len(l.Tasks) == 1 {
+			id = l.Tasks[0].Id
+		}
+		return id != ""
+	})
+	scancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Errorf("cancelled Remote: %v", err)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		tk, err := c.Task(ctx, id)
+		if err == nil && tk.State == v1.TaskState_TASK_STATE_CANCELLED {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("task %s not cancelled: %v %v\ncontrolplane log:\n%s", id, tk, err, b.in.Logs.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if sres == nil || sres.TaskID != id {
+		t.Errorf("result of a cancelled Remote: %+v", sres)
+	}
+}
+
+// TestFollowAcrossCutsAndRestart: a follow whose connection is cut and
+// whose controlplane is replaced mid-task resumes from its cursor, and
+// every line arrives once, in order.
+func TestFollowAcrossCutsAndRestart(t *testing.T) {
+	t.Parallel()
+	// The machine must outlast the restart.
+	b := startReal(t, "60s")
+	b.startAgent(t, 4)
+	c := b.client(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	task, err := c.Function("count", Command("count", "60", "40ms")).Submit(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lines []string
+	seen := map[string]bool{}
+	err = c.Follow(ctx, task.Id, "", func(ev *TaskEvent) error {
+		if seen[ev.Cursor] {
+			t.Errorf("cursor %s twice", ev.Cursor)
+		}
+		seen[ev.Cursor] = true
+		if l := ev.GetLog(); l != nil {
+			lines = append(lines, l.Text)
+			switch len(lines) {
+			case 10, 25:
+				b.relay.cut()
+			case 35:
+				go b.restart(t)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := make([]string, 60)
+	for i := range want {
+		want[i] = fmt.Sprintf("line-%d", i)
+	}
+	if strings.Join(lines, ",") != strings.Join(want, ",") {
+		t.Errorf("lines:\n got %v\nwant %v", lines, want)
+	}
+}
+
+// TestRemoteAcrossLostMachine: the machine running a task goes away; the
+// task's new attempt runs on another and Remote returns its result.
+func TestRemoteAcrossLostMachine(t *testing.T) {
+	t.Parallel()
+	b := startReal(t, "1s")
+	first := b.startAgent(t, 2)
+	c := b.client(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	done := make(chan error, 1)
+	var res *Result
+	go func() {
+		var err error
+		res, err = c.Function("lost", Command("sleep", "1s"), Retries(1)).Remote(ctx)
+		done <- err
+	}()
+	waitFor(t, "the first attempt running", func() bool { return first.peakRunning() == 1 })
+	b.startAgent(t, 2)
+	first.stop()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if res.Attempts != 2 || res.State != v1.TaskState_TASK_STATE_SUCCEEDED {
+		t.Errorf("result %+v", res)
+	}
+}
+
+// TestMapOnRealControlplane: results in input order, never more tasks
+// running than asked.
+func TestMapOnRealControlplane(t *testing.T) {
+	t.Parallel()
+	b := startReal(t, "1s")
+	a := b.startAgent(t, 8)
+	c := b.client(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var inputs [][]string
+	for i := range 6 {
+		inputs = append(inputs, []string{"count", "1", fmt.Sprintf("%dms", 300-40*i)})
+	}
+	inputs[3] = []string{"exit", "4"}
+	res, errs := c.Function("map").Map(ctx, inputs, Concurrency(2))
+	for i := range inputs {
+		if i == 3 {
+			if res[i] == nil || res[i].ExitCode != 4 || errs[i] == nil {
+				t.Errorf("input 3: %+v %v", res[i], errs[i])
+			}
+			continue
+		}
+		if errs[i] != nil || res[i].Stdout != "line-0\n" {
+			t.Errorf("input %d: %+v %v", i, res[i], errs[i])
+		}
+	}
+	if p := a.peakRunning(); p > 2 || p < 1 {
+		t.Errorf("peak running %d, want at most 2", p)
+	}
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for: %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
