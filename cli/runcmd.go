@@ -69,7 +69,7 @@ is refused.`,
 	fl.Float64Var(&f.cpu, "cpu", 0, "cores to reserve, e.g. 0.5 (default 0.5)")
 	fl.StringVar(&f.memory, "memory", "", "memory to reserve and limit to, e.g. 512Mi or 4Gi (default 256Mi)")
 	fl.DurationVar(&f.timeout, "timeout", 0, "run time limit of each attempt, e.g. 10m (default: none)")
-	fl.IntVar(&f.retries, "retries", 0, "new attempts when the machine running the task is lost")
+	fl.IntVar(&f.retries, "retries", sdk.DefaultRetries, "new attempts when the machine running the task is lost (0: none)")
 	fl.BoolVar(&f.detach, "detach", false, "print the task ID and return instead of streaming")
 	return cmd
 }

@@ -83,8 +83,14 @@ func Env(key, value string) FunctionOption {
 	}
 }
 
+// DefaultRetries is how many new attempts a Function's task gets when the
+// machine running it is lost, unless Retries says otherwise: a reclaimed
+// spot node should not fail a call.
+const DefaultRetries = 2
+
 // Retries is how many new attempts the task gets when the machine running
-// it is lost. A non-zero exit is a result and is never retried.
+// it is lost (default DefaultRetries; 0: none). A non-zero exit is a
+// result and is never retried.
 func Retries(n int) FunctionOption {
 	return func(f *Function) {
 		if n < 0 || n > math.MaxInt32 {
@@ -148,7 +154,7 @@ func MaxOutput(n int) FunctionOption {
 // Function describes a remote command. name labels its tasks' idempotency
 // keys and its errors. Option errors are reported by each call.
 func (c *Client) Function(name string, opts ...FunctionOption) *Function {
-	f := &Function{c: c, name: name, spec: &v1.TaskSpec{}, maxOutput: DefaultMaxOutput}
+	f := &Function{c: c, name: name, spec: &v1.TaskSpec{Retries: DefaultRetries}, maxOutput: DefaultMaxOutput}
 	for _, opt := range opts {
 		opt(f)
 	}
