@@ -95,11 +95,13 @@ func setupJoinWorldWith(t *testing.T, mutate func(*config.Config)) *joinWorld {
 
 // runScript runs the join script in the box, in the foreground, until the
 // test stops it.
-func (w *joinWorld) runScript(t *testing.T, script, root string) (stop func(), output *syncBuffer) {
+func (w *joinWorld) runScript(t *testing.T, script, root string, extra ...string) (stop func(), output *syncBuffer) {
 	t.Helper()
 	output = &syncBuffer{}
-	cmd := exec.Command("ip", "netns", "exec", w.box.ns, "sh", script, "--foreground",
-		"--state-dir", filepath.Join(root, "state"), "--etc-dir", filepath.Join(root, "etc"), "--bin-dir", filepath.Join(root, "bin"))
+	// nsenter, not `ip netns exec`: that one also remounts /sys in a new
+	// mount namespace, which hides the cgroup mounts runc needs.
+	cmd := exec.Command("nsenter", append([]string{"--net=/run/netns/" + w.box.ns, "sh", script, "--foreground",
+		"--state-dir", filepath.Join(root, "state"), "--etc-dir", filepath.Join(root, "etc"), "--bin-dir", filepath.Join(root, "bin")}, extra...)...)
 	cmd.Stdout, cmd.Stderr = output, output
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
