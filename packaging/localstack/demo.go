@@ -88,6 +88,6 @@ func runDemo(ctx context.Context, p Paths, st *State, out io.Writer, say func(st
 		}
 		return fmt.Errorf("the demo task %s did not succeed (%s); see %s", sub.Task.Id, msg, p.file("agent.log"))
 	}
-	say("demo task succeeded; try: bin/levers9 run -- sh -c 'echo hi'")
+	say("demo task succeeded")
 	return nil
 }

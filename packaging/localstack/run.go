@@ -28,9 +28,10 @@ func printNext(out io.Writer) {
 	fmt.Fprint(out, `
 levers9 is up. Try:
   export PATH="$PWD/bin:$PATH"
-  levers9 whoami
+  levers9 run -- sh -c 'echo hi from $(uname -n)'
+  levers9 task list
+  levers9 machine list
   levers9 token create --name laptop
-  levers9 token list
   printf 'USER=app\nPASSWORD=hunter2\n' | levers9 secret put db
 Stop it with: make down   (data stays in .levers9-dev/)
 `)
