@@ -7,7 +7,6 @@ import (
 	"os"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/spf13/cobra"
 
@@ -219,7 +218,3 @@ func (a *app) followToEnd(s *session, c *sdk.Client, id string, sigs <-chan os.S
 	}
 	return exitFor(t)
 }
-
-// waitIdle is how long `task logs` without -f waits for more events once
-// the stored ones stopped coming.
-const waitIdle = 700 * time.Millisecond

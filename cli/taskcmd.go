@@ -2,11 +2,9 @@ package cli
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc"
@@ -223,30 +221,11 @@ func commandText(argv []string, max int) string {
 	return out
 }
 
-// errCaughtUp stops `task logs` once it reached the present.
-var errCaughtUp = errors.New("caught up")
-
-// logsSoFar prints a task's events up to now. The API streams from a
-// cursor with no "up to now" mark, so the present is where events stop
-// arriving for waitIdle, or the first event stamped after the command
-// started (with a little slack for clocks that differ).
+// logsSoFar prints a task's events up to now.
 func (a *app) logsSoFar(s *session, c *sdk.Client, id string) error {
-	start := time.Now()
-	fctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	// The first event may take a connection setup to arrive.
-	idle := time.AfterFunc(max(waitIdle, a.timeout/4), cancel)
-	defer idle.Stop()
 	p := newStreamPrinter(a.io.Out, a.io.Err, isTerminal(a.io.Err))
-	err := c.Follow(fctx, id, "", func(ev *sdk.TaskEvent) error {
-		if ev.GetTime() != nil && ev.GetTime().AsTime().After(start.Add(2*time.Second)) {
-			return errCaughtUp
-		}
-		idle.Reset(waitIdle)
-		return p.event(ev)
-	})
-	if err == nil || errors.Is(err, errCaughtUp) || (fctx.Err() != nil && errors.Is(err, context.Canceled)) {
-		return nil
+	if err := c.Logs(context.Background(), id, "", p.event); err != nil {
+		return a.explain(s, err)
 	}
-	return a.explain(s, err)
+	return nil
 }

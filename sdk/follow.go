@@ -29,7 +29,7 @@ func (c *Client) Follow(ctx context.Context, taskID, fromCursor string, fn func(
 	bo := c.newBackoff()
 	op := "follow task " + taskID
 	for {
-		done, progressed, err := c.followOnce(ctx, taskID, &cursor, fn)
+		done, progressed, err := c.followOnce(ctx, taskID, &cursor, false, fn)
 		if done {
 			return nil
 		}
@@ -70,6 +70,37 @@ func (c *Client) Follow(ctx context.Context, taskID, fromCursor string, fn func(
 	}
 }
 
+// Logs calls fn for a task's events stored so far, from fromCursor, and
+// returns: the task's output up to now, without waiting for more. A
+// dropped stream is resumed from the last cursor within the retry window.
+func (c *Client) Logs(ctx context.Context, taskID, fromCursor string, fn func(*TaskEvent) error) error {
+	if taskID == "" {
+		return errors.New("task logs: no task ID")
+	}
+	cursor := fromCursor
+	bo := c.newBackoff()
+	for {
+		_, progressed, err := c.followOnce(ctx, taskID, &cursor, true, fn)
+		var fnErr *callbackError
+		switch {
+		case err == nil:
+			return nil
+		case errors.As(err, &fnErr):
+			return fnErr.err
+		case ctx.Err() != nil:
+			return ctx.Err()
+		case !retryable(err):
+			return c.apiErr("task logs "+taskID, err)
+		}
+		if progressed {
+			bo.reset()
+		}
+		if !bo.wait(ctx) {
+			return c.apiErr("task logs "+taskID, err)
+		}
+	}
+}
+
 // callbackError marks an error returned by Follow's fn.
 type callbackError struct{ err error }
 
@@ -79,10 +110,10 @@ func (e *callbackError) Error() string { return e.err.Error() }
 // state was delivered and the stream ended; progressed that at least one
 // event arrived. A stream that ends without the terminal state returns
 // done=false and err=nil: the server cut it short, so the caller resumes.
-func (c *Client) followOnce(ctx context.Context, taskID string, cursor *string, fn func(*TaskEvent) error) (done, progressed bool, err error) {
+func (c *Client) followOnce(ctx context.Context, taskID string, cursor *string, noWait bool, fn func(*TaskEvent) error) (done, progressed bool, err error) {
 	sctx, cancel := context.WithCancel(c.authed(ctx))
 	defer cancel()
-	stream, err := c.tasks.FollowTask(sctx, &v1.FollowTaskRequest{Id: taskID, Cursor: *cursor})
+	stream, err := c.tasks.FollowTask(sctx, &v1.FollowTaskRequest{Id: taskID, Cursor: *cursor, NoWait: noWait})
 	if err != nil {
 		return false, false, err
 	}

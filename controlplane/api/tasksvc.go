@@ -69,5 +69,5 @@ func (s *TaskService) FollowTask(req *v1.FollowTaskRequest, stream v1.TaskServic
 	if err != nil {
 		return errdefs.ToGRPC(err)
 	}
-	return errdefs.ToGRPC(s.Tasks.Follow(ctx, p.WorkspaceID, req.GetId(), req.GetCursor(), stream.Send))
+	return errdefs.ToGRPC(s.Tasks.Follow(ctx, p.WorkspaceID, req.GetId(), req.GetCursor(), req.GetNoWait(), stream.Send))
 }

@@ -118,7 +118,8 @@ const followPoll = 2 * time.Second
 
 // Follow sends a task's events after cursor until the task's terminal
 // event, or ctx ends.
-func (m *Manager) Follow(ctx context.Context, workspaceID, taskID, cursor string, send func(*v1.TaskEvent) error) error {
+// With noWait it ends once the stored events are sent.
+func (m *Manager) Follow(ctx context.Context, workspaceID, taskID, cursor string, noWait bool, send func(*v1.TaskEvent) error) error {
 	if cursor != "" && !cursorRE.MatchString(cursor) {
 		return fmt.Errorf("cursor %q is not one this API returned: %w", cursor, errdefs.ErrInvalidArgument)
 	}
@@ -174,6 +175,9 @@ func (m *Manager) Follow(ctx context.Context, workspaceID, taskID, cursor string
 		if quiet = n == 0; !quiet {
 			continue
 		}
+		if noWait {
+			return m.caughtUp(ctx, workspaceID, taskID, last, send)
+		}
 		select {
 		case <-grew:
 			continue // it grew while we read
@@ -196,6 +200,19 @@ func (m *Manager) Follow(ctx context.Context, workspaceID, taskID, cursor string
 		}
 		return send(finalEvent(pb, last))
 	}
+}
+
+// caughtUp ends a no-wait follow: a finished task whose terminal event is
+// not in its stream (lost, or expired) gets one rebuilt from its row.
+func (m *Manager) caughtUp(ctx context.Context, workspaceID, taskID, last string, send func(*v1.TaskEvent) error) error {
+	t, atts, err := m.cfg.Store.GetTask(ctx, workspaceID, taskID)
+	if err != nil {
+		return err
+	}
+	if pb := taskPB(t, atts); terminal(pb.State) {
+		return send(finalEvent(pb, last))
+	}
+	return nil
 }
 
 func decodeEvent(msg redis.XMessage) (*v1.TaskEvent, error) {

@@ -304,6 +304,26 @@ func TestCancelPendingAndRunning(t *testing.T) {
 	startScriptedAgent(t, b.in, b.ctx, "default", 2, 0)
 	running := b.submit(t, &v1.TaskSpec{Command: []string{"sleep"}}, "")
 	waitState(t, b, running.Id, v1.TaskState_TASK_STATE_RUNNING)
+	// No-wait follows return what is stored while the task runs.
+	begin := time.Now()
+	st, err := b.tasks.FollowTask(b.ctx, &v1.FollowTaskRequest{Id: running.Id, NoWait: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var soFar []*v1.TaskEvent
+	for {
+		ev, err := st.Recv()
+		if err != nil {
+			if !errors.Is(err, io.EOF) {
+				t.Fatal(err)
+			}
+			break
+		}
+		soFar = append(soFar, ev)
+	}
+	if got := describe(soFar); got != "0:PENDING 1:SCHEDULED 1:RUNNING" || time.Since(begin) > 5*time.Second {
+		t.Errorf("no-wait follow of a running task: %s after %s", got, time.Since(begin))
+	}
 	if _, err := b.tasks.CancelTask(b.ctx, &v1.CancelTaskRequest{Id: running.Id}); err != nil {
 		t.Fatal(err)
 	}

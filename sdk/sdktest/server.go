@@ -229,6 +229,9 @@ func (s *Server) FollowTask(req *v1.FollowTaskRequest, stream grpc.ServerStreami
 		if done {
 			continue
 		}
+		if req.NoWait {
+			return nil
+		}
 		select {
 		case <-wake:
 		case <-stream.Context().Done():

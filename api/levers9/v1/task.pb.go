@@ -972,7 +972,10 @@ type FollowTaskRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Id    string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
 	// Resume after this cursor (from a TaskEvent); empty: from the start.
-	Cursor        string `protobuf:"bytes,2,opt,name=cursor,proto3" json:"cursor,omitempty"`
+	Cursor string `protobuf:"bytes,2,opt,name=cursor,proto3" json:"cursor,omitempty"`
+	// Send the events stored so far and end instead of waiting for more
+	// (`task logs` without -f).
+	NoWait        bool `protobuf:"varint,3,opt,name=no_wait,json=noWait,proto3" json:"no_wait,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1019,6 +1022,13 @@ func (x *FollowTaskRequest) GetCursor() string {
 		return x.Cursor
 	}
 	return ""
+}
+
+func (x *FollowTaskRequest) GetNoWait() bool {
+	if x != nil {
+		return x.NoWait
+	}
+	return false
 }
 
 type LogLine struct {
@@ -1349,10 +1359,11 @@ const file_api_levers9_v1_task_proto_rawDesc = "" +
 	"\x11CancelTaskRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\":\n" +
 	"\x12CancelTaskResponse\x12$\n" +
-	"\x04task\x18\x01 \x01(\v2\x10.levers9.v1.TaskR\x04task\";\n" +
+	"\x04task\x18\x01 \x01(\v2\x10.levers9.v1.TaskR\x04task\"T\n" +
 	"\x11FollowTaskRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x16\n" +
-	"\x06cursor\x18\x02 \x01(\tR\x06cursor\"s\n" +
+	"\x06cursor\x18\x02 \x01(\tR\x06cursor\x12\x17\n" +
+	"\ano_wait\x18\x03 \x01(\bR\x06noWait\"s\n" +
 	"\aLogLine\x12-\n" +
 	"\x06stream\x18\x01 \x01(\x0e2\x15.levers9.v1.LogStreamR\x06stream\x12\x12\n" +
 	"\x04text\x18\x02 \x01(\tR\x04text\x12%\n" +
