@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/levers9/levers9/controlplane/controlplanetest"
 	"strings"
 	"testing"
 	"time"
@@ -100,7 +101,7 @@ func TestTasksAgainstRealControlplane(t *testing.T) {
 func TestRemoteEndToEnd(t *testing.T) {
 	t.Parallel()
 	b := startReal(t, "1s")
-	b.startAgent(t, 4)
+	controlplanetest.StartScriptedMachine(t, b.in, b.admin, "default", 4, 0)
 	c := b.client(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -159,7 +160,7 @@ func TestFollowAcrossCutsAndRestart(t *testing.T) {
 	t.Parallel()
 	// The machine must outlast the restart.
 	b := startReal(t, "60s")
-	b.startAgent(t, 4)
+	controlplanetest.StartScriptedMachine(t, b.in, b.admin, "default", 4, 0)
 	c := b.client(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
@@ -202,7 +203,7 @@ func TestFollowAcrossCutsAndRestart(t *testing.T) {
 func TestRemoteAcrossLostMachine(t *testing.T) {
 	t.Parallel()
 	b := startReal(t, "1s")
-	first := b.startAgent(t, 2)
+	first := controlplanetest.StartScriptedMachine(t, b.in, b.admin, "default", 2, 0)
 	c := b.client(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -213,9 +214,9 @@ func TestRemoteAcrossLostMachine(t *testing.T) {
 		res, err = c.Function("lost", Command("sleep", "1s"), Retries(1)).Remote(ctx)
 		done <- err
 	}()
-	waitFor(t, "the first attempt running", func() bool { return first.peakRunning() == 1 })
-	b.startAgent(t, 2)
-	first.stop()
+	waitFor(t, "the first attempt running", func() bool { return first.PeakRunning() == 1 })
+	controlplanetest.StartScriptedMachine(t, b.in, b.admin, "default", 2, 0)
+	first.Stop()
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
@@ -229,7 +230,7 @@ func TestRemoteAcrossLostMachine(t *testing.T) {
 func TestMapOnRealControlplane(t *testing.T) {
 	t.Parallel()
 	b := startReal(t, "1s")
-	a := b.startAgent(t, 8)
+	a := controlplanetest.StartScriptedMachine(t, b.in, b.admin, "default", 8, 0)
 	c := b.client(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -250,7 +251,7 @@ func TestMapOnRealControlplane(t *testing.T) {
 			t.Errorf("input %d: %+v %v", i, res[i], errs[i])
 		}
 	}
-	if p := a.peakRunning(); p > 2 || p < 1 {
+	if p := a.PeakRunning(); p > 2 || p < 1 {
 		t.Errorf("peak running %d, want at most 2", p)
 	}
 }

@@ -65,16 +65,14 @@ func main() {
 }
 
 type stack struct {
-	work   string
-	reg    *devstack.Registry
-	image  string
-	srv    *server.Server
-	conn   *grpc.ClientConn
-	ctx    context.Context // carries the admin token
-	tasks  v1.TaskServiceClient
-	agents []*agent.Agent
-	nodes  []*agent.Node
-	stops  []func()
+	work  string
+	reg   *devstack.Registry
+	image string
+	srv   *server.Server
+	conn  *grpc.ClientConn
+	ctx   context.Context // carries the admin token
+	tasks v1.TaskServiceClient
+	stops []func()
 }
 
 func (s *stack) close() {
@@ -100,7 +98,7 @@ func run(rounds, burst int) error {
 	}
 	// Warm every agent's image cache and the paths.
 	for i := 0; i < 4; i++ {
-		if _, err := s.firstLine(ctx); err != nil {
+		if _, err := s.firstLine(); err != nil {
 			return fmt.Errorf("warm-up task: %w", err)
 		}
 	}
@@ -115,7 +113,7 @@ func run(rounds, burst int) error {
 			var err error
 			switch which {
 			case "levers9":
-				d, err = s.firstLine(ctx)
+				d, err = s.firstLine()
 				l9 = append(l9, d)
 			case "runc":
 				d, err = runcFirst(r)
@@ -129,7 +127,7 @@ func run(rounds, burst int) error {
 			}
 		}
 	}
-	perSec, err := s.throughput(ctx, burst)
+	perSec, err := s.throughput(burst)
 	if err != nil {
 		return err
 	}
@@ -328,7 +326,7 @@ func credentialsFor(caPEM []byte) (credentials.TransportCredentials, error) {
 
 // firstLine submits `echo hi` and returns the time until its first output
 // line reached a follower; it then waits for the task's end.
-func (s *stack) firstLine(ctx context.Context) (time.Duration, error) {
+func (s *stack) firstLine() (time.Duration, error) {
 	ctx, cancel := context.WithTimeout(s.ctx, time.Minute)
 	defer cancel()
 	start := time.Now()
@@ -364,7 +362,7 @@ func (s *stack) firstLine(ctx context.Context) (time.Duration, error) {
 
 // throughput runs n trivial tasks at once and returns tasks per second
 // from the first submit to the last end.
-func (s *stack) throughput(ctx context.Context, n int) (float64, error) {
+func (s *stack) throughput(n int) (float64, error) {
 	start := time.Now()
 	var wg sync.WaitGroup
 	errs := make(chan error, n)
@@ -372,7 +370,7 @@ func (s *stack) throughput(ctx context.Context, n int) (float64, error) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if _, err := s.firstLine(ctx); err != nil {
+			if _, err := s.firstLine(); err != nil {
 				errs <- err
 			}
 		}()

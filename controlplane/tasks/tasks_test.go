@@ -127,7 +127,7 @@ func waitState(t *testing.T, b *bundle, id string, want v1.TaskState) *v1.Task {
 func TestTaskRunsAndIsFollowed(t *testing.T) {
 	t.Parallel()
 	b := start(t, config1s(t))
-	startScriptedAgent(t, b.in, b.ctx, "default", 4, 0)
+	controlplanetest.StartScriptedMachine(t, b.in, b.ctx, "default", 4, 0)
 	task := b.submit(t, &v1.TaskSpec{Command: []string{"echo", "one", "two", "three"}}, "")
 	if task.Spec.Image != "busybox:test" || task.Spec.CpuMillis != 500 || task.Spec.Pool != "default" {
 		t.Errorf("defaults not applied: %v", task.Spec)
@@ -163,7 +163,7 @@ func TestTaskRunsAndIsFollowed(t *testing.T) {
 func TestSubmitRefusals(t *testing.T) {
 	t.Parallel()
 	b := start(t, config1s(t))
-	startScriptedAgent(t, b.in, b.ctx, "default", 2, 0)
+	controlplanetest.StartScriptedMachine(t, b.in, b.ctx, "default", 2, 0)
 	controlplanetest.Eventually(t, 10*time.Second, "machine online with its inventory", func() bool {
 		r, err := v1.NewMachineServiceClient(b.in.Conn).ListMachines(b.ctx, &v1.ListMachinesRequest{})
 		return err == nil && len(r.Machines) == 1 && r.Machines[0].GetInventory().GetCpus() == 2
@@ -203,7 +203,7 @@ func TestSubmitRefusals(t *testing.T) {
 func TestIdempotencyKeyRunsOnce(t *testing.T) {
 	t.Parallel()
 	b := start(t, config1s(t))
-	a := startScriptedAgent(t, b.in, b.ctx, "default", 2, 0)
+	a := controlplanetest.StartScriptedMachine(t, b.in, b.ctx, "default", 2, 0)
 	spec := &v1.TaskSpec{Command: []string{"echo", "once"}}
 	var wg sync.WaitGroup
 	ids := make([]string, 8)
@@ -235,7 +235,7 @@ func TestIdempotencyKeyRunsOnce(t *testing.T) {
 	}
 	waitState(t, b, ids[0], v1.TaskState_TASK_STATE_SUCCEEDED)
 	time.Sleep(300 * time.Millisecond)
-	if got := a.started(); len(got) != 1 {
+	if got := a.Started(); len(got) != 1 {
 		t.Errorf("agent started %v", got)
 	}
 }
@@ -243,7 +243,7 @@ func TestIdempotencyKeyRunsOnce(t *testing.T) {
 func TestCapacityIsRespectedAndReusedAtOnce(t *testing.T) {
 	t.Parallel()
 	b := start(t, config1s(t))
-	a := startScriptedAgent(t, b.in, b.ctx, "default", 1, 0)
+	a := controlplanetest.StartScriptedMachine(t, b.in, b.ctx, "default", 1, 0)
 	var ids []string
 	begin := time.Now()
 	for i := 0; i < 5; i++ {
@@ -252,7 +252,7 @@ func TestCapacityIsRespectedAndReusedAtOnce(t *testing.T) {
 	for _, id := range ids {
 		waitState(t, b, id, v1.TaskState_TASK_STATE_SUCCEEDED)
 	}
-	if p := a.peakRunning(); p != 1 {
+	if p := a.PeakRunning(); p != 1 {
 		t.Errorf("a 1-CPU machine ran %d 1-CPU tasks at once", p)
 	}
 	// Five 200 ms tasks one after another: freed capacity is reused when a
@@ -273,11 +273,11 @@ func TestFairAcrossWorkspaces(t *testing.T) {
 	for i := 0; i < 2; i++ {
 		theirs = append(theirs, other.submit(t, &v1.TaskSpec{Command: []string{"sleep", "150ms"}, CpuMillis: 1000}, "").Id)
 	}
-	a := startScriptedAgent(t, b.in, b.ctx, "default", 1, 0)
+	a := controlplanetest.StartScriptedMachine(t, b.in, b.ctx, "default", 1, 0)
 	for _, id := range theirs {
 		waitState(t, other, id, v1.TaskState_TASK_STATE_SUCCEEDED)
 	}
-	order := a.started()
+	order := a.Started()
 	pos := map[string]int{}
 	for i, k := range order {
 		pos[strings.Split(k, "/")[0]] = i
@@ -301,7 +301,7 @@ func TestCancelPendingAndRunning(t *testing.T) {
 	if got := describe(follow(t, b, pending.Id, "", 0)); got != "0:PENDING 0:CANCELLED" {
 		t.Errorf("events of a cancelled pending task: %s", got)
 	}
-	startScriptedAgent(t, b.in, b.ctx, "default", 2, 0)
+	controlplanetest.StartScriptedMachine(t, b.in, b.ctx, "default", 2, 0)
 	running := b.submit(t, &v1.TaskSpec{Command: []string{"sleep"}}, "")
 	waitState(t, b, running.Id, v1.TaskState_TASK_STATE_RUNNING)
 	// No-wait follows return what is stored while the task runs.
@@ -341,14 +341,14 @@ func TestCancelPendingAndRunning(t *testing.T) {
 func TestLostAgentRetriesElsewhere(t *testing.T) {
 	t.Parallel()
 	b := start(t, config1s(t))
-	first := startScriptedAgent(t, b.in, b.ctx, "default", 2, 0)
+	first := controlplanetest.StartScriptedMachine(t, b.in, b.ctx, "default", 2, 0)
 	task := b.submit(t, &v1.TaskSpec{Command: []string{"sleep", "500ms"}, Retries: 1}, "")
 	waitState(t, b, task.Id, v1.TaskState_TASK_STATE_RUNNING)
-	second := startScriptedAgent(t, b.in, b.ctx, "default", 2, 0)
-	first.stop() // its tunnel is gone; after the 1 s grace the attempt is lost
+	second := controlplanetest.StartScriptedMachine(t, b.in, b.ctx, "default", 2, 0)
+	first.Stop() // its tunnel is gone; after the 1 s grace the attempt is lost
 	done := waitState(t, b, task.Id, v1.TaskState_TASK_STATE_SUCCEEDED)
 	if len(done.Attempts) != 2 || done.Attempts[0].State != v1.AttemptState_ATTEMPT_STATE_LOST ||
-		done.Attempts[0].MachineId != first.machineID || done.Attempts[1].MachineId != second.machineID {
+		done.Attempts[0].MachineId != first.ID || done.Attempts[1].MachineId != second.ID {
 		t.Fatalf("attempts: %v", done.Attempts)
 	}
 	got := describe(follow(t, b, task.Id, "", 0))
@@ -358,7 +358,7 @@ func TestLostAgentRetriesElsewhere(t *testing.T) {
 	// Without retries a lost attempt fails the task, saying why.
 	lone := b.submit(t, &v1.TaskSpec{Command: []string{"sleep"}}, "")
 	waitState(t, b, lone.Id, v1.TaskState_TASK_STATE_RUNNING)
-	second.stop()
+	second.Stop()
 	failed := waitState(t, b, lone.Id, v1.TaskState_TASK_STATE_FAILED)
 	if !strings.Contains(failed.Message, "no retries left") {
 		t.Errorf("message %q", failed.Message)
@@ -368,10 +368,10 @@ func TestLostAgentRetriesElsewhere(t *testing.T) {
 func TestMachineDeletedLosesItsAttempts(t *testing.T) {
 	t.Parallel()
 	b := start(t, config1s(t))
-	a := startScriptedAgent(t, b.in, b.ctx, "default", 2, 0)
+	a := controlplanetest.StartScriptedMachine(t, b.in, b.ctx, "default", 2, 0)
 	task := b.submit(t, &v1.TaskSpec{Command: []string{"sleep"}}, "")
 	waitState(t, b, task.Id, v1.TaskState_TASK_STATE_RUNNING)
-	if _, err := v1.NewMachineServiceClient(b.in.Conn).DeleteMachine(b.ctx, &v1.DeleteMachineRequest{Id: a.machineID}); err != nil {
+	if _, err := v1.NewMachineServiceClient(b.in.Conn).DeleteMachine(b.ctx, &v1.DeleteMachineRequest{Id: a.ID}); err != nil {
 		t.Fatal(err)
 	}
 	done := waitState(t, b, task.Id, v1.TaskState_TASK_STATE_FAILED)
@@ -383,7 +383,7 @@ func TestMachineDeletedLosesItsAttempts(t *testing.T) {
 func TestGPUsAreWholeAndNeverShared(t *testing.T) {
 	t.Parallel()
 	b := start(t, config1s(t))
-	startScriptedAgent(t, b.in, b.ctx, "default", 16, 2)
+	controlplanetest.StartScriptedMachine(t, b.in, b.ctx, "default", 16, 2)
 	controlplanetest.Eventually(t, 10*time.Second, "machine online", func() bool {
 		r, err := v1.NewPoolServiceClient(b.in.Conn).ListPools(b.ctx, &v1.ListPoolsRequest{})
 		return err == nil && r.Pools[0].GpusTotal == 2
@@ -418,9 +418,9 @@ func TestTwoReplicasNeverPlaceATaskTwice(t *testing.T) {
 	in2 := controlplanetest.Start(t, &cfg2, true)
 	controlplanetest.Eventually(t, 10*time.Second, "second tunnel endpoint", func() bool { return in2.Server.Agents() != nil })
 	b2 := &bundle{in: in2, ctx: b.ctx, tasks: v1.NewTaskServiceClient(in2.Conn)}
-	agents := []*scriptedAgent{
-		startScriptedAgent(t, b.in, b.ctx, "default", 2, 0), startScriptedAgent(t, b.in, b.ctx, "default", 2, 0),
-		startScriptedAgent(t, in2, b.ctx, "default", 2, 0), startScriptedAgent(t, in2, b.ctx, "default", 2, 0),
+	agents := []*controlplanetest.ScriptedMachine{
+		controlplanetest.StartScriptedMachine(t, b.in, b.ctx, "default", 2, 0), controlplanetest.StartScriptedMachine(t, b.in, b.ctx, "default", 2, 0),
+		controlplanetest.StartScriptedMachine(t, in2, b.ctx, "default", 2, 0), controlplanetest.StartScriptedMachine(t, in2, b.ctx, "default", 2, 0),
 	}
 	const n = 40
 	ids := make([]string, n)
@@ -447,7 +447,7 @@ func TestTwoReplicasNeverPlaceATaskTwice(t *testing.T) {
 	}
 	count := map[string]int{}
 	for _, a := range agents {
-		for _, k := range a.started() {
+		for _, k := range a.Started() {
 			count[strings.Split(k, "/")[0]]++
 		}
 	}

@@ -1,0 +1,282 @@
+package controlplanetest
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	agentv1 "github.com/levers9/levers9/api/levers9/agent/v1"
+	v1 "github.com/levers9/levers9/api/levers9/v1"
+	"github.com/levers9/levers9/enroll"
+	"github.com/levers9/levers9/tunnel"
+)
+
+// ScriptedMachine is a machine at the tunnel boundary: it enrolls through
+// the real API, holds a real tunnel, heartbeats with an inventory and serves
+// the Agent service, but plays each task's command instead of starting a
+// container (agent/ and test/e2e test the real agent):
+//
+//	echo A B       one stdout line per word
+//	count N D      N lines "line-I", one every D
+//	exit N         ends with exit code N
+//	sleep [D]      runs D (default: until cancelled), then succeeds
+//
+// Each record is sent on its own and resent until acknowledged, as the
+// real agent does.
+type ScriptedMachine struct {
+	ID   string
+	t    testing.TB
+	cpus int32
+	gpus int
+	auto *tunnel.Auto
+
+	// mu guards everything below.
+	mu      sync.Mutex
+	cp      agentv1.ControlplaneClient
+	held    map[string]context.CancelFunc
+	started []string // "task/attempt" in start order
+	running int
+	peak    int
+	stopped bool
+}
+
+// StartScriptedMachine creates a machine in pool with the admin context,
+// enrolls it, connects its tunnel and waits until the controlplane has its
+// inventory (cpus cores, 8 GiB, gpus GPUs named "NVIDIA L40S").
+func StartScriptedMachine(t testing.TB, in *Instance, admin context.Context, pool string, cpus int32, gpus int) *ScriptedMachine {
+	t.Helper()
+	machines := v1.NewMachineServiceClient(in.Conn)
+	created, err := machines.CreateMachine(admin, &v1.CreateMachineRequest{Pool: pool})
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyPEM, csrPEM, err := enroll.NewKeyAndCSR("scripted")
+	if err != nil {
+		t.Fatal(err)
+	}
+	en, err := v1.NewEnrollServiceClient(in.Conn).Enroll(context.Background(), &v1.EnrollRequest{JoinToken: created.JoinToken, CsrPem: string(csrPEM), AgentVersion: "scripted"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := tls.X509KeyPair([]byte(en.CertificatePem), keyPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	roots := x509.NewCertPool()
+	roots.AppendCertsFromPEM([]byte(en.CaPem))
+	m := &ScriptedMachine{ID: en.MachineId, t: t, cpus: cpus, gpus: gpus, held: map[string]context.CancelFunc{}}
+	m.auto, err = tunnel.NewAuto(tunnel.ClientConfig{Addrs: []string{in.Config.Controlplane.TunnelAddr},
+		TLS:         &tls.Config{RootCAs: roots, Certificates: []tls.Certificate{cert}, ServerName: "127.0.0.1"},
+		BackoffBase: 50 * time.Millisecond, BackoffMax: 300 * time.Millisecond}, m.onSession)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.auto.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(m.Stop)
+	// Placement needs the inventory of a first heartbeat.
+	Eventually(t, 10*time.Second, "machine online with its inventory", func() bool {
+		got, err := machines.GetMachine(admin, &v1.GetMachineRequest{Id: m.ID})
+		return err == nil && got.Machine.GetInventory().GetCpus() > 0 && got.Machine.State == v1.MachineState_MACHINE_STATE_ONLINE
+	})
+	return m
+}
+
+// Stop drops the tunnel without a word, as a reclaimed machine does; its
+// attempts stop reporting.
+func (m *ScriptedMachine) Stop() {
+	m.auto.Stop()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.stopped = true
+	for _, c := range m.held {
+		c()
+	}
+}
+
+// Started lists the attempts it started ("task/attempt"), in order.
+func (m *ScriptedMachine) Started() []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return append([]string(nil), m.started...)
+}
+
+// PeakRunning is the most attempts it ran at once.
+func (m *ScriptedMachine) PeakRunning() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.peak
+}
+
+func (m *ScriptedMachine) onSession(ctx context.Context, s tunnel.Session) {
+	conn, err := tunnel.NewClientConn("controlplane", s.OpenStream, tunnel.Limits{})
+	if err != nil {
+		return
+	}
+	defer conn.Close()
+	cp := agentv1.NewControlplaneClient(conn)
+	m.mu.Lock()
+	m.cp = cp
+	m.mu.Unlock()
+	// Served once reports have somewhere to go.
+	srv := grpc.NewServer(tunnel.ServerOptions(tunnel.Limits{})...)
+	agentv1.RegisterAgentServer(srv, &scriptedService{m: m})
+	go tunnel.ServeGRPC(ctx, s, srv)
+	defer srv.Stop()
+	inv := &v1.Inventory{Hostname: "scripted", Cpus: m.cpus, MemoryBytes: 8 << 30}
+	for i := 0; i < m.gpus; i++ {
+		inv.Gpus = append(inv.Gpus, &v1.Gpu{Index: int32(i), Uuid: fmt.Sprintf("GPU-%s-%d", m.ID, i), Name: "NVIDIA L40S"})
+	}
+	for {
+		req := &agentv1.HeartbeatRequest{AgentVersion: "scripted", Inventory: inv, SentAt: timestamppb.Now()}
+		m.mu.Lock()
+		for k := range m.held {
+			id, n, _ := strings.Cut(k, "/")
+			num, _ := strconv.Atoi(n)
+			req.Running = append(req.Running, &agentv1.RunningAttempt{TaskId: id, Attempt: int32(num)})
+		}
+		m.mu.Unlock()
+		hctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		resp, err := cp.Heartbeat(hctx, req)
+		cancel()
+		if err == nil {
+			for _, r := range resp.Stop {
+				m.cancel(r.TaskId, r.Attempt)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-s.Done():
+			return
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+func (m *ScriptedMachine) cancel(taskID string, attempt int32) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	c, ok := m.held[fmt.Sprintf("%s/%d", taskID, attempt)]
+	if ok {
+		c()
+	}
+	return ok
+}
+
+type scriptedService struct {
+	agentv1.UnimplementedAgentServer
+	m *ScriptedMachine
+}
+
+func (s *scriptedService) RunTask(_ context.Context, req *agentv1.RunTaskRequest) (*agentv1.RunTaskResponse, error) {
+	m := s.m
+	ta := req.GetAttempt()
+	key := fmt.Sprintf("%s/%d", ta.TaskId, ta.Attempt)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if _, ok := m.held[key]; ok {
+		return &agentv1.RunTaskResponse{AlreadyRunning: true}, nil
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	m.held[key] = cancel
+	m.started = append(m.started, key)
+	m.running++
+	m.peak = max(m.peak, m.running)
+	go m.play(ctx, ta, key)
+	return &agentv1.RunTaskResponse{}, nil
+}
+
+func (s *scriptedService) CancelTask(_ context.Context, req *agentv1.CancelTaskRequest) (*agentv1.CancelTaskResponse, error) {
+	return &agentv1.CancelTaskResponse{Found: s.m.cancel(req.TaskId, req.Attempt)}, nil
+}
+
+// play reports the attempt record by record.
+func (m *ScriptedMachine) play(ctx context.Context, ta *agentv1.TaskAttempt, key string) {
+	defer func() {
+		m.mu.Lock()
+		delete(m.held, key)
+		m.running--
+		m.mu.Unlock()
+	}()
+	seq := uint64(0)
+	send := func(r *agentv1.AttemptRecord) {
+		seq++
+		r.Time = timestamppb.Now()
+		m.send(ta, r, seq)
+	}
+	update := func(st v1.AttemptState, code int32) {
+		send(&agentv1.AttemptRecord{Record: &agentv1.AttemptRecord_Update{Update: &agentv1.AttemptUpdate{State: st, ExitCode: code}}})
+	}
+	line := func(s string) {
+		send(&agentv1.AttemptRecord{Record: &agentv1.AttemptRecord_Log{Log: &v1.LogLine{Stream: v1.LogStream_LOG_STREAM_STDOUT, Text: s}}})
+	}
+	wait := func(d time.Duration) bool {
+		select {
+		case <-ctx.Done():
+			update(v1.AttemptState_ATTEMPT_STATE_CANCELLED, 137)
+			return false
+		case <-time.After(d):
+			return true
+		}
+	}
+	update(v1.AttemptState_ATTEMPT_STATE_RUNNING, 0)
+	cmd := append(append([]string(nil), ta.Command...), "", "", "")
+	switch cmd[0] {
+	case "echo":
+		for _, w := range ta.Command[1:] {
+			line(w)
+		}
+	case "count":
+		n, _ := strconv.Atoi(cmd[1])
+		d, _ := time.ParseDuration(cmd[2])
+		for i := range n {
+			if !wait(d) {
+				return
+			}
+			line(fmt.Sprintf("line-%d", i))
+		}
+	case "exit":
+		n, _ := strconv.Atoi(cmd[1])
+		update(v1.AttemptState_ATTEMPT_STATE_FAILED, int32(n))
+		return
+	case "sleep":
+		d, err := time.ParseDuration(cmd[1])
+		if err != nil {
+			d = time.Hour
+		}
+		if !wait(d) {
+			return
+		}
+	}
+	update(v1.AttemptState_ATTEMPT_STATE_SUCCEEDED, 0)
+}
+
+// send resends one record until it is acknowledged or the machine stops.
+func (m *ScriptedMachine) send(ta *agentv1.TaskAttempt, r *agentv1.AttemptRecord, seq uint64) {
+	for {
+		m.mu.Lock()
+		cp, stopped := m.cp, m.stopped
+		m.mu.Unlock()
+		if stopped {
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		resp, err := cp.ReportAttempt(ctx, &agentv1.ReportAttemptRequest{TaskId: ta.TaskId, Attempt: ta.Attempt, FirstSeq: seq, Records: []*agentv1.AttemptRecord{r}})
+		cancel()
+		if err == nil && resp.AckedSeq >= seq {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
