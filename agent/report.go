@@ -6,6 +6,8 @@ import (
 	"sync"
 	"time"
 
+	"google.golang.org/protobuf/types/known/timestamppb"
+
 	"github.com/levers9/levers9/agent/taskrun"
 	agentv1 "github.com/levers9/levers9/api/levers9/agent/v1"
 )
@@ -93,6 +95,10 @@ type reportQueue struct {
 	acked   uint64
 	// dropped counts log records dropped here.
 	dropped uint64
+	// last is the latest log record time: stdout and stderr are read by
+	// two goroutines, so a line can be queued after a later-read one;
+	// record times never go back within an attempt.
+	last time.Time
 }
 
 func newReportQueue(cfg ReportConfig) *reportQueue {
@@ -124,6 +130,7 @@ func (q *reportQueue) pushRunning(r *agentv1.AttemptRecord) {
 // the oldest go, their count carried on the next one kept.
 func (q *reportQueue) pushLog(r *agentv1.AttemptRecord) {
 	q.mu.Lock()
+	q.monotonic(r)
 	q.logs = append(q.logs, r)
 	q.logBytes += len(r.GetLog().GetText())
 	for len(q.logs) > 1 && (len(q.logs) > q.cfg.MaxUnsentLogs || q.logBytes > q.cfg.MaxUnsentBytes) {
@@ -147,10 +154,23 @@ func (q *reportQueue) pushLog(r *agentv1.AttemptRecord) {
 	}
 }
 
+// monotonic keeps r's time at or after the records queued before it.
+func (q *reportQueue) monotonic(r *agentv1.AttemptRecord) {
+	if r.Time == nil {
+		return
+	}
+	if t := r.Time.AsTime(); t.Before(q.last) {
+		r.Time = timestamppb.New(q.last)
+	} else {
+		q.last = t
+	}
+}
+
 // pushTerminal queues the last record; its dropped_lines gets the lines
 // dropped here added.
 func (q *reportQueue) pushTerminal(r *agentv1.AttemptRecord) {
 	q.mu.Lock()
+	q.monotonic(r)
 	r.GetUpdate().DroppedLines += q.dropped
 	q.terminal = r
 	q.mu.Unlock()

@@ -4,11 +4,13 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -18,8 +20,14 @@ import (
 func metadataHits(t *testing.T, nb *nodeBundle, ns string, k int) {
 	t.Helper()
 	for i := 0; i < k; i++ {
-		if _, err := probe(ns, "tcp", "169.254.169.254:80"); err != nil && nb.node.Config().Security.Egress.Mode == ModeObserve {
+		_, err := probe(ns, "tcp", "169.254.169.254:80")
+		switch {
+		case nb.node.Config().Security.Egress.Mode == ModeObserve && err != nil:
 			t.Fatalf("observe: metadata probe: %v", err)
+		case nb.node.Config().Security.Egress.Mode == ModeEnforce && !errors.Is(err, syscall.ECONNREFUSED) && !errors.Is(err, syscall.EHOSTUNREACH):
+			// Anything but the rule's rejection means the probe may not
+			// have reached the chain, and the counts below would be off.
+			t.Fatalf("enforce: metadata probe: %v, want a rejection", err)
 		}
 	}
 }

@@ -1,6 +1,8 @@
 package egress
 
 import (
+	"bytes"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"net"
@@ -48,6 +50,15 @@ func ensureBridge(h *netlink.Handle, p *plan) (netlink.Link, error) {
 			return nil, fmt.Errorf("look up bridge %s: %w", name, err)
 		}
 	}
+	// A bridge without a MAC of its own takes its lowest port's, so a new
+	// container's veth can change the gateway's MAC under every other
+	// container: their cached neighbour entry then points nowhere and
+	// their traffic stalls for seconds. An address set explicitly sticks.
+	if mac := bridgeMAC(name); !bytes.Equal(l.Attrs().HardwareAddr, mac) {
+		if err := h.LinkSetHardwareAddr(l, mac); err != nil {
+			return nil, fmt.Errorf("fix the MAC address of bridge %s: %w", name, err)
+		}
+	}
 	for _, a := range []*netlink.Addr{
 		{IPNet: ipNet(p.gw4, p.v4.Bits())},
 		{IPNet: ipNet(p.gw6, p.v6.Bits()), Flags: unix.IFA_F_NODAD},
@@ -60,6 +71,15 @@ func ensureBridge(h *netlink.Handle, p *plan) (netlink.Link, error) {
 		return nil, fmt.Errorf("bring up bridge %s: %w", name, err)
 	}
 	return l, nil
+}
+
+// bridgeMAC is a locally administered unicast MAC derived from the bridge's
+// name, so it survives agent restarts.
+func bridgeMAC(name string) net.HardwareAddr {
+	h := sha256.Sum256([]byte("levers9 bridge " + name))
+	mac := net.HardwareAddr(h[:6])
+	mac[0] = mac[0]&0xfe | 0x02
+	return mac
 }
 
 // createContainerNetns creates the named namespace with loopback up and the

@@ -72,7 +72,25 @@ func (r *Redis) StartServer(ctx context.Context) error {
 	if err := run(exec.CommandContext(ctx, r.bin, cf), "redis-server"); err != nil {
 		return err
 	}
-	return waitTCP(ctx, r.Addr(), 15*time.Second)
+	if err := waitTCP(ctx, r.Addr(), 15*time.Second); err != nil {
+		return err
+	}
+	// The daemon may answer before it writes its pid file, which Stop
+	// needs.
+	pid := filepath.Join(r.Dir, "redis.pid")
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		if _, err := os.Stat(pid); err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("redis-server answers but wrote no %s", pid)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
 }
 
 // StopServer stops the server and waits until it is gone.
