@@ -65,12 +65,19 @@ func CallerFromContext(ctx context.Context) (*Addr, bool) {
 	return a, ok
 }
 
+// transportReadBuffer is each gRPC transport's read buffer over a tunnel
+// stream (gRPC's default is 32 KiB, per agent and direction).
+const transportReadBuffer = 4 << 10
+
 // ServerOptions are the grpc.Server options matching lim (message size).
 func ServerOptions(lim Limits) []grpc.ServerOption {
 	lim = lim.WithDefaults()
 	return []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(lim.MaxMessageSize),
 		grpc.MaxSendMsgSize(lim.MaxMessageSize),
+		// One transport per agent, mostly idle: a small read buffer (the
+		// tunnel stream buffers too; write buffers are shared by default).
+		grpc.ReadBufferSize(transportReadBuffer),
 	}
 }
 
@@ -83,6 +90,7 @@ func NewClientConn(target string, open func(ctx context.Context) (net.Conn, erro
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return open(ctx) }),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(lim.MaxMessageSize), grpc.MaxCallSendMsgSize(lim.MaxMessageSize)),
+		grpc.WithReadBufferSize(transportReadBuffer),
 	}
 	cc, err := grpc.NewClient("passthrough:///"+target, append(base, opts...)...)
 	if err != nil {
