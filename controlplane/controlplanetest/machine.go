@@ -206,7 +206,6 @@ func (m *ScriptedMachine) play(ctx context.Context, ta *agentv1.TaskAttempt, key
 	defer func() {
 		m.mu.Lock()
 		delete(m.held, key)
-		m.running--
 		m.mu.Unlock()
 	}()
 	seq := uint64(0)
@@ -216,6 +215,13 @@ func (m *ScriptedMachine) play(ctx context.Context, ta *agentv1.TaskAttempt, key
 		m.send(ta, r, seq)
 	}
 	update := func(st v1.AttemptState, code int32) {
+		if st != v1.AttemptState_ATTEMPT_STATE_RUNNING {
+			// Like a real container: it has ended (and stopped using the
+			// machine) before its end is reported.
+			m.mu.Lock()
+			m.running--
+			m.mu.Unlock()
+		}
 		send(&agentv1.AttemptRecord{Record: &agentv1.AttemptRecord_Update{Update: &agentv1.AttemptUpdate{State: st, ExitCode: code}}})
 	}
 	line := func(s string) {
