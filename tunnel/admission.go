@@ -31,17 +31,38 @@ const maxRetryAfter = 60 * time.Second
 func (a *admission) admit(now time.Time) (bool, time.Duration) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	a.refillLocked(now)
+	if a.tokens >= 1 {
+		a.tokens--
+		return true, 0
+	}
+	return false, a.queueLocked()
+}
+
+// minBusyWait is the least a busy refusal asks an agent to wait: the
+// handshakes in flight need some time to finish even when tokens are left.
+const minBusyWait = 250 * time.Millisecond
+
+// busy places an agent refused before any crypto (too many handshakes in
+// flight) in the same virtual queue and returns its hint.
+func (a *admission) busy(now time.Time) time.Duration {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.refillLocked(now)
+	return max(a.queueLocked(), minBusyWait)
+}
+
+func (a *admission) refillLocked(now time.Time) {
 	el := now.Sub(a.last).Seconds()
 	if el > 0 {
 		a.tokens = math.Min(a.burst, a.tokens+el*a.rate)
 		a.backlog = math.Max(0, a.backlog-el*a.rate)
 		a.last = now
 	}
-	if a.tokens >= 1 {
-		a.tokens--
-		return true, 0
-	}
+}
+
+func (a *admission) queueLocked() time.Duration {
 	a.backlog++
 	wait := time.Duration((a.backlog + 1 - a.tokens) / a.rate * float64(time.Second))
-	return false, min(wait, maxRetryAfter)
+	return min(max(wait, 0), maxRetryAfter)
 }

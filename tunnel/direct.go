@@ -196,7 +196,13 @@ func (d *Direct) dialAddr(ctx context.Context, addr string, mode DialMode) (Sess
 		running++
 		go func() {
 			m, err := retryLeg(raceCtx, d.dialQUIC, addr, true)
-			if err != nil {
+			var r *RefusedError
+			switch {
+			case errors.As(err, &r):
+				// The server answered over UDP and is busy: a TCP attempt
+				// now would only add to its load.
+				stopRace()
+			case err != nil:
 				close(quicFailed)
 			}
 			results <- dialResult{m, err}
@@ -264,7 +270,10 @@ func (e noAnswer) Unwrap() []error { return []error{e.err, errNoAnswer} }
 // Only a peer that did not answer is tried again; a TLS failure or a
 // refusal is an answer and ends the leg at once.
 func retryLeg(ctx context.Context, dial func(context.Context, string) (mux, error), addr string, bounded bool) (mux, error) {
-	const first, most = 500 * time.Millisecond, 4 * time.Second
+	// The first QUIC attempt gets 2 s: an abandoned attempt is not closed
+	// (quic-go sends nothing), so on a busy server it holds a handshake
+	// slot until the server gives up on it.
+	const first, most = time.Second, 4 * time.Second
 	step := first
 	for {
 		actx, cancel := ctx, context.CancelFunc(func() {})
@@ -320,10 +329,18 @@ func (d *Direct) dialQUIC(ctx context.Context, addr string) (mux, error) {
 	if err != nil {
 		_ = tr.Close()
 		_ = pc.Close()
-		var hto *quic.HandshakeTimeoutError
-		var ito *quic.IdleTimeoutError
-		if errors.Is(err, context.DeadlineExceeded) || errors.As(err, &hto) || errors.As(err, &ito) {
+		var (
+			hto *quic.HandshakeTimeoutError
+			ito *quic.IdleTimeoutError
+			te  *quic.TransportError
+		)
+		switch {
+		case errors.Is(err, context.DeadlineExceeded) || errors.As(err, &hto) || errors.As(err, &ito):
 			err = noAnswer{err}
+		case errors.As(err, &te) && te.Remote && te.ErrorCode == quic.ConnectionRefused:
+			// Refused before any crypto: too many handshakes in flight.
+			// QUIC carries no hint; Auto backs off with jitter.
+			err = &RefusedError{Reason: "controlplane busy: QUIC connection refused"}
 		}
 		return nil, fmt.Errorf("quic %s: %w", addr, err)
 	}
@@ -350,6 +367,9 @@ func (d *Direct) dialTCP(ctx context.Context, addr string) (mux, error) {
 	tc := tls.Client(c, d.tlsFor(addr))
 	if err := tc.HandshakeContext(ctx); err != nil {
 		_ = c.Close()
+		if r, ok := busyRefusal(err); ok {
+			return nil, r
+		}
 		return nil, fmt.Errorf("tcp %s: TLS handshake: %w", addr, err)
 	}
 	m, err := newYamux(tc, false, d.cfg.Liveness, d.cfg.Limits, d.log)

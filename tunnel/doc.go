@@ -15,8 +15,9 @@
 // machine) or refuses it (unknown, expired, revoked) before any stream is
 // served. Overload protection has two stages: at most
 // ServerConfig.MaxConcurrentHandshakes connections may be between accept and
-// verdict (beyond that a connection is dropped before any crypto: TCP closed,
-// QUIC refused), and admitted handshakes are rate limited by a token bucket
+// verdict (beyond that a connection is refused before any crypto: over TCP
+// with a five-byte busy record carrying a retry-after hint, over QUIC with
+// CONNECTION_REFUSED), and admitted handshakes are rate limited by a token bucket
 // (HandshakesPerSecond) whose refusals carry a retry-after hint that places
 // each refused agent in a virtual queue, so a fleet reconnecting after a
 // restart is spread out instead of retrying in lockstep.

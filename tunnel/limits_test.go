@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"io"
 	"math/rand/v2"
 	"net"
@@ -444,6 +445,15 @@ func TestHandshakeConcurrencyCap(t *testing.T) {
 		}
 		if time.Since(start) > time.Second {
 			t.Fatalf("%s: refusal took %s, want it before any crypto", tr.name, time.Since(start))
+		}
+		var r *tunnel.RefusedError
+		if !errors.As(err, &r) {
+			t.Fatalf("%s: %v is not a refusal", tr.name, err)
+		}
+		// Over TCP the busy record carries the server's hint (at least
+		// minBusyWait); QUIC's CONNECTION_REFUSED has no room for one.
+		if tr.want == tunnel.TransportTCP && r.RetryAfter < 250*time.Millisecond {
+			t.Fatalf("tcp refusal hint %s, want >= 250ms", r.RetryAfter)
 		}
 	}
 	if got := e.counter("levers9_tunnel_handshakes_total", "side", "server", "result", "refused"); got < 2 {

@@ -1,7 +1,9 @@
 package tunnel
 
 import (
+	"crypto/tls"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
 	"time"
@@ -13,9 +15,19 @@ import (
 //
 //	agent  -> server: hello   = "L9T" version(1)
 //	server -> agent:  verdict = status(1) retryAfterMillis(4, BE) reasonLen(2, BE) reason
-//	then both ways:   heartbeat bytes ('h'), one per HeartbeatInterval
+//	then both ways:   heartbeats, heartbeatLen bytes of 'h' per HeartbeatInterval
 //
 //	status: 0 admitted, 1 refused (retry later), 2 refused (permanent)
+//
+// Over TCP a server with too many handshakes in flight answers before any
+// crypto with a busy record instead of a TLS ServerHello:
+//
+//	busy = "L9B" retryAfter(2, BE, units of 10 ms)
+//
+// A TLS client reports it as a tls.RecordHeaderError carrying those 5
+// bytes, so the agent learns the hint without the server spending a
+// handshake. It is not authenticated: its only power is a bounded delay,
+// which anyone on the path has anyway by dropping packets.
 
 var helloMagic = [4]byte{'L', '9', 'T', 1}
 
@@ -25,9 +37,34 @@ const (
 	verdictPermanent byte = 2
 
 	heartbeatByte byte = 'h'
+	// heartbeatLen makes a heartbeat's QUIC packet longer than the 42 bytes
+	// under which quic-go sends no stateless reset: a restarted controlplane
+	// then resets an agent's old connection at its next heartbeat, instead
+	// of the agent waiting out HeartbeatTimeout.
+	heartbeatLen = 32
 
 	maxReasonLen = 512
 )
+
+var busyMagic = [3]byte{'L', '9', 'B'}
+
+const busyUnit = 10 * time.Millisecond
+
+func encodeBusy(retryAfter time.Duration) []byte {
+	u := min(max(retryAfter/busyUnit, 1), maxRetryAfter/busyUnit)
+	return []byte{busyMagic[0], busyMagic[1], busyMagic[2], byte(u >> 8), byte(u)}
+}
+
+// busyRefusal turns a TLS client handshake error into the server's busy
+// refusal when it carried one.
+func busyRefusal(err error) (*RefusedError, bool) {
+	var rh tls.RecordHeaderError
+	if !errors.As(err, &rh) || [3]byte(rh.RecordHeader[:3]) != busyMagic {
+		return nil, false
+	}
+	u := time.Duration(binary.BigEndian.Uint16(rh.RecordHeader[3:5]))
+	return &RefusedError{Reason: "controlplane busy: too many handshakes in flight", RetryAfter: min(u*busyUnit, maxRetryAfter)}, true
+}
 
 // readHello reads and checks the agent's hello.
 func readHello(r io.Reader) error {

@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"sync"
@@ -43,10 +44,12 @@ type ServerConfig struct {
 	HandshakesPerSecond float64
 	HandshakeBurst      int
 	// MaxConcurrentHandshakes caps connections between accept and verdict
-	// (default 64). Over it a new connection is dropped before any crypto
-	// (TCP closed, QUIC refused) and the agent backs off: the server does
-	// only the handshakes it can finish in time instead of starting
-	// thousands that all time out (congestion collapse).
+	// (default 1024). Over it a new connection is refused before any crypto
+	// (TCP: a busy record with a retry-after hint; QUIC: CONNECTION_REFUSED)
+	// and the agent backs off: the server does only the handshakes it can
+	// finish in time instead of starting thousands that all time out
+	// (congestion collapse). Set it well above the handshakes a second
+	// brings: slow clients hold slots too, and every refusal is redone.
 	MaxConcurrentHandshakes int
 	// QUICStatelessResetKey, when the same across restarts (derive it from
 	// a secret), lets a restarted server reset the agents' old QUIC
@@ -71,7 +74,7 @@ func (c ServerConfig) WithDefaults() ServerConfig {
 		c.HandshakeBurst = 200
 	}
 	if c.MaxConcurrentHandshakes == 0 {
-		c.MaxConcurrentHandshakes = 64
+		c.MaxConcurrentHandshakes = 1024
 	}
 	c.Liveness = c.Liveness.WithDefaults()
 	c.Limits = c.Limits.WithDefaults()
@@ -282,7 +285,11 @@ func (s *Server) acceptTCP(ctx context.Context) {
 		}
 		slot, ok := s.takeSlot()
 		if !ok {
-			_ = c.Close()
+			s.wg.Add(1)
+			go func() {
+				defer s.wg.Done()
+				s.refuseBusy(c)
+			}()
 			continue
 		}
 		if !s.addPending(c) {
@@ -392,6 +399,21 @@ func (s *Server) handleTCP(ctx context.Context, c net.Conn, slot *handshakeSlot)
 		return
 	}
 	s.admit(ctx, m, slot)
+}
+
+// refuseBusy tells an agent over the handshake cap when to come back: a
+// few bytes, no crypto. The ClientHello is drained before closing, as
+// closing over unread data would send a RST that can overtake the hint.
+func (s *Server) refuseBusy(c net.Conn) {
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(500 * time.Millisecond))
+	if _, err := c.Write(encodeBusy(s.adm.busy(s.cfg.Clock.Now()))); err != nil {
+		return
+	}
+	if cw, ok := c.(interface{ CloseWrite() error }); ok {
+		_ = cw.CloseWrite()
+	}
+	_, _ = io.Copy(io.Discard, io.LimitReader(c, 64<<10))
 }
 
 func (s *Server) handshakeFailed(remote net.Addr, tr Transport, err error) {

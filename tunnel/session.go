@@ -87,7 +87,7 @@ type RefusedError struct {
 }
 
 func (e *RefusedError) Error() string {
-	if e.Permanent {
+	if e.Permanent || e.RetryAfter <= 0 {
 		return "tunnel refused by server: " + e.Reason
 	}
 	return fmt.Sprintf("tunnel refused by server: %s (retry after %s)", e.Reason, e.RetryAfter)

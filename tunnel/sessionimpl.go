@@ -87,6 +87,13 @@ func (s *session) readHeartbeats() {
 	}
 }
 
+var heartbeat = func() (b [heartbeatLen]byte) {
+	for i := range b {
+		b[i] = heartbeatByte
+	}
+	return b
+}()
+
 // beat writes one heartbeat and schedules the next.
 func (s *session) beat() {
 	s.mu.Lock()
@@ -98,7 +105,7 @@ func (s *session) beat() {
 	s.mu.Unlock()
 	defer s.wg.Done()
 	_ = s.ctrl.SetWriteDeadline(time.Now().Add(s.live.HeartbeatTimeout))
-	if _, err := s.ctrl.Write([]byte{heartbeatByte}); err != nil {
+	if _, err := s.ctrl.Write(heartbeat[:]); err != nil {
 		s.fail(fmt.Errorf("writing heartbeat to %s: %w", s.identity, err))
 		return
 	}

@@ -17,6 +17,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime/pprof"
 	"slices"
 	"strings"
 	"syscall"
@@ -35,7 +36,21 @@ func main() {
 	busy := flag.Bool("busy", false, "internal: agent 0 streams logs at full speed")
 	flag.IntVar(&fleet1, "fleet1k", 1000, "agents for the *_1k figures (scale down on a small machine)")
 	flag.IntVar(&fleet5, "fleet5k", 5000, "agents for the *_5k and storm figures")
+	only := flag.String("only", "throughput,fleet,loss", "phases to run: throughput, fleet (push, idle cost, reconnect storm), loss")
+	flag.StringVar(&profileDir, "profile", "", "write CPU profiles of the controlplane processes into this directory, and keep the children's logs there")
+	cpuprofile := flag.String("cpuprofile", "", "internal: write this child's CPU profile here")
 	flag.Parse()
+	if *cpuprofile != "" {
+		f, err := os.Create(*cpuprofile)
+		if err == nil {
+			err = pprof.StartCPUProfile(f)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "bench/tunnel:", err)
+			os.Exit(1)
+		}
+		defer pprof.StopCPUProfile()
+	}
 	var err error
 	switch *role {
 	case "cp":
@@ -43,17 +58,29 @@ func main() {
 	case "agents":
 		err = runAgents(*dir, *addr, *prefix, *n, *busy)
 	case "":
-		err = orchestrate(*quick)
+		err = orchestrate(*quick, phases(*only))
 	default:
 		err = fmt.Errorf("unknown role %q", *role)
 	}
 	if err != nil {
+		pprof.StopCPUProfile()
 		fmt.Fprintln(os.Stderr, "bench/tunnel:", err)
 		os.Exit(1)
 	}
 }
 
-var fleet1, fleet5 int
+var (
+	fleet1, fleet5 int
+	profileDir     string
+)
+
+func phases(list string) map[string]bool {
+	m := map[string]bool{}
+	for _, p := range strings.Split(list, ",") {
+		m[strings.TrimSpace(p)] = true
+	}
+	return m
+}
 
 type child struct {
 	name string
@@ -66,6 +93,12 @@ func spawn(dir, name string, args ...string) (*child, error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return nil, err
+	}
+	if profileDir != "" {
+		args = append(args, "-profile", profileDir)
+		if name != "cp" { // the first controlplane profiles its idle window only
+			args = append(args, "-cpuprofile", filepath.Join(profileDir, name+".pprof"))
+		}
 	}
 	cmd := exec.Command(exe, append([]string{"-dir", dir}, args...)...)
 	logf, err := os.Create(filepath.Join(dir, name+".log"))
@@ -157,7 +190,7 @@ func waitConnected(cp *child, want int, d time.Duration) (int, error) {
 	}
 }
 
-func orchestrate(quick bool) error {
+func orchestrate(quick bool, run map[string]bool) error {
 	nan := math.NaN()
 	fig := map[string]float64{}
 	names := []string{"yamux_vs_tls", "quic_vs_tls", "push_p99_ms_1k", "push_p99_ms_5k", "push_p99_ms_busy",
@@ -178,6 +211,27 @@ func orchestrate(quick bool) error {
 	}()
 	begin := time.Now()
 
+	if run["throughput"] {
+		measureThroughputFigures(quick, fig)
+	}
+	if run["fleet"] {
+		if err := measureFleet(quick, fig); err != nil {
+			return err
+		}
+	}
+	if run["loss"] {
+		if l, err := measureLoss(quick); err != nil {
+			fmt.Println("loss:", err)
+		} else {
+			fig["ctrl_p99_ms_loss1_quic"] = l.quic
+			fig["ctrl_p99_ms_loss1_yamux"] = l.yamux
+		}
+	}
+	fmt.Printf("bench took %s\n", time.Since(begin).Round(time.Second))
+	return nil
+}
+
+func measureThroughputFigures(quick bool, fig map[string]float64) {
 	t, err := measureThroughput(quick)
 	if err != nil {
 		fmt.Println("throughput:", err)
@@ -187,12 +241,22 @@ func orchestrate(quick bool) error {
 		fig["yamux_vs_tls"] = math.Sqrt(t.yamux1 * t.yamux8)
 		fig["quic_vs_tls"] = math.Sqrt(t.quic1 * t.quic8)
 	}
+}
 
-	dir, err := os.MkdirTemp("", "l9t-bench-")
-	if err != nil {
+// measureFleet connects fleets of idle agents to one controlplane process:
+// push latency, cost per idle agent, then the reconnect storm.
+func measureFleet(quick bool, fig map[string]float64) error {
+	dir := profileDir
+	if dir == "" {
+		d, err := os.MkdirTemp("", "l9t-bench-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(d)
+		dir = d
+	} else if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	defer os.RemoveAll(dir)
 	ca, err := tunneltest.NewCA("bench")
 	if err != nil {
 		return err
@@ -294,9 +358,24 @@ func orchestrate(quick bool) error {
 		}
 		total = 2 * fleet5
 	}
+	// What holding idle agents costs the controlplane in CPU.
+	idle := 5 * time.Second
+	var used struct {
+		CPU float64 `json:"cpu_s"`
+	}
+	if err := cp.call(command{Cmd: "idle", N: int(idle.Milliseconds())}, &used); err != nil {
+		return err
+	}
 	var st cpStats
 	if err := cp.call(command{Cmd: "stats"}, &st); err != nil {
 		return err
+	}
+	fmt.Printf("controlplane CPU with %d idle agents: %.0f%% of a core\n", st.Agents, 100*used.CPU/idle.Seconds())
+	if profileDir != "" {
+		var ignored map[string]string
+		if err := cp.call(command{Cmd: "profiles"}, &ignored); err != nil {
+			return err
+		}
 	}
 	fig["kib_per_agent"] = float64(st.RSSKiB-base.RSSKiB) / float64(st.Agents)
 	fig["goroutines_per_agent"] = float64(st.Goroutines-base.Goroutines) / float64(st.Agents)
@@ -351,13 +430,5 @@ func orchestrate(quick bool) error {
 	}
 	fig["handshake_failures"] = st.Failed
 	fmt.Printf("reconnect storm (%d agents): p99 %.2f s, all %.2f s, %d missing, %v refused (handshake cap or retry-after), %v failed handshakes\n", total, fig["reconnect_s_p99"], fig["reconnect_s_all"], missing, st.Refused, st.Failed)
-
-	if l, err := measureLoss(quick); err != nil {
-		fmt.Println("loss:", err)
-	} else {
-		fig["ctrl_p99_ms_loss1_quic"] = l.quic
-		fig["ctrl_p99_ms_loss1_yamux"] = l.yamux
-	}
-	fmt.Printf("bench took %s\n", time.Since(begin).Round(time.Second))
 	return nil
 }

@@ -13,11 +13,13 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/debug"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -70,6 +72,15 @@ func rssKiB() int64 {
 		}
 	}
 	return 0
+}
+
+// cpuSeconds is the user plus system CPU time this process used so far.
+func cpuSeconds() float64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
 }
 
 func resetKey(dir string) (*[32]byte, error) {
@@ -151,15 +162,41 @@ func runCP(dir, addr string) error {
 	serveCommands(func(c command) any {
 		switch c.Cmd {
 		case "stats":
+			cpu := cpuSeconds()
 			runtime.GC()
 			debug.FreeOSMemory()
 			return map[string]any{
-				"agents": len(hub.Agents()), "rss_kib": rssKiB(), "goroutines": runtime.NumGoroutine(),
+				"agents": len(hub.Agents()), "rss_kib": rssKiB(), "goroutines": runtime.NumGoroutine(), "cpu_s": cpu,
 				"failed":  counterValue(reg, "levers9_tunnel_handshakes_total", map[string]string{"result": "failed"}),
 				"refused": counterValue(reg, "levers9_tunnel_handshakes_total", map[string]string{"result": "refused"}),
 			}
 		case "push":
 			return push(hub, c)
+		case "idle":
+			// CPU over an idle window, profiled when a directory is given.
+			cpu := cpuSeconds()
+			if profileDir != "" {
+				if f, err := os.Create(filepath.Join(profileDir, "cp-idle.pprof")); err == nil {
+					defer f.Close()
+					if pprof.StartCPUProfile(f) == nil {
+						defer pprof.StopCPUProfile()
+					}
+				}
+			}
+			time.Sleep(time.Duration(c.N) * time.Millisecond)
+			return map[string]any{"cpu_s": cpuSeconds() - cpu}
+		case "profiles":
+			// Goroutine and heap profiles next to the CPU profile, to see
+			// what an idle agent costs.
+			for _, name := range []string{"goroutine", "heap"} {
+				f, err := os.Create(filepath.Join(dir, "cp-"+name+".txt"))
+				if err != nil {
+					return map[string]string{"error": err.Error()}
+				}
+				_ = pprof.Lookup(name).WriteTo(f, 1)
+				_ = f.Close()
+			}
+			return map[string]string{}
 		}
 		return map[string]string{"error": "unknown command " + c.Cmd}
 	})
