@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"sync"
 	"time"
 
 	"github.com/quic-go/quic-go"
@@ -23,7 +24,10 @@ type ClientConfig struct {
 	// controlplane's certificate chains to. TLS 1.3 and the ALPN are forced.
 	TLS *tls.Config
 	// QUICHeadStart is how long QUIC runs alone before TCP joins the race
-	// (default 300 ms).
+	// (default 300 ms). To an address whose last session was QUIC, QUIC
+	// gets at least knownQUICHeadStart: after a controlplane restart its
+	// handshakes are slow, and a TCP handshake beside each would double
+	// the load of the reconnecting fleet.
 	QUICHeadStart time.Duration
 	// DialTimeout bounds one address's race including the hello (default 10 s).
 	DialTimeout time.Duration
@@ -138,6 +142,33 @@ const (
 type Direct struct {
 	cfg ClientConfig
 	log *slog.Logger
+
+	// mu guards won.
+	mu sync.Mutex
+	// won is the transport of the last session made to each address.
+	won map[string]Transport
+}
+
+// knownQUICHeadStart: see ClientConfig.QUICHeadStart. Well under the 10 s
+// in which an agent whose UDP became blocked must be on TCP.
+const knownQUICHeadStart = 2 * time.Second
+
+func (d *Direct) headStart(addr string) time.Duration {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.won[addr] == TransportQUIC {
+		return max(d.cfg.QUICHeadStart, knownQUICHeadStart)
+	}
+	return d.cfg.QUICHeadStart
+}
+
+func (d *Direct) recordWinner(addr string, tr Transport) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.won == nil {
+		d.won = make(map[string]Transport)
+	}
+	d.won[addr] = tr
 }
 
 // NewDirect checks cfg.
@@ -212,7 +243,7 @@ func (d *Direct) dialAddr(ctx context.Context, addr string, mode DialMode) (Sess
 		running++
 		go func() {
 			if useQUIC {
-				t := time.NewTimer(d.cfg.QUICHeadStart)
+				t := time.NewTimer(d.headStart(addr))
 				select {
 				case <-t.C:
 				case <-quicFailed:
@@ -248,7 +279,11 @@ func (d *Direct) dialAddr(ctx context.Context, addr string, mode DialMode) (Sess
 	if winner == nil {
 		return nil, fmt.Errorf("dialling %s: %w", addr, errors.Join(errs...))
 	}
-	return d.hello(ctx, addr, winner)
+	s, err := d.hello(ctx, addr, winner)
+	if err == nil {
+		d.recordWinner(addr, s.Transport())
+	}
+	return s, err
 }
 
 // errNoAnswer marks a dial error where the peer never answered (refused,
@@ -315,6 +350,18 @@ func (d *Direct) tlsFor(addr string) *tls.Config {
 	return tc
 }
 
+// quicBusy: the server refused the connection because it is busy, before
+// any crypto (too many handshakes in flight) or after it (quic-go's accept
+// queue was full). QUIC carries no hint; Auto backs off with jitter.
+func quicBusy() *RefusedError {
+	return &RefusedError{Reason: "controlplane busy: QUIC connection refused"}
+}
+
+func quicRefused(err error) bool {
+	var te *quic.TransportError
+	return errors.As(err, &te) && te.Remote && te.ErrorCode == quic.ConnectionRefused
+}
+
 func (d *Direct) dialQUIC(ctx context.Context, addr string) (mux, error) {
 	ua, err := net.ResolveUDPAddr("udp", addr)
 	if err != nil {
@@ -332,15 +379,12 @@ func (d *Direct) dialQUIC(ctx context.Context, addr string) (mux, error) {
 		var (
 			hto *quic.HandshakeTimeoutError
 			ito *quic.IdleTimeoutError
-			te  *quic.TransportError
 		)
 		switch {
 		case errors.Is(err, context.DeadlineExceeded) || errors.As(err, &hto) || errors.As(err, &ito):
 			err = noAnswer{err}
-		case errors.As(err, &te) && te.Remote && te.ErrorCode == quic.ConnectionRefused:
-			// Refused before any crypto: too many handshakes in flight.
-			// QUIC carries no hint; Auto backs off with jitter.
-			err = &RefusedError{Reason: "controlplane busy: QUIC connection refused"}
+		case quicRefused(err):
+			err = quicBusy()
 		}
 		return nil, fmt.Errorf("quic %s: %w", addr, err)
 	}
@@ -400,6 +444,9 @@ func (d *Direct) hello(ctx context.Context, addr string, m mux) (Session, error)
 		var r *RefusedError
 		if errors.As(err, &r) {
 			return nil, err
+		}
+		if quicRefused(err) {
+			return nil, quicBusy()
 		}
 		return nil, fmt.Errorf("tunnel hello with %s over %s: %w", addr, m.transport(), err)
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"sync"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -104,9 +105,43 @@ type Agent struct {
 	Identity  string
 	Transport Transport
 	Session   Session
-	// Conn pushes to the agent: each connection is a stream the controlplane
-	// opens on the agent's session. It is closed when the session ends.
-	Conn *grpc.ClientConn
+
+	newConn func() (*grpc.ClientConn, error)
+	// mu guards conn and ended.
+	mu    sync.Mutex
+	conn  *grpc.ClientConn
+	ended bool
+}
+
+// Conn returns the ClientConn that pushes to the agent: each of its
+// connections is a stream the controlplane opens on the agent's session.
+// It is made on first use, as a ClientConn costs three goroutines even
+// when idle and most agents are never pushed to; it disconnects after
+// pushIdleTimeout without calls and is closed when the session ends.
+func (a *Agent) Conn() (*grpc.ClientConn, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.ended {
+		return nil, fmt.Errorf("agent %s: session ended: %w", a.Identity, ErrAgentNotConnected)
+	}
+	if a.conn == nil {
+		cc, err := a.newConn()
+		if err != nil {
+			return nil, err
+		}
+		a.conn = cc
+	}
+	return a.conn, nil
+}
+
+func (a *Agent) end() {
+	a.mu.Lock()
+	a.ended = true
+	cc := a.conn
+	a.mu.Unlock()
+	if cc != nil {
+		_ = cc.Close()
+	}
 }
 
 // HubConfig configures a Hub.
@@ -121,6 +156,10 @@ type HubConfig struct {
 	Limits       Limits
 	DialOptions  []grpc.DialOption
 }
+
+// pushIdleTimeout is how long a push ClientConn stays connected after its
+// last call.
+const pushIdleTimeout = 2 * time.Minute
 
 // Hub is the controlplane side of gRPC over tunnels: plug HandleSession into
 // ServerConfig.OnSession, then push through Conn(identity). When an identity
@@ -144,13 +183,11 @@ func NewHub(cfg HubConfig) (*Hub, error) {
 
 // HandleSession serves one agent session until it ends. It blocks.
 func (h *Hub) HandleSession(ctx context.Context, s Session) {
-	cc, err := NewClientConn(s.Identity(), s.OpenStream, h.cfg.Limits, h.cfg.DialOptions...)
-	if err != nil {
-		_ = s.Close()
-		return
+	a := &Agent{Identity: s.Identity(), Transport: s.Transport(), Session: s}
+	a.newConn = func() (*grpc.ClientConn, error) {
+		opts := append([]grpc.DialOption{grpc.WithIdleTimeout(pushIdleTimeout)}, h.cfg.DialOptions...)
+		return NewClientConn(a.Identity, s.OpenStream, h.cfg.Limits, opts...)
 	}
-	cc.Connect()
-	a := &Agent{Identity: s.Identity(), Transport: s.Transport(), Session: s, Conn: cc}
 	h.mu.Lock()
 	old := h.agents[a.Identity]
 	h.agents[a.Identity] = a
@@ -167,7 +204,7 @@ func (h *Hub) HandleSession(ctx context.Context, s Session) {
 		delete(h.agents, a.Identity)
 	}
 	h.mu.Unlock()
-	_ = cc.Close()
+	a.end()
 	serr := s.Err()
 	if serr == nil {
 		serr = ctx.Err()
@@ -184,12 +221,12 @@ var ErrAgentNotConnected = fmt.Errorf("agent not connected to this controlplane 
 // Conn returns the push ClientConn of a connected agent.
 func (h *Hub) Conn(identity string) (*grpc.ClientConn, error) {
 	h.mu.Lock()
-	defer h.mu.Unlock()
 	a, ok := h.agents[identity]
+	h.mu.Unlock()
 	if !ok {
 		return nil, fmt.Errorf("agent %s: %w", identity, ErrAgentNotConnected)
 	}
-	return a.Conn, nil
+	return a.Conn()
 }
 
 // Agent returns the connected agent with identity, if any.

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"time"
 
 	"github.com/hashicorp/yamux"
 	"github.com/quic-go/quic-go"
@@ -45,9 +44,10 @@ type quicMux struct {
 func quicConfig(l Liveness, lim Limits) *quic.Config {
 	return &quic.Config{
 		HandshakeIdleTimeout: l.HandshakeTimeout,
-		// The heartbeat decides liveness; the QUIC idle timeout is a backstop.
+		// The heartbeat decides liveness and keeps NAT bindings warm; the
+		// QUIC idle timeout is a backstop. No QUIC keep-alive: it would add
+		// PINGs (and their ACKs) beside the heartbeats of every idle agent.
 		MaxIdleTimeout:        l.HeartbeatTimeout + l.HeartbeatInterval,
-		KeepAlivePeriod:       l.HeartbeatInterval,
 		MaxIncomingStreams:    int64(lim.MaxStreams) + 1, // +1: control stream
 		MaxIncomingUniStreams: -1,
 	}
@@ -112,10 +112,9 @@ type yamuxMux struct {
 func yamuxConfig(l Liveness, lim Limits, log *slog.Logger) *yamux.Config {
 	c := yamux.DefaultConfig()
 	c.AcceptBacklog = lim.MaxStreams + 1
-	c.EnableKeepAlive = true
-	// Keepalive well under the 350 s TCP NAT timeout; the heartbeat makes
-	// traffic far more often anyway.
-	c.KeepAliveInterval = 30 * time.Second
+	// The heartbeat keeps the TCP NAT binding (350 s) warm and decides
+	// liveness; yamux's own keepalive would cost a goroutine per session.
+	c.EnableKeepAlive = false
 	// A write that cannot make progress for a heartbeat timeout means the
 	// peer is gone: close the session instead of hanging the writer.
 	c.ConnectionWriteTimeout = l.HeartbeatTimeout

@@ -188,9 +188,11 @@ func (s *Server) Start(ctx context.Context) error {
 	s.started = true
 	s.tcp, s.udp, s.qtr, s.ql = tcp, udp, qtr, ql
 	s.ctx, s.cancel = context.WithCancel(context.WithoutCancel(ctx))
-	s.wg.Add(2)
+	s.wg.Add(1 + quicAcceptors)
 	go s.acceptTCP(s.ctx)
-	go s.acceptQUIC(s.ctx)
+	for range quicAcceptors {
+		go s.acceptQUIC(s.ctx)
+	}
 	s.log.Info("tunnel server listening", "tcp", tcp.Addr().String(), "udp", udp.LocalAddr().String())
 	return nil
 }
@@ -304,6 +306,12 @@ func (s *Server) acceptTCP(ctx context.Context) {
 		}()
 	}
 }
+
+// quicAcceptors drain quic-go's accept queue. It holds 32 connections whose
+// handshake is complete and refuses more with CONNECTION_REFUSED, wasting
+// the handshake: during a reconnect storm on a loaded machine one goroutine
+// is not scheduled often enough to keep it from filling.
+const quicAcceptors = 4
 
 func (s *Server) acceptQUIC(ctx context.Context) {
 	defer s.wg.Done()

@@ -284,3 +284,31 @@ func TestIdleTunnelSurvivesNATExpiry(t *testing.T) {
 		waitFor(t, 5*time.Second, "relay expires the flow", func() bool { return r.expired.Load() > 0 })
 	})
 }
+
+func TestHubPushConnIsReusedAndEndsWithTheSession(t *testing.T) {
+	e := setupCP(t, cpOpts{})
+	a := setupAgent(t, e, "m-lazy", nil)
+	var ag *tunnel.Agent
+	waitFor(t, 5*time.Second, "agent in the hub", func() bool {
+		var ok bool
+		ag, ok = e.hub.Agent("m-lazy")
+		return ok
+	})
+	e.waitPush(t, 5*time.Second, "m-lazy", "first")
+	cc1, err := ag.Conn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cc2, err := e.hub.Conn("m-lazy")
+	if err != nil || cc1 != cc2 {
+		t.Fatalf("second Conn: %p %v, want the same ClientConn %p", cc2, err, cc1)
+	}
+	a.auto.Stop()
+	waitFor(t, 5*time.Second, "agent gone from the hub", func() bool {
+		_, ok := e.hub.Agent("m-lazy")
+		return !ok
+	})
+	if _, err := ag.Conn(); !errors.Is(err, tunnel.ErrAgentNotConnected) {
+		t.Fatalf("Conn after the session ended: %v, want ErrAgentNotConnected", err)
+	}
+}

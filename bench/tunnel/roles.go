@@ -234,7 +234,11 @@ func push(hub *tunnel.Hub, c command) any {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
 			t := time.Now()
-			if _, err := tunneltest.Echo(ctx, a.Conn, payload); err != nil {
+			cc, err := a.Conn()
+			if err == nil {
+				_, err = tunneltest.Echo(ctx, cc, payload)
+			}
+			if err != nil {
 				fails.Add(1)
 				lat[i] = 5000
 				return
@@ -344,7 +348,11 @@ func runAgents(dir, addr, prefix string, n int, busy bool) error {
 }
 
 // childLogger logs warnings to stderr, which the orchestrator keeps in a
-// file next to the CA.
+// file next to the CA; with -profile it logs every handshake too.
 func childLogger() *slog.Logger {
-	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	level := slog.LevelWarn
+	if profileDir != "" {
+		level = slog.LevelInfo
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 }

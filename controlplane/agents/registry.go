@@ -252,7 +252,7 @@ func (r *Registry) onDisconnect(a *tunnel.Agent, err error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	// A reconnect may already have replaced this session.
-	if conn, cerr := r.hub.Conn(a.Identity); cerr == nil && conn != a.Conn {
+	if cur, ok := r.hub.Agent(a.Identity); ok && cur != a {
 		return
 	}
 	r.releasePresence(ctx, a.Identity)
