@@ -7,7 +7,8 @@
 // controlplane's Server listens on one port (":1995" by default) for both UDP
 // (QUIC) and TCP (TLS+yamux). Once a session is up either side opens streams:
 // the controlplane pushes (gRPC ClientConn whose connections are streams it
-// opens on the agent's session) and the agent calls back (a ClientConn whose
+// opens on the agent's session, made on the first push and disconnected when
+// idle) and the agent calls back (a ClientConn whose
 // streams go to the controlplane). The agent has no listening socket.
 //
 // Identity. The agent presents a client certificate that must chain to the
@@ -23,8 +24,8 @@
 // restart is spread out instead of retrying in lockstep.
 //
 // Dialling. Direct makes one session: a happy-eyeballs race per address,
-// QUIC first and TCP after a short head start, the first to complete wins and
-// the loser is closed; TCP may go through an HTTP CONNECT proxy
+// QUIC first and TCP after a short head start (longer to an address where
+// QUIC won last time), the first to complete wins and the loser is closed; TCP may go through an HTTP CONNECT proxy
 // (HTTPS_PROXY). Auto keeps one session up: on loss it redials with
 // exponential backoff and full jitter (Config.Backoff*), capped, reset once a
 // session stayed up for Config.StableAfter; a refusal's retry-after is
@@ -44,7 +45,9 @@
 // instead of hanging. The heartbeat also keeps NAT and load-balancer bindings
 // warm (UDP ones often expire after 30 s, TCP ones after 350 s). yamux runs
 // with a connection write timeout and a stream close timeout so no write can
-// hang; QUIC runs with a keepalive and an idle timeout tied to the heartbeat.
+// hang; QUIC runs with an idle timeout tied to the heartbeat. Neither runs
+// its own keepalive: the heartbeat is one, and an idle agent then costs a
+// heartbeat and its acknowledgement each way per interval, nothing more.
 // Both sides must use compatible settings: each side's HeartbeatTimeout must
 // exceed the other side's HeartbeatInterval several times over (use the same
 // Liveness on both). Reads on application streams have no idle deadline of

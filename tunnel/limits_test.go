@@ -192,6 +192,39 @@ func TestBadClientsCloseOnlyTheirSession(t *testing.T) {
 	}
 }
 
+// An agent that hangs up mid-handshake (the loser of its own race) is
+// counted as abandoned, not failed: operators alert on failures.
+func TestHandshakeHungUpIsAbandonedNotFailed(t *testing.T) {
+	e := setupCP(t, cpOpts{})
+	for _, hangUp := range []struct {
+		name  string
+		close func(*net.TCPConn) error
+	}{
+		{"close", (*net.TCPConn).Close},
+		{"reset", func(c *net.TCPConn) error { _ = c.SetLinger(0); return c.Close() }},
+	} {
+		before := e.counter("levers9_tunnel_handshakes_total", "side", "server", "result", "abandoned")
+		c, err := net.Dial("tcp", e.addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Half a TLS record header: the server is inside the handshake.
+		if _, err := c.Write([]byte{22, 3, 1}); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(50 * time.Millisecond)
+		if err := hangUp.close(c.(*net.TCPConn)); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, 2*time.Second, hangUp.name+": abandoned handshake counted", func() bool {
+			return e.counter("levers9_tunnel_handshakes_total", "side", "server", "result", "abandoned") > before
+		})
+	}
+	if got := e.counter("levers9_tunnel_handshakes_total", "side", "server", "result", "failed"); got != 0 {
+		t.Fatalf("%v handshakes counted as failed, want 0", got)
+	}
+}
+
 func TestMaxStreamsPerSession(t *testing.T) {
 	for _, tr := range transports {
 		t.Run(tr.name, func(t *testing.T) {

@@ -24,6 +24,9 @@ const (
 	resultOK      = "ok"
 	resultRefused = "refused"
 	resultFailed  = "failed"
+	// resultAbandoned: the agent hung up mid-handshake, as the loser of
+	// its own happy-eyeballs race does. Not a failure to alert on.
+	resultAbandoned = "abandoned"
 )
 
 // NewMetrics creates the series and registers them on reg (nil: not
@@ -36,7 +39,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		}, []string{"side", "transport"}),
 		handshakes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "levers9", Subsystem: "tunnel", Name: "handshakes_total",
-			Help: "Tunnel handshakes by side and result (ok, refused, failed).",
+			Help: "Tunnel handshakes by side and result (ok, refused, failed, abandoned: the agent hung up mid-handshake).",
 		}, []string{"side", "result"}),
 		reconnects: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: "levers9", Subsystem: "tunnel", Name: "reconnects_total",

@@ -11,6 +11,7 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/quic-go/quic-go"
@@ -425,8 +426,20 @@ func (s *Server) refuseBusy(c net.Conn) {
 }
 
 func (s *Server) handshakeFailed(remote net.Addr, tr Transport, err error) {
+	if abandoned(err) {
+		s.cfg.Metrics.handshakes.WithLabelValues("server", resultAbandoned).Inc()
+		s.log.Info("tunnel handshake abandoned by the agent", "remote", remote.String(), "transport", string(tr), "err", err)
+		return
+	}
 	s.cfg.Metrics.handshakes.WithLabelValues("server", resultFailed).Inc()
 	s.log.Info("tunnel handshake failed, closing that connection", "remote", remote.String(), "transport", string(tr), "err", err)
+}
+
+// abandoned reports whether the agent hung up during the handshake (closed
+// or reset the TCP connection, or closed the QUIC connection itself).
+func abandoned(err error) bool {
+	var ae *quic.ApplicationError
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET) || (errors.As(err, &ae) && ae.Remote)
 }
 
 // admit runs the tunnel hello on a TLS-verified mux, applies admission and

@@ -160,6 +160,7 @@ type cpStats struct {
 	Goroutines int     `json:"goroutines"`
 	Failed     float64 `json:"failed"`
 	Refused    float64 `json:"refused"`
+	Abandoned  float64 `json:"abandoned"`
 }
 
 type pushResult struct {
@@ -429,6 +430,6 @@ func measureFleet(quick bool, fig map[string]float64) error {
 		return err
 	}
 	fig["handshake_failures"] = st.Failed
-	fmt.Printf("reconnect storm (%d agents): p99 %.2f s, all %.2f s, %d missing, %v refused (handshake cap or retry-after), %v failed handshakes\n", total, fig["reconnect_s_p99"], fig["reconnect_s_all"], missing, st.Refused, st.Failed)
+	fmt.Printf("reconnect storm (%d agents): p99 %.2f s, all %.2f s, %d missing, %v refused (handshake cap or retry-after), %v failed handshakes, %v abandoned (race losers)\n", total, fig["reconnect_s_p99"], fig["reconnect_s_all"], missing, st.Refused, st.Failed, st.Abandoned)
 	return nil
 }

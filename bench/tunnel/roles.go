@@ -169,6 +169,8 @@ func runCP(dir, addr string) error {
 				"agents": len(hub.Agents()), "rss_kib": rssKiB(), "goroutines": runtime.NumGoroutine(), "cpu_s": cpu,
 				"failed":  counterValue(reg, "levers9_tunnel_handshakes_total", map[string]string{"result": "failed"}),
 				"refused": counterValue(reg, "levers9_tunnel_handshakes_total", map[string]string{"result": "refused"}),
+				// Race losers the agents hung up on; not failures.
+				"abandoned": counterValue(reg, "levers9_tunnel_handshakes_total", map[string]string{"result": "abandoned"}),
 			}
 		case "push":
 			return push(hub, c)
