@@ -106,43 +106,15 @@ type Agent struct {
 	Transport Transport
 	Session   Session
 
-	newConn func() (*grpc.ClientConn, error)
-	// mu guards conn and ended.
-	mu    sync.Mutex
-	conn  *grpc.ClientConn
-	ended bool
+	push *pushConn
 }
 
 // Conn returns the ClientConn that pushes to the agent: each of its
 // connections is a stream the controlplane opens on the agent's session.
-// It is made on first use, as a ClientConn costs three goroutines even
-// when idle and most agents are never pushed to; it disconnects after
-// pushIdleTimeout without calls and is closed when the session ends.
-func (a *Agent) Conn() (*grpc.ClientConn, error) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if a.ended {
-		return nil, fmt.Errorf("agent %s: session ended: %w", a.Identity, ErrAgentNotConnected)
-	}
-	if a.conn == nil {
-		cc, err := a.newConn()
-		if err != nil {
-			return nil, err
-		}
-		a.conn = cc
-	}
-	return a.conn, nil
-}
-
-func (a *Agent) end() {
-	a.mu.Lock()
-	a.ended = true
-	cc := a.conn
-	a.mu.Unlock()
-	if cc != nil {
-		_ = cc.Close()
-	}
-}
+// It is made on first use and closed after HubConfig.PushIdleTimeout
+// without calls (the next Conn makes a new one), and when the session ends.
+// Call Conn for each push rather than keeping the ClientConn.
+func (a *Agent) Conn() (*grpc.ClientConn, error) { return a.push.get() }
 
 // HubConfig configures a Hub.
 type HubConfig struct {
@@ -155,11 +127,10 @@ type HubConfig struct {
 	OnDisconnect func(a *Agent, err error)
 	Limits       Limits
 	DialOptions  []grpc.DialOption
+	// PushIdleTimeout closes an agent's push ClientConn after that long
+	// without calls (default 2 minutes; see Agent.Conn).
+	PushIdleTimeout time.Duration
 }
-
-// pushIdleTimeout is how long a push ClientConn stays connected after its
-// last call.
-const pushIdleTimeout = 2 * time.Minute
 
 // Hub is the controlplane side of gRPC over tunnels: plug HandleSession into
 // ServerConfig.OnSession, then push through Conn(identity). When an identity
@@ -178,15 +149,21 @@ func NewHub(cfg HubConfig) (*Hub, error) {
 		return nil, fmt.Errorf("tunnel hub: server: required")
 	}
 	cfg.Limits = cfg.Limits.WithDefaults()
+	if cfg.PushIdleTimeout <= 0 {
+		cfg.PushIdleTimeout = 2 * time.Minute
+	}
 	return &Hub{cfg: cfg, agents: make(map[string]*Agent)}, nil
 }
 
 // HandleSession serves one agent session until it ends. It blocks.
 func (h *Hub) HandleSession(ctx context.Context, s Session) {
 	a := &Agent{Identity: s.Identity(), Transport: s.Transport(), Session: s}
-	a.newConn = func() (*grpc.ClientConn, error) {
-		opts := append([]grpc.DialOption{grpc.WithIdleTimeout(pushIdleTimeout)}, h.cfg.DialOptions...)
-		return NewClientConn(a.Identity, s.OpenStream, h.cfg.Limits, opts...)
+	a.push = &pushConn{
+		identity: a.Identity,
+		idle:     h.cfg.PushIdleTimeout,
+		dial: func(opts ...grpc.DialOption) (*grpc.ClientConn, error) {
+			return NewClientConn(a.Identity, s.OpenStream, h.cfg.Limits, append(opts, h.cfg.DialOptions...)...)
+		},
 	}
 	h.mu.Lock()
 	old := h.agents[a.Identity]
@@ -204,7 +181,7 @@ func (h *Hub) HandleSession(ctx context.Context, s Session) {
 		delete(h.agents, a.Identity)
 	}
 	h.mu.Unlock()
-	a.end()
+	a.push.end()
 	serr := s.Err()
 	if serr == nil {
 		serr = ctx.Err()

@@ -61,6 +61,7 @@ type cpOpts struct {
 	ca            *tunneltest.CA
 	limits        tunnel.Limits
 	maxHandshakes int
+	pushIdle      time.Duration
 }
 
 // setupCP starts a controlplane side: server + hub with an echo service that
@@ -88,8 +89,9 @@ func setupCP(t testing.TB, o cpOpts) *cpEnv {
 		return []byte("cp:" + a.Identity + ":" + string(in)), nil
 	})
 	e.hub, err = tunnel.NewHub(tunnel.HubConfig{
-		Server: gs,
-		Limits: o.limits,
+		Server:          gs,
+		Limits:          o.limits,
+		PushIdleTimeout: o.pushIdle,
 		OnConnect: func(a *tunnel.Agent) {
 			e.mu.Lock()
 			e.connects = append(e.connects, a.Identity+"/"+string(a.Transport))

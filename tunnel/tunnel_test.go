@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/connectivity"
+
 	"github.com/levers9/levers9/internal/errdefs"
 	"github.com/levers9/levers9/tunnel"
 	"github.com/levers9/levers9/tunnel/tunneltest"
@@ -285,23 +287,37 @@ func TestIdleTunnelSurvivesNATExpiry(t *testing.T) {
 	})
 }
 
-func TestHubPushConnIsReusedAndEndsWithTheSession(t *testing.T) {
-	e := setupCP(t, cpOpts{})
+func TestHubPushConnClosesWhenIdleAndEndsWithTheSession(t *testing.T) {
+	const idle = 300 * time.Millisecond
+	e := setupCP(t, cpOpts{pushIdle: idle})
 	a := setupAgent(t, e, "m-lazy", nil)
-	var ag *tunnel.Agent
-	waitFor(t, 5*time.Second, "agent in the hub", func() bool {
-		var ok bool
-		ag, ok = e.hub.Agent("m-lazy")
-		return ok
-	})
 	e.waitPush(t, 5*time.Second, "m-lazy", "first")
+	ag, ok := e.hub.Agent("m-lazy")
+	if !ok {
+		t.Fatal("agent not in the hub")
+	}
 	cc1, err := ag.Conn()
 	if err != nil {
 		t.Fatal(err)
 	}
-	cc2, err := e.hub.Conn("m-lazy")
-	if err != nil || cc1 != cc2 {
+	if cc2, err := e.hub.Conn("m-lazy"); err != nil || cc1 != cc2 {
 		t.Fatalf("second Conn: %p %v, want the same ClientConn %p", cc2, err, cc1)
+	}
+	// A stream in flight for several idle periods keeps the ClientConn.
+	ctx, cancel := context.WithTimeout(context.Background(), 4*idle)
+	n, err := tunneltest.Sink(ctx, cc1, make([]byte, 1024))
+	cancel()
+	if n == 0 {
+		t.Fatalf("sink sent nothing: %v", err)
+	}
+	if cc1.GetState() == connectivity.Shutdown {
+		t.Fatal("push ClientConn closed under a stream in flight")
+	}
+	// Idle for longer than the timeout: closed; the next push makes a new one.
+	waitFor(t, 10*idle, "idle push ClientConn closed", func() bool { return cc1.GetState() == connectivity.Shutdown })
+	e.waitPush(t, 5*time.Second, "m-lazy", "again")
+	if cc3, err := ag.Conn(); err != nil || cc3 == cc1 {
+		t.Fatalf("Conn after the idle close: %p %v, want a new ClientConn", cc3, err)
 	}
 	a.auto.Stop()
 	waitFor(t, 5*time.Second, "agent gone from the hub", func() bool {

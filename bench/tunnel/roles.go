@@ -173,18 +173,12 @@ func runCP(dir, addr string) error {
 				"abandoned": counterValue(reg, "levers9_tunnel_handshakes_total", map[string]string{"result": "abandoned"}),
 			}
 		case "push":
+			defer profileCPU(fmt.Sprintf("cp-push-%d.pprof", len(hub.Agents())))()
 			return push(hub, c)
 		case "idle":
-			// CPU over an idle window, profiled when a directory is given.
+			// CPU over an idle window.
 			cpu := cpuSeconds()
-			if profileDir != "" {
-				if f, err := os.Create(filepath.Join(profileDir, "cp-idle.pprof")); err == nil {
-					defer f.Close()
-					if pprof.StartCPUProfile(f) == nil {
-						defer pprof.StopCPUProfile()
-					}
-				}
-			}
+			defer profileCPU("cp-idle.pprof")()
 			time.Sleep(time.Duration(c.N) * time.Millisecond)
 			return map[string]any{"cpu_s": cpuSeconds() - cpu}
 		case "profiles":
@@ -203,6 +197,26 @@ func runCP(dir, addr string) error {
 		return map[string]string{"error": "unknown command " + c.Cmd}
 	})
 	return nil
+}
+
+// profileCPU profiles this process into name under -profile until the
+// returned func is called; without -profile it does nothing.
+func profileCPU(name string) (stop func()) {
+	if profileDir == "" {
+		return func() {}
+	}
+	f, err := os.Create(filepath.Join(profileDir, name))
+	if err != nil {
+		return func() {}
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		_ = f.Close()
+		return func() {}
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		_ = f.Close()
+	}
 }
 
 // push sends c.N echo calls of c.Size bytes at c.Rate per second (open
