@@ -3,7 +3,10 @@
 // a reconnect storm after a controlplane SIGKILL, and control latency under
 // packet loss. The controlplane and the load generators run as separate
 // processes (this binary re-executed with -role). The last line prints the
-// figures issue 3 names; NaN marks one that was not measured.
+// figures issue 3 names; NaN marks one that was not measured. Pushes are
+// also reported split into first pushes to an agent (which make its push
+// ClientConn) and the rest. -only runs some phases; -profile keeps CPU,
+// heap and goroutine profiles and the children's logs in a directory.
 package main
 
 import (
@@ -168,6 +171,17 @@ type pushResult struct {
 	P99   float64 `json:"p99"`
 	Fails int64   `json:"fails"`
 	Error string  `json:"error"`
+	// First pushes to an agent also connect its push ClientConn.
+	FirstN   int     `json:"first_n"`
+	FirstP50 float64 `json:"first_p50"`
+	FirstP99 float64 `json:"first_p99"`
+	WarmP50  float64 `json:"warm_p50"`
+	WarmP99  float64 `json:"warm_p99"`
+}
+
+func (r pushResult) String() string {
+	return fmt.Sprintf("p50 %.2f ms p99 %.2f ms fails %d (%d first pushes: p50 %.2f p99 %.2f ms; the rest: p50 %.2f p99 %.2f ms)",
+		r.P50, r.P99, r.Fails, r.FirstN, r.FirstP50, r.FirstP99, r.WarmP50, r.WarmP99)
 }
 
 // waitConnected waits until want agents are connected or d passed; it
@@ -311,7 +325,7 @@ func measureFleet(quick bool, fig map[string]float64) error {
 	if err := cp.call(command{Cmd: "push", N: pushes, Rate: rate, Size: size}, &pr); err != nil {
 		return err
 	}
-	fmt.Printf("push %d agents: p50 %.2f ms p99 %.2f ms fails %d\n", fleet1, pr.P50, pr.P99, pr.Fails)
+	fmt.Printf("push %d agents: %s\n", fleet1, pr)
 	fig["push_p99_ms_1k"] = pr.P99
 
 	// One agent streaming logs at full speed; half the pushes go to it.
@@ -326,7 +340,7 @@ func measureFleet(quick bool, fig map[string]float64) error {
 	if err := cp.call(command{Cmd: "push", N: pushes, Rate: rate, Size: size, Busy: "busy-0"}, &pr); err != nil {
 		return err
 	}
-	fmt.Printf("push with a busy agent: p50 %.2f ms p99 %.2f ms fails %d\n", pr.P50, pr.P99, pr.Fails)
+	fmt.Printf("push with a busy agent: %s\n", pr)
 	fig["push_p99_ms_busy"] = pr.P99
 	b1.stop()
 
@@ -343,7 +357,7 @@ func measureFleet(quick bool, fig map[string]float64) error {
 	if err := cp.call(command{Cmd: "push", N: pushes, Rate: rate, Size: size}, &pr); err != nil {
 		return err
 	}
-	fmt.Printf("push %d agents: p50 %.2f ms p99 %.2f ms fails %d\n", got, pr.P50, pr.P99, pr.Fails)
+	fmt.Printf("push %d agents: %s\n", got, pr)
 	if got >= fleet5*9/10 {
 		fig["push_p99_ms_5k"] = pr.P99
 	}

@@ -141,6 +141,9 @@ func runCP(dir, addr string) error {
 	gs := grpc.NewServer(tunnel.ServerOptions(tunnel.Limits{})...)
 	tunneltest.RegisterEcho(gs, nil)
 	hub, err := tunnel.NewHub(tunnel.HubConfig{Server: gs})
+	// Agents pushed to before: a first push also makes the agent's push
+	// ClientConn and its HTTP/2 connection, and is reported apart.
+	pushed := make(map[string]bool)
 	if err != nil {
 		return err
 	}
@@ -174,7 +177,7 @@ func runCP(dir, addr string) error {
 			}
 		case "push":
 			defer profileCPU(fmt.Sprintf("cp-push-%d.pprof", len(hub.Agents())))()
-			return push(hub, c)
+			return push(hub, pushed, c)
 		case "idle":
 			// CPU over an idle window.
 			cpu := cpuSeconds()
@@ -221,7 +224,7 @@ func profileCPU(name string) (stop func()) {
 
 // push sends c.N echo calls of c.Size bytes at c.Rate per second (open
 // loop) to random agents, every other one to c.Busy when set.
-func push(hub *tunnel.Hub, c command) any {
+func push(hub *tunnel.Hub, pushed map[string]bool, c command) any {
 	agents := hub.Agents()
 	if len(agents) == 0 {
 		return map[string]any{"error": "no agents"}
@@ -234,6 +237,7 @@ func push(hub *tunnel.Hub, c command) any {
 	}
 	payload := make([]byte, c.Size)
 	lat := make([]float64, c.N)
+	first := make([]bool, c.N)
 	var fails atomic.Int64
 	var wg sync.WaitGroup
 	start := time.Now()
@@ -244,6 +248,8 @@ func push(hub *tunnel.Hub, c command) any {
 		if busy != nil && i%2 == 0 {
 			a = busy
 		}
+		first[i] = !pushed[a.Identity]
+		pushed[a.Identity] = true
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -263,8 +269,22 @@ func push(hub *tunnel.Hub, c command) any {
 		}()
 	}
 	wg.Wait()
+	var firsts, warm []float64
+	for i, v := range lat {
+		if first[i] {
+			firsts = append(firsts, v)
+		} else {
+			warm = append(warm, v)
+		}
+	}
 	slices.Sort(lat)
-	return map[string]any{"p50": pct(lat, 0.50), "p99": pct(lat, 0.99), "fails": fails.Load()}
+	slices.Sort(firsts)
+	slices.Sort(warm)
+	return map[string]any{
+		"p50": pct(lat, 0.50), "p99": pct(lat, 0.99), "fails": fails.Load(),
+		"first_n": len(firsts), "first_p50": pct(firsts, 0.50), "first_p99": pct(firsts, 0.99),
+		"warm_p50": pct(warm, 0.50), "warm_p99": pct(warm, 0.99),
+	}
 }
 
 func pct(sorted []float64, p float64) float64 {
