@@ -180,9 +180,21 @@ var probes = map[string]probe{
 		if err := unix.PtraceAttach(1); err != nil {
 			return err
 		}
+		// The attach is what the probe asks about. Detaching can still
+		// fail with ESRCH when the tracee has not reached its stop yet
+		// (the Go runtime's signals interrupt wait4 with EINTR, and a
+		// namespace's init may not stop at all); that does not make
+		// ptrace blocked.
 		var ws unix.WaitStatus
-		_, _ = unix.Wait4(1, &ws, unix.WALL, nil)
-		return unix.PtraceDetach(1)
+		for {
+			if _, err := unix.Wait4(1, &ws, unix.WALL, nil); err != unix.EINTR {
+				break
+			}
+		}
+		if err := unix.PtraceDetach(1); err != nil && err != unix.ESRCH {
+			return err
+		}
+		return nil
 	}},
 	// Devices.
 	"mknod_open_mem": {run: func() error {
