@@ -40,7 +40,7 @@ func main() {
 	flag.IntVar(&fleet1, "fleet1k", 1000, "agents for the *_1k figures (scale down on a small machine)")
 	flag.IntVar(&fleet5, "fleet5k", 5000, "agents for the *_5k and storm figures")
 	only := flag.String("only", "throughput,fleet,loss", "phases to run: throughput, fleet (push, idle cost, reconnect storm), loss")
-	flag.StringVar(&profileDir, "profile", "", "write CPU profiles of the controlplane processes into this directory, and keep the children's logs there")
+	flag.StringVar(&profileDir, "profile", "", "keep in this directory: every process's CPU profile, the controlplane's heap and goroutine profiles, and the children's logs (at Info)")
 	cpuprofile := flag.String("cpuprofile", "", "internal: write this child's CPU profile here")
 	flag.Parse()
 	if *cpuprofile != "" {
@@ -61,7 +61,10 @@ func main() {
 	case "agents":
 		err = runAgents(*dir, *addr, *prefix, *n, *busy)
 	case "":
-		err = orchestrate(*quick, phases(*only))
+		var run map[string]bool
+		if run, err = phases(*only); err == nil {
+			err = orchestrate(*quick, run)
+		}
 	default:
 		err = fmt.Errorf("unknown role %q", *role)
 	}
@@ -77,12 +80,17 @@ var (
 	profileDir     string
 )
 
-func phases(list string) map[string]bool {
+func phases(list string) (map[string]bool, error) {
 	m := map[string]bool{}
 	for _, p := range strings.Split(list, ",") {
-		m[strings.TrimSpace(p)] = true
+		switch p = strings.TrimSpace(p); p {
+		case "throughput", "fleet", "loss":
+			m[p] = true
+		default:
+			return nil, fmt.Errorf("-only: unknown phase %q (want throughput, fleet or loss)", p)
+		}
 	}
-	return m
+	return m, nil
 }
 
 type child struct {
