@@ -40,16 +40,13 @@ func waitFor(t testing.TB, d time.Duration, what string, cond func() bool) {
 }
 
 type cpEnv struct {
-	ca       *tunneltest.CA
-	srv      *tunnel.Server
-	hub      *tunnel.Hub
-	addr     string
-	reg      *prometheus.Registry
-	metrics  *tunnel.Metrics
-	revoked  sync.Map // CN -> true
-	mu       sync.Mutex
-	connects []string // "identity/transport"
-	discons  []string
+	ca      *tunneltest.CA
+	srv     *tunnel.Server
+	hub     *tunnel.Hub
+	addr    string
+	reg     *prometheus.Registry
+	metrics *tunnel.Metrics
+	revoked sync.Map // CN -> true
 }
 
 type cpOpts struct {
@@ -92,16 +89,6 @@ func setupCP(t testing.TB, o cpOpts) *cpEnv {
 		Server:          gs,
 		Limits:          o.limits,
 		PushIdleTimeout: o.pushIdle,
-		OnConnect: func(a *tunnel.Agent) {
-			e.mu.Lock()
-			e.connects = append(e.connects, a.Identity+"/"+string(a.Transport))
-			e.mu.Unlock()
-		},
-		OnDisconnect: func(a *tunnel.Agent, _ error) {
-			e.mu.Lock()
-			e.discons = append(e.discons, a.Identity+"/"+string(a.Transport))
-			e.mu.Unlock()
-		},
 	})
 	if err != nil {
 		t.Fatal(err)
