@@ -165,9 +165,6 @@ func (d *Direct) headStart(addr string) time.Duration {
 func (d *Direct) recordWinner(addr string, tr Transport) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.won == nil {
-		d.won = make(map[string]Transport)
-	}
 	d.won[addr] = tr
 }
 
@@ -177,7 +174,7 @@ func NewDirect(cfg ClientConfig) (*Direct, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("tunnel client config: %w", err)
 	}
-	return &Direct{cfg: cfg, log: cfg.Logger.With("component", "tunnel.client")}, nil
+	return &Direct{cfg: cfg, log: cfg.Logger.With("component", "tunnel.client"), won: make(map[string]Transport)}, nil
 }
 
 // Dial tries each address in order and returns the first admitted session.

@@ -158,13 +158,9 @@ func NewHub(cfg HubConfig) (*Hub, error) {
 // HandleSession serves one agent session until it ends. It blocks.
 func (h *Hub) HandleSession(ctx context.Context, s Session) {
 	a := &Agent{Identity: s.Identity(), Transport: s.Transport(), Session: s}
-	a.push = &pushConn{
-		identity: a.Identity,
-		idle:     h.cfg.PushIdleTimeout,
-		dial: func(opts ...grpc.DialOption) (*grpc.ClientConn, error) {
-			return NewClientConn(a.Identity, s.OpenStream, h.cfg.Limits, append(opts, h.cfg.DialOptions...)...)
-		},
-	}
+	a.push = newPushConn(a.Identity, h.cfg.PushIdleTimeout, func(opts ...grpc.DialOption) (*grpc.ClientConn, error) {
+		return NewClientConn(a.Identity, s.OpenStream, h.cfg.Limits, append(opts, h.cfg.DialOptions...)...)
+	})
 	h.mu.Lock()
 	old := h.agents[a.Identity]
 	h.agents[a.Identity] = a

@@ -25,7 +25,14 @@ type pushConn struct {
 	ended   bool
 	calls   int // in flight on cc
 	lastUse time.Time
-	reaper  *time.Timer
+	reaper  *time.Timer // runs while cc is open
+}
+
+func newPushConn(identity string, idle time.Duration, dial func(opts ...grpc.DialOption) (*grpc.ClientConn, error)) *pushConn {
+	p := &pushConn{identity: identity, idle: idle, dial: dial}
+	p.reaper = time.AfterFunc(idle, p.reap)
+	p.reaper.Stop()
+	return p
 }
 
 func (p *pushConn) get() (*grpc.ClientConn, error) {
@@ -43,11 +50,7 @@ func (p *pushConn) get() (*grpc.ClientConn, error) {
 			return nil, err
 		}
 		p.cc = cc
-		if p.reaper == nil {
-			p.reaper = time.AfterFunc(p.idle, p.reap)
-		} else {
-			p.reaper.Reset(p.idle)
-		}
+		p.reaper.Reset(p.idle)
 	}
 	return p.cc, nil
 }
@@ -77,9 +80,7 @@ func (p *pushConn) end() {
 	p.ended = true
 	cc := p.cc
 	p.cc = nil
-	if p.reaper != nil {
-		p.reaper.Stop()
-	}
+	p.reaper.Stop()
 	p.mu.Unlock()
 	if cc != nil {
 		_ = cc.Close()

@@ -288,11 +288,7 @@ func (s *Server) acceptTCP(ctx context.Context) {
 		}
 		slot, ok := s.takeSlot()
 		if !ok {
-			s.wg.Add(1)
-			go func() {
-				defer s.wg.Done()
-				s.refuseBusy(c)
-			}()
+			s.wg.Go(func() { s.refuseBusy(c) })
 			continue
 		}
 		if !s.addPending(c) {

@@ -1,6 +1,7 @@
 package tunnel
 
 import (
+	"bytes"
 	"context"
 	"crypto/x509"
 	"errors"
@@ -87,12 +88,7 @@ func (s *session) readHeartbeats() {
 	}
 }
 
-var heartbeat = func() (b [heartbeatLen]byte) {
-	for i := range b {
-		b[i] = heartbeatByte
-	}
-	return b
-}()
+var heartbeat = [heartbeatLen]byte(bytes.Repeat([]byte{heartbeatByte}, heartbeatLen))
 
 // beat writes one heartbeat and schedules the next.
 func (s *session) beat() {

@@ -20,7 +20,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime/pprof"
 	"slices"
 	"strings"
 	"syscall"
@@ -43,17 +42,16 @@ func main() {
 	flag.StringVar(&profileDir, "profile", "", "keep in this directory: every process's CPU profile, the controlplane's heap and goroutine profiles, and the children's logs (at Info)")
 	cpuprofile := flag.String("cpuprofile", "", "internal: write this child's CPU profile here")
 	flag.Parse()
+	stopProfile := func() {}
 	if *cpuprofile != "" {
-		f, err := os.Create(*cpuprofile)
-		if err == nil {
-			err = pprof.StartCPUProfile(f)
-		}
+		stop, err := startCPUProfile(*cpuprofile)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "bench/tunnel:", err)
 			os.Exit(1)
 		}
-		defer pprof.StopCPUProfile()
+		stopProfile = stop
 	}
+	defer stopProfile()
 	var err error
 	switch *role {
 	case "cp":
@@ -69,7 +67,7 @@ func main() {
 		err = fmt.Errorf("unknown role %q", *role)
 	}
 	if err != nil {
-		pprof.StopCPUProfile()
+		stopProfile()
 		fmt.Fprintln(os.Stderr, "bench/tunnel:", err)
 		os.Exit(1)
 	}

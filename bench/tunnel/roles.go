@@ -165,11 +165,10 @@ func runCP(dir, addr string) error {
 	serveCommands(func(c command) any {
 		switch c.Cmd {
 		case "stats":
-			cpu := cpuSeconds()
 			runtime.GC()
 			debug.FreeOSMemory()
 			return map[string]any{
-				"agents": len(hub.Agents()), "rss_kib": rssKiB(), "goroutines": runtime.NumGoroutine(), "cpu_s": cpu,
+				"agents": len(hub.Agents()), "rss_kib": rssKiB(), "goroutines": runtime.NumGoroutine(),
 				"failed":  counterValue(reg, "levers9_tunnel_handshakes_total", map[string]string{"result": "failed"}),
 				"refused": counterValue(reg, "levers9_tunnel_handshakes_total", map[string]string{"result": "refused"}),
 				// Race losers the agents hung up on; not failures.
@@ -203,23 +202,33 @@ func runCP(dir, addr string) error {
 }
 
 // profileCPU profiles this process into name under -profile until the
-// returned func is called; without -profile it does nothing.
+// returned func is called; without -profile, or when profiling cannot
+// start, it does nothing.
 func profileCPU(name string) (stop func()) {
 	if profileDir == "" {
 		return func() {}
 	}
-	f, err := os.Create(filepath.Join(profileDir, name))
+	stop, err := startCPUProfile(filepath.Join(profileDir, name))
 	if err != nil {
 		return func() {}
 	}
+	return stop
+}
+
+// startCPUProfile profiles this process into path until stop is called.
+func startCPUProfile(path string) (stop func(), err error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
 	if err := pprof.StartCPUProfile(f); err != nil {
 		_ = f.Close()
-		return func() {}
+		return nil, err
 	}
 	return func() {
 		pprof.StopCPUProfile()
 		_ = f.Close()
-	}
+	}, nil
 }
 
 // push sends c.N echo calls of c.Size bytes at c.Rate per second (open
