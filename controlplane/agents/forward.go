@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/levers9/levers9/controlplane/bus"
 	"github.com/levers9/levers9/internal/ids"
 )
 
@@ -32,8 +33,6 @@ type forwardMsg struct {
 	Message   string `json:"message,omitempty"`
 }
 
-func channel(replica string) string { return "levers9:replica:" + replica }
-
 type forwarder struct {
 	r *Registry
 
@@ -47,11 +46,11 @@ func newForwarder(r *Registry) *forwarder {
 }
 
 func (f *forwarder) start(ctx context.Context, wg *sync.WaitGroup) error {
-	sub := f.r.cfg.Redis.Subscribe(ctx, channel(f.r.replica))
+	sub := f.r.cfg.Redis.Subscribe(ctx, bus.ReplicaChannel(f.r.replica))
 	// Wait for the subscription so no forwarded call is lost right after Start.
 	if _, err := sub.Receive(ctx); err != nil {
 		sub.Close()
-		return fmt.Errorf("subscribe to %s: %w", channel(f.r.replica), err)
+		return fmt.Errorf("subscribe to %s: %w", bus.ReplicaChannel(f.r.replica), err)
 	}
 	wg.Add(1)
 	go func() {
@@ -122,12 +121,12 @@ func (f *forwarder) serveCall(ctx context.Context, msg forwardMsg) {
 	b, _ := json.Marshal(reply)
 	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 	defer cancel()
-	_ = f.r.cfg.Redis.Publish(pctx, channel(msg.From), b).Err()
+	_ = f.r.cfg.Redis.Publish(pctx, bus.ReplicaChannel(msg.From), b).Err()
 }
 
 func (f *forwarder) sendDrop(ctx context.Context, replica, machineID string) {
 	b, _ := json.Marshal(forwardMsg{Kind: "drop", MachineID: machineID, From: f.r.replica})
-	_ = f.r.cfg.Redis.Publish(ctx, channel(replica), b).Err()
+	_ = f.r.cfg.Redis.Publish(ctx, bus.ReplicaChannel(replica), b).Err()
 }
 
 // call forwards one unary call to replica and waits for its reply.
@@ -148,7 +147,7 @@ func (f *forwarder) call(ctx context.Context, replica, machineID, method string,
 	}()
 	b, _ := json.Marshal(forwardMsg{Kind: "call", ID: id, From: f.r.replica, MachineID: machineID, Method: method,
 		Payload: payload, TimeoutMS: timeout.Milliseconds()})
-	n, err := f.r.cfg.Redis.Publish(ctx, channel(replica), b).Result()
+	n, err := f.r.cfg.Redis.Publish(ctx, bus.ReplicaChannel(replica), b).Result()
 	if err != nil {
 		return nil, status.Errorf(codes.Unavailable, "forward to replica %s: %v", replica, err)
 	}

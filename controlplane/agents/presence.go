@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"time"
+
+	"github.com/levers9/levers9/controlplane/bus"
 )
 
 // A presence record says which replica holds an agent's tunnel:
@@ -14,11 +16,9 @@ type presenceRecord struct {
 	Transport string `json:"transport"`
 }
 
-func presenceKey(machineID string) string { return "levers9:presence:" + machineID }
-
 func (r *Registry) claimPresence(ctx context.Context, machineID, transport string) {
 	b, _ := json.Marshal(presenceRecord{Replica: r.replica, Transport: transport})
-	if err := r.cfg.Redis.Set(ctx, presenceKey(machineID), b, r.cfg.PresenceTTL).Err(); err != nil {
+	if err := r.cfg.Redis.Set(ctx, bus.PresenceKey(machineID), b, r.cfg.PresenceTTL).Err(); err != nil {
 		r.cfg.Log.Warn("presence not recorded in Redis; other replicas cannot reach this agent until it is", "machine_id", machineID, "err", err)
 	}
 }
@@ -28,12 +28,12 @@ func (r *Registry) releasePresence(ctx context.Context, machineID string) {
 	const script = `local v = redis.call('GET', KEYS[1])
 if v and cjson.decode(v).replica == ARGV[1] then return redis.call('DEL', KEYS[1]) end
 return 0`
-	_ = r.cfg.Redis.Eval(ctx, script, []string{presenceKey(machineID)}, r.replica).Err()
+	_ = r.cfg.Redis.Eval(ctx, script, []string{bus.PresenceKey(machineID)}, r.replica).Err()
 }
 
 func (r *Registry) presence(ctx context.Context, machineID string) (presenceRecord, bool) {
 	var p presenceRecord
-	b, err := r.cfg.Redis.Get(ctx, presenceKey(machineID)).Bytes()
+	b, err := r.cfg.Redis.Get(ctx, bus.PresenceKey(machineID)).Bytes()
 	if err != nil || json.Unmarshal(b, &p) != nil {
 		return p, false
 	}

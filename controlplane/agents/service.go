@@ -9,6 +9,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	agentv1 "github.com/levers9/levers9/api/levers9/agent/v1"
+	"github.com/levers9/levers9/controlplane/bus"
 	"github.com/levers9/levers9/enroll"
 	"github.com/levers9/levers9/internal/errdefs"
 	"github.com/levers9/levers9/tunnel"
@@ -50,7 +51,7 @@ func (s *controlplaneService) Heartbeat(ctx context.Context, req *agentv1.Heartb
 		if err != nil {
 			return nil, errdefs.ToGRPC(err)
 		}
-		if err := s.r.cfg.Bus.PutEgressReport(ctx, id, b, 10*time.Minute); err != nil {
+		if err := s.r.cfg.Bus.PutEgressReport(ctx, id, b, bus.EgressReportTTL); err != nil {
 			s.r.cfg.Log.Warn("egress report not kept", "machine_id", id, "err", err)
 		}
 	}

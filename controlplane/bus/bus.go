@@ -1,8 +1,11 @@
 // Package bus owns the controlplane's use of Redis: the client, a health
-// ping, and the workspace event stream (an append-only Redis stream capped
-// in length) that replicas and dashboards read. Later it carries queues and
-// agent presence. Redis is never the durable truth: losing it loses no
-// state, only live events. It never logs the Redis password. API: internal.
+// ping, the workspace event stream, the machines' egress reports, and the
+// one map of every Redis key and channel (keys.go) that the other parts
+// (agent presence and forwarding, the task queues, scheduler lock and event
+// streams) must use instead of spelling keys themselves. Redis is never the
+// durable truth: losing it loses live events, presence and queue order,
+// never a task or machine, which Postgres keeps. It never logs the Redis
+// password. API: internal.
 package bus
 
 import (
@@ -14,9 +17,6 @@ import (
 
 	"github.com/levers9/levers9/internal/errdefs"
 )
-
-// EventStream is the Redis stream of workspace events.
-const EventStream = "levers9:events"
 
 // Bus is a Redis client. Safe for concurrent use.
 type Bus struct {
@@ -65,7 +65,7 @@ type Event struct {
 func (b *Bus) Publish(ctx context.Context, e Event) error {
 	err := b.rdb.XAdd(ctx, &redis.XAddArgs{
 		Stream: EventStream,
-		MaxLen: 100000,
+		MaxLen: EventStreamMaxLen,
 		Approx: true,
 		Values: map[string]any{"workspace": e.Workspace, "kind": e.Kind, "object": e.Object, "at": time.Now().UTC().Format(time.RFC3339Nano)},
 	}).Err()
@@ -78,12 +78,10 @@ func (b *Bus) Publish(ctx context.Context, e Event) error {
 // Redis is the client, for parts that keep their own keys (agent presence).
 func (b *Bus) Redis() *redis.Client { return b.rdb }
 
-func egressReportKey(machineID string) string { return "levers9:egress-report:" + machineID }
-
 // PutEgressReport keeps a machine's latest egress readiness report (encoded
 // by the caller) for ttl.
 func (b *Bus) PutEgressReport(ctx context.Context, machineID string, report []byte, ttl time.Duration) error {
-	if err := b.rdb.Set(ctx, egressReportKey(machineID), report, ttl).Err(); err != nil {
+	if err := b.rdb.Set(ctx, EgressReportKey(machineID), report, ttl).Err(); err != nil {
 		return fmt.Errorf("store egress report of %s: %v: %w", machineID, err, errdefs.ErrUnavailable)
 	}
 	return nil
@@ -98,7 +96,7 @@ func (b *Bus) EgressReports(ctx context.Context, machineIDs []string) (map[strin
 	}
 	keys := make([]string, len(machineIDs))
 	for i, id := range machineIDs {
-		keys[i] = egressReportKey(id)
+		keys[i] = EgressReportKey(id)
 	}
 	vals, err := b.rdb.MGet(ctx, keys...).Result()
 	if err != nil {
