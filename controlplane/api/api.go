@@ -40,7 +40,7 @@ type Deps struct {
 	// Presence is the tunnel registry.
 	Presence Presence
 	// Tasks runs tasks.
-	Tasks   *tasks.Manager
+	Tasks   *tasks.Service
 	Metrics Metrics
 	// BootstrapSecret enables bootstrap when non-empty.
 	BootstrapSecret string

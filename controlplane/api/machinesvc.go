@@ -3,7 +3,6 @@ package api
 import (
 	"context"
 	"fmt"
-	"sort"
 	"time"
 
 	v1 "github.com/levers9/levers9/api/levers9/v1"
@@ -75,7 +74,7 @@ func (s *MachineService) createMachine(ctx context.Context, req *v1.CreateMachin
 	pool := req.GetPool()
 	if _, ok := s.Config.Worker.Pools[pool]; !ok {
 		return nil, fmt.Errorf("pool %q is not declared (have %v; pools come from worker.pools in the controlplane config): %w",
-			pool, s.poolNames(), errdefs.ErrInvalidArgument)
+			pool, s.Config.Worker.PoolNames(), errdefs.ErrInvalidArgument)
 	}
 	name := req.GetName()
 	machineID := ids.New("m")
@@ -120,15 +119,6 @@ func (s *MachineService) createMachine(ctx context.Context, req *v1.CreateMachin
 	s.Log.Info("machine created", "workspace_id", p.WorkspaceID, "machine_id", m.ID, "pool", pool, "join_token_id", jtID)
 	s.publish(ctx, bus.Event{Workspace: p.WorkspaceID, Kind: "machine.created", Object: m.ID})
 	return &v1.CreateMachineResponse{Machine: s.machinePB(m), JoinToken: token, JoinScript: script}, nil
-}
-
-func (d *Deps) poolNames() []string {
-	names := make([]string, 0, len(d.Config.Worker.Pools))
-	for n := range d.Config.Worker.Pools {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	return names
 }
 
 // ListMachines lists the caller's machines.

@@ -27,7 +27,7 @@ func (s *PoolService) ListPools(ctx context.Context, _ *v1.ListPoolsRequest) (*v
 	}
 	resp := &v1.ListPoolsResponse{}
 	byName := map[string]*v1.Pool{}
-	for _, name := range s.poolNames() {
+	for _, name := range s.Config.Worker.PoolNames() {
 		cfg := s.Config.Worker.Pools[name]
 		pool := &v1.Pool{Name: name, GpuType: cfg.GPUType, NodeSelector: cfg.NodeSelector, Security: tasks.SecuritySettings(s.Config, name)}
 		byName[name] = pool

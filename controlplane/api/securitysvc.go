@@ -34,7 +34,7 @@ func (s *SecurityService) readiness(ctx context.Context, pool string) (*v1.Readi
 		return nil, err
 	}
 	if _, ok := s.Config.Worker.Pools[pool]; !ok {
-		return nil, fmt.Errorf("pool %q is not declared (have %v): %w", pool, s.poolNames(), errdefs.ErrInvalidArgument)
+		return nil, fmt.Errorf("pool %q is not declared (have %v): %w", pool, s.Config.Worker.PoolNames(), errdefs.ErrInvalidArgument)
 	}
 	machines, err := s.Store.ListMachines(ctx, p.WorkspaceID, pool)
 	if err != nil {

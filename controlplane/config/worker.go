@@ -1,5 +1,7 @@
 package config
 
+import "sort"
+
 // Worker holds what agents apply to containers. Pools may override any key
 // of ContainerSecurity.
 type Worker struct {
@@ -77,6 +79,16 @@ func (w *Worker) withDefaults() {
 		setDefault(&p.Runtime, "runc")
 		w.Pools[name] = p
 	}
+}
+
+// PoolNames is every declared pool, sorted.
+func (w *Worker) PoolNames() []string {
+	names := make([]string, 0, len(w.Pools))
+	for n := range w.Pools {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
 }
 
 // EffectiveSecurity is the pool's security: the worker's settings with the

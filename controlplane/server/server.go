@@ -66,7 +66,7 @@ type Server struct {
 	pendingAgents *agents.Registry
 	caErr         atomic.Pointer[error]
 	deps          *api.Deps
-	tasks         *tasks.Manager
+	tasks         *tasks.Service
 
 	public   *grpc.Server // TLS (when configured) on controlplane.grpcAddr
 	internal *grpc.Server // plaintext, in memory, for the REST gateway
@@ -110,48 +110,38 @@ func New(cfg *config.Config, opts Options) (*Server, error) {
 
 // Start opens the listeners and starts serving; it returns once they are
 // bound. Postgres and Redis need not be up: the dependency loop waits for
-// them.
-func (s *Server) Start(ctx context.Context) error {
+// them. A Start that fails closes what it opened, and Stop after it does
+// nothing.
+func (s *Server) Start(ctx context.Context) (err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.started {
 		return errors.New("controlplane server: already started")
 	}
 	s.started = true
+	var undo []func()
+	defer func() {
+		if err != nil {
+			for i := len(undo) - 1; i >= 0; i-- {
+				undo[i]()
+			}
+			s.stopped = true // Stop after a failed Start has nothing to stop
+		}
+	}()
 	for _, w := range s.cfg.ShippedDefaults() {
 		s.log.Warn(w.Message, "key", w.Key, "shipped_default", true)
 	}
-	st, err := store.Open(ctx, s.cfg.Database.Postgres.ConnString(), s.log.With("component", "store"))
+	if s.store, err = store.Open(ctx, s.cfg.Database.Postgres.ConnString(), s.log.With("component", "store")); err != nil {
+		return err
+	}
+	undo = append(undo, s.store.Close)
+	r := s.cfg.Database.Redis
+	s.bus = bus.New(bus.Options{Addr: r.Addr, Password: r.Password, DB: r.DB})
+	undo = append(undo, func() { _ = s.bus.Close() })
+	deps, err := s.newDeps()
 	if err != nil {
 		return err
 	}
-	s.store = st
-	r := s.cfg.Database.Redis
-	s.bus = bus.New(bus.Options{Addr: r.Addr, Password: r.Password, DB: r.DB})
-
-	binDir := s.cfg.Controlplane.AgentBinariesDir
-	if binDir == "" {
-		binDir = agentdist.DefaultDir()
-	}
-	src, _ := agentdist.FindSource(binDir)
-	if wd, err := os.Getwd(); err == nil && src == "" {
-		src, _ = agentdist.FindSource(wd)
-	}
-	deps := &api.Deps{Store: s.store, Keyring: s.keyring, Bus: s.bus, Log: s.log.With("component", "api"),
-		BootstrapSecret: s.cfg.Controlplane.Auth.BootstrapSecret, Config: s.cfg, CA: s.agentCA, Metrics: s.metrics,
-		Dist:     agentdist.New(binDir, s.cfg.Controlplane.AgentDevBuilds, src, s.log.With("component", "agentdist")),
-		Presence: presence{s}}
-	s.deps = deps
-	if s.tasks, err = tasks.New(tasks.Config{Store: s.store, Redis: s.bus.Redis(), Config: s.cfg, Log: s.log.With("component", "tasks"),
-		Agents: func() tasks.Agents {
-			if r := s.agents.Load(); r != nil {
-				return r
-			}
-			return nil
-		}}); err != nil {
-		return err
-	}
-	deps.Tasks = s.tasks
 	authn := &auth.Authenticator{Store: s.store, Public: map[string]bool{api.AuthMethod: true, api.EnrollMethod: true}}
 	s.health = health.NewServer()
 	s.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
@@ -172,25 +162,26 @@ func (s *Server) Start(ctx context.Context) error {
 	if s.grpcLn, err = net.Listen("tcp", s.cfg.Controlplane.GRPCAddr); err != nil {
 		return fmt.Errorf("listen for gRPC on %s: %w", s.cfg.Controlplane.GRPCAddr, err)
 	}
+	undo = append(undo, func() { s.grpcLn.Close() })
 	if s.restLn, err = net.Listen("tcp", s.cfg.Controlplane.RESTAddr); err != nil {
-		s.grpcLn.Close()
 		return fmt.Errorf("listen for REST on %s: %w", s.cfg.Controlplane.RESTAddr, err)
 	}
+	undo = append(undo, func() { s.restLn.Close() })
 	if deps.Public, err = s.publicEndpoints(tlsCfg != nil); err != nil {
-		s.grpcLn.Close()
-		s.restLn.Close()
 		return err
 	}
 	s.memLn = newMemListener()
 	handler, err := s.restHandler(ctx)
 	if err != nil {
-		s.grpcLn.Close()
-		s.restLn.Close()
 		return err
 	}
 	s.http = &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, TLSConfig: tlsCfg}
 
 	loopCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	undo = append(undo, cancel)
+	if err := s.tasks.Start(loopCtx); err != nil {
+		return err
+	}
 	s.cancel = cancel
 	s.wg.Add(4)
 	go func() { defer s.wg.Done(); _ = s.public.Serve(s.grpcLn) }()
@@ -208,12 +199,38 @@ func (s *Server) Start(ctx context.Context) error {
 		}
 	}()
 	go func() { defer s.wg.Done(); s.dependencyLoop(loopCtx) }()
-	if err := s.tasks.Start(loopCtx); err != nil {
-		return err
-	}
 	s.log.Info("controlplane listening", "grpc", s.grpcLn.Addr().String(), "rest", s.restLn.Addr().String(),
 		"tls", tlsCfg != nil, "postgres", s.cfg.Database.Postgres.Redacted(), "redis", r.Addr)
 	return nil
+}
+
+// newDeps builds what the API services share, with the task service.
+func (s *Server) newDeps() (*api.Deps, error) {
+	binDir := s.cfg.Controlplane.AgentBinariesDir
+	if binDir == "" {
+		binDir = agentdist.DefaultDir()
+	}
+	src, _ := agentdist.FindSource(binDir)
+	if wd, err := os.Getwd(); err == nil && src == "" {
+		src, _ = agentdist.FindSource(wd)
+	}
+	deps := &api.Deps{Store: s.store, Keyring: s.keyring, Bus: s.bus, Log: s.log.With("component", "api"),
+		BootstrapSecret: s.cfg.Controlplane.Auth.BootstrapSecret, Config: s.cfg, CA: s.agentCA, Metrics: s.metrics,
+		Dist:     agentdist.New(binDir, s.cfg.Controlplane.AgentDevBuilds, src, s.log.With("component", "agentdist")),
+		Presence: presence{s}}
+	var err error
+	if s.tasks, err = tasks.New(tasks.Config{Store: s.store, Redis: s.bus.Redis(), Config: s.cfg, Log: s.log.With("component", "tasks"),
+		Agents: func() tasks.Agents {
+			if r := s.agents.Load(); r != nil {
+				return r
+			}
+			return nil
+		}}); err != nil {
+		return nil, err
+	}
+	deps.Tasks = s.tasks
+	s.deps = deps
+	return deps, nil
 }
 
 func (s *Server) newGRPC(deps *api.Deps, authn *auth.Authenticator, opts ...grpc.ServerOption) *grpc.Server {

@@ -11,26 +11,14 @@ import (
 	"github.com/levers9/levers9/internal/errdefs"
 )
 
-// Task states (tasks.state) and attempt states (task_attempts.state); the
-// migration lists the moves.
-const (
-	TaskPending   = "PENDING"
-	TaskScheduled = "SCHEDULED"
-	TaskRunning   = "RUNNING"
-	TaskSucceeded = "SUCCEEDED"
-	TaskFailed    = "FAILED"
-	TaskCancelled = "CANCELLED"
-	TaskTimedOut  = "TIMED_OUT"
-	AttemptLost   = "LOST"
-)
-
-// TerminalTaskState reports whether nothing leaves state.
-func TerminalTaskState(state string) bool {
-	switch state {
-	case TaskSucceeded, TaskFailed, TaskCancelled, TaskTimedOut:
-		return true
+func terminalTaskStates() []string {
+	var out []string
+	for _, s := range TaskStates() {
+		if s.Terminal() {
+			out = append(out, string(s))
+		}
 	}
-	return false
+	return out
 }
 
 // ErrNotPlaced is returned by PlaceAttempt when the task is no longer
@@ -48,7 +36,7 @@ type Task struct {
 	GPUs            int
 	GPUType         string
 	Retries         int
-	State           string
+	State           TaskState
 	Attempts        int
 	CancelRequested bool
 	ExitCode        *int
@@ -63,7 +51,7 @@ type Attempt struct {
 	TaskID       string
 	Number       int
 	MachineID    string
-	State        string
+	State        AttemptState
 	CPUMillis    int64
 	MemoryBytes  int64
 	GPUDevices   []string
@@ -104,10 +92,10 @@ func (s *Store) InsertTask(ctx context.Context, t Task) (Task, bool, error) {
 		key = t.IdempotencyKey
 	}
 	row := s.pool.QueryRow(ctx, `INSERT INTO tasks (id, workspace_id, pool, spec, cpu_millis, memory_bytes, gpus, gpu_type, retries, state, idempotency_key, created_at)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 'PENDING', $10, $11)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $12, $10, $11)
 		ON CONFLICT (workspace_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
 		RETURNING `+taskColumns,
-		t.ID, t.WorkspaceID, t.Pool, t.Spec, t.CPUMillis, t.MemoryBytes, t.GPUs, t.GPUType, t.Retries, key, t.CreatedAt)
+		t.ID, t.WorkspaceID, t.Pool, t.Spec, t.CPUMillis, t.MemoryBytes, t.GPUs, t.GPUType, t.Retries, key, t.CreatedAt, TaskPending)
 	got, err := scanTask(row)
 	if err == nil {
 		return got, false, nil
@@ -156,14 +144,18 @@ func (s *Store) attemptsOf(ctx context.Context, ids []string) (map[string][]Atte
 // ListTasks returns up to limit tasks of a workspace, newest first,
 // created before (beforeAt, beforeID) when beforeID is set, in the given
 // states (all when empty), with their attempts.
-func (s *Store) ListTasks(ctx context.Context, workspaceID string, states []string, limit int, beforeAt time.Time, beforeID string) ([]Task, map[string][]Attempt, error) {
-	if states == nil {
-		states = []string{} // a nil slice is NULL, and cardinality(NULL) is not 0
+func (s *Store) ListTasks(ctx context.Context, workspaceID string, states []TaskState, limit int, beforeAt time.Time, beforeID string) ([]Task, map[string][]Attempt, error) {
+	names := []string{} // a nil slice is NULL, and cardinality(NULL) is not 0
+	for _, st := range states {
+		if !st.Valid() {
+			return nil, nil, fmt.Errorf("list tasks: %q is not a task state: %w", st, errdefs.ErrInvalidArgument)
+		}
+		names = append(names, string(st))
 	}
 	rows, err := s.pool.Query(ctx, `SELECT `+taskColumns+` FROM tasks
 		WHERE workspace_id = $1 AND (cardinality($2::text[]) = 0 OR state = ANY($2))
 		  AND ($4 = '' OR (created_at, id) < ($3, $4))
-		ORDER BY created_at DESC, id DESC LIMIT $5`, workspaceID, states, beforeAt, beforeID, limit)
+		ORDER BY created_at DESC, id DESC LIMIT $5`, workspaceID, names, beforeAt, beforeID, limit)
 	if err != nil {
 		return nil, nil, wrap("list tasks", err)
 	}
@@ -188,7 +180,7 @@ type PendingTask struct {
 // PendingTasks lists every PENDING task, oldest first (the queue rescuer
 // puts them back into Redis).
 func (s *Store) PendingTasks(ctx context.Context, limit int) ([]PendingTask, error) {
-	rows, err := s.pool.Query(ctx, `SELECT id, workspace_id, pool, created_at FROM tasks WHERE state = 'PENDING' ORDER BY created_at LIMIT $1`, limit)
+	rows, err := s.pool.Query(ctx, `SELECT id, workspace_id, pool, created_at FROM tasks WHERE state = `+sqlPending+` ORDER BY created_at LIMIT $1`, limit)
 	if err != nil {
 		return nil, wrap("list pending tasks", err)
 	}
@@ -217,7 +209,7 @@ func (s *Store) PoolMachines(ctx context.Context, pool string) ([]PoolMachine, e
 			coalesce(sum(a.cpu_millis), 0)::bigint, coalesce(sum(a.memory_bytes), 0)::bigint,
 			coalesce(array_agg(g) FILTER (WHERE g IS NOT NULL), '{}')
 		FROM machines m
-		LEFT JOIN task_attempts a ON a.machine_id = m.id AND a.state IN ('SCHEDULED', 'RUNNING')
+		LEFT JOIN task_attempts a ON a.machine_id = m.id AND a.state IN `+sqlActiveAttempts+`
 		LEFT JOIN LATERAL unnest(a.gpu_devices) g ON true
 		WHERE m.pool = $1 AND m.enrolled_at IS NOT NULL AND m.deleted_at IS NULL
 		GROUP BY m.id, m.inventory ORDER BY m.id`, pool)
@@ -233,7 +225,7 @@ func (s *Store) PoolMachines(ctx context.Context, pool string) ([]PoolMachine, e
 
 // ActiveByWorkspace counts each workspace's placed, unfinished tasks in pool.
 func (s *Store) ActiveByWorkspace(ctx context.Context, pool string) (map[string]int, error) {
-	rows, err := s.pool.Query(ctx, `SELECT workspace_id, count(*) FROM tasks WHERE pool = $1 AND state IN ('SCHEDULED', 'RUNNING') GROUP BY 1`, pool)
+	rows, err := s.pool.Query(ctx, `SELECT workspace_id, count(*) FROM tasks WHERE pool = $1 AND state IN `+sqlActiveTasks+` GROUP BY 1`, pool)
 	if err != nil {
 		return nil, wrap("count active tasks", err)
 	}
@@ -275,15 +267,15 @@ func (s *Store) PlaceAttempt(ctx context.Context, taskID, machineID string, capa
 		var clash bool
 		if err := tx.QueryRow(ctx, `SELECT coalesce(sum(cpu_millis), 0)::bigint, coalesce(sum(memory_bytes), 0)::bigint,
 				coalesce(bool_or(gpu_devices && $2::text[]), false)
-			FROM task_attempts WHERE machine_id = $1 AND state IN ('SCHEDULED', 'RUNNING')`, machineID, gpuDevices).Scan(&usedCPU, &usedMem, &clash); err != nil {
+			FROM task_attempts WHERE machine_id = $1 AND state IN `+sqlActiveAttempts, machineID, gpuDevices).Scan(&usedCPU, &usedMem, &clash); err != nil {
 			return wrap("sum the machine's attempts", err)
 		}
 		if clash || usedCPU+cpu > capacity.CPUMillis || usedMem+mem > capacity.MemoryBytes {
 			return ErrNotPlaced
 		}
 		var n int
-		err := tx.QueryRow(ctx, `UPDATE tasks SET state = 'SCHEDULED', attempts = attempts + 1, updated_at = now()
-			WHERE id = $1 AND state = 'PENDING' AND NOT cancel_requested RETURNING attempts`, taskID).Scan(&n)
+		err := tx.QueryRow(ctx, `UPDATE tasks SET state = $2, attempts = attempts + 1, updated_at = now()
+			WHERE id = $1 AND state = ANY($3) AND NOT cancel_requested RETURNING attempts`, taskID, TaskScheduled, TaskScheduled.sources()).Scan(&n)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return ErrNotPlaced
 		}
@@ -291,7 +283,7 @@ func (s *Store) PlaceAttempt(ctx context.Context, taskID, machineID string, capa
 			return wrap("schedule task "+taskID, err)
 		}
 		a, err = scanAttempt(tx.QueryRow(ctx, `INSERT INTO task_attempts (task_id, number, machine_id, state, cpu_millis, memory_bytes, gpu_devices)
-			VALUES ($1, $2, $3, 'SCHEDULED', $4, $5, $6) RETURNING `+attemptColumns, taskID, n, machineID, cpu, mem, gpuDevices))
+			VALUES ($1, $2, $3, $7, $4, $5, $6) RETURNING `+attemptColumns, taskID, n, machineID, cpu, mem, gpuDevices, AttemptScheduled))
 		return wrap("insert attempt", err)
 	})
 	return a, err
@@ -302,8 +294,8 @@ func (s *Store) PlaceAttempt(ctx context.Context, taskID, machineID string, capa
 func (s *Store) MarkRunning(ctx context.Context, taskID string, n int, at time.Time) (bool, error) {
 	changed := false
 	err := s.tx(ctx, func(tx pgx.Tx) error {
-		tag, err := tx.Exec(ctx, `UPDATE task_attempts SET state = 'RUNNING', started_at = $3
-			WHERE task_id = $1 AND number = $2 AND state = 'SCHEDULED'`, taskID, n, at)
+		tag, err := tx.Exec(ctx, `UPDATE task_attempts SET state = $4, started_at = $3
+			WHERE task_id = $1 AND number = $2 AND state = ANY($5)`, taskID, n, at, AttemptRunning, AttemptRunning.sources())
 		if err != nil {
 			return wrap("mark attempt running", err)
 		}
@@ -311,7 +303,8 @@ func (s *Store) MarkRunning(ctx context.Context, taskID string, n int, at time.T
 			return nil
 		}
 		changed = true
-		_, err = tx.Exec(ctx, `UPDATE tasks SET state = 'RUNNING', updated_at = now() WHERE id = $1 AND attempts = $2 AND state = 'SCHEDULED'`, taskID, n)
+		_, err = tx.Exec(ctx, `UPDATE tasks SET state = $3, updated_at = now() WHERE id = $1 AND attempts = $2 AND state = ANY($4)`,
+			taskID, n, TaskRunning, TaskRunning.sources())
 		return wrap("mark task running", err)
 	})
 	return changed, err
@@ -319,7 +312,7 @@ func (s *Store) MarkRunning(ctx context.Context, taskID string, n int, at time.T
 
 // AttemptEnd is how an attempt finished on its machine.
 type AttemptEnd struct {
-	State        string // SUCCEEDED, FAILED, CANCELLED or TIMED_OUT
+	State        AttemptState // SUCCEEDED, FAILED, CANCELLED or TIMED_OUT
 	ExitCode     *int
 	Message      string
 	DroppedLines int64
@@ -331,15 +324,16 @@ type AttemptEnd struct {
 // It reports whether anything changed (false for a repeat, or for an
 // attempt already given up as lost).
 func (s *Store) FinishAttempt(ctx context.Context, taskID string, n int, e AttemptEnd) (bool, error) {
-	if !TerminalTaskState(e.State) {
-		return false, fmt.Errorf("finish attempt %s/%d: %q is not terminal: %w", taskID, n, e.State, errdefs.ErrInvalidArgument)
+	end, ok := e.State.TaskEnd()
+	if !ok {
+		return false, fmt.Errorf("finish attempt %s/%d: %q is not an attempt's end: %w", taskID, n, e.State, errdefs.ErrInvalidArgument)
 	}
 	changed := false
 	err := s.tx(ctx, func(tx pgx.Tx) error {
 		tag, err := tx.Exec(ctx, `UPDATE task_attempts SET state = $3, exit_code = $4, message = $5, dropped_lines = $6,
 				image_digest = $7, finished_at = $8, started_at = coalesce(started_at, $8)
-			WHERE task_id = $1 AND number = $2 AND state IN ('SCHEDULED', 'RUNNING')`,
-			taskID, n, e.State, e.ExitCode, e.Message, e.DroppedLines, e.ImageDigest, e.At)
+			WHERE task_id = $1 AND number = $2 AND state = ANY($9)`,
+			taskID, n, e.State, e.ExitCode, e.Message, e.DroppedLines, e.ImageDigest, e.At, e.State.sources())
 		if err != nil {
 			return wrap("finish attempt", err)
 		}
@@ -348,7 +342,7 @@ func (s *Store) FinishAttempt(ctx context.Context, taskID string, n int, e Attem
 		}
 		changed = true
 		_, err = tx.Exec(ctx, `UPDATE tasks SET state = $3, exit_code = $4, message = $5, finished_at = $6, updated_at = now()
-			WHERE id = $1 AND attempts = $2 AND state IN ('SCHEDULED', 'RUNNING')`, taskID, n, e.State, e.ExitCode, e.Message, e.At)
+			WHERE id = $1 AND attempts = $2 AND state IN `+sqlActiveTasks, taskID, n, end, e.ExitCode, e.Message, e.At)
 		return wrap("finish task", err)
 	})
 	return changed, err
@@ -357,10 +351,10 @@ func (s *Store) FinishAttempt(ctx context.Context, taskID string, n int, e Attem
 // LoseAttempt marks an active attempt LOST and decides the task: CANCELLED
 // when a cancel was asked for, PENDING again when retries remain, else
 // FAILED. changed is false when the attempt was not active any more.
-func (s *Store) LoseAttempt(ctx context.Context, taskID string, n int, why string) (taskState string, changed bool, err error) {
+func (s *Store) LoseAttempt(ctx context.Context, taskID string, n int, why string) (taskState TaskState, changed bool, err error) {
 	err = s.tx(ctx, func(tx pgx.Tx) error {
-		tag, err := tx.Exec(ctx, `UPDATE task_attempts SET state = 'LOST', message = $3, finished_at = now()
-			WHERE task_id = $1 AND number = $2 AND state IN ('SCHEDULED', 'RUNNING')`, taskID, n, why)
+		tag, err := tx.Exec(ctx, `UPDATE task_attempts SET state = $4, message = $3, finished_at = now()
+			WHERE task_id = $1 AND number = $2 AND state = ANY($5)`, taskID, n, why, AttemptLost, AttemptLost.sources())
 		if err != nil {
 			return wrap("mark attempt lost", err)
 		}
@@ -369,11 +363,12 @@ func (s *Store) LoseAttempt(ctx context.Context, taskID string, n int, why strin
 		}
 		changed = true
 		err = tx.QueryRow(ctx, `UPDATE tasks SET updated_at = now(),
-				state = CASE WHEN cancel_requested THEN 'CANCELLED' WHEN attempts < 1 + retries THEN 'PENDING' ELSE 'FAILED' END,
+				state = CASE WHEN cancel_requested THEN $4 WHEN attempts < 1 + retries THEN $5 ELSE $6 END,
 				message = CASE WHEN cancel_requested THEN 'cancelled' WHEN attempts < 1 + retries THEN message
 					ELSE format('attempt %s lost (%s) and no retries left', attempts, $3::text) END,
 				finished_at = CASE WHEN cancel_requested OR attempts >= 1 + retries THEN now() END
-			WHERE id = $1 AND attempts = $2 AND state IN ('SCHEDULED', 'RUNNING') RETURNING state`, taskID, n, why).Scan(&taskState)
+			WHERE id = $1 AND attempts = $2 AND state IN `+sqlActiveTasks+` RETURNING state`,
+			taskID, n, why, TaskCancelled, TaskPending, TaskFailed).Scan(&taskState)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return nil
 		}
@@ -398,7 +393,7 @@ func (s *Store) ActiveAttempts(ctx context.Context, machineID string) ([]ActiveA
 	rows, err := s.pool.Query(ctx, `SELECT a.task_id, a.number, a.machine_id, a.scheduled_at, t.cancel_requested,
 			m.id IS NULL OR m.deleted_at IS NOT NULL
 		FROM task_attempts a JOIN tasks t ON t.id = a.task_id LEFT JOIN machines m ON m.id = a.machine_id
-		WHERE a.state IN ('SCHEDULED', 'RUNNING') AND ($1 = '' OR a.machine_id = $1)`, machineID)
+		WHERE a.state IN `+sqlActiveAttempts+` AND ($1 = '' OR a.machine_id = $1)`, machineID)
 	if err != nil {
 		return nil, wrap("list active attempts", err)
 	}
@@ -413,7 +408,7 @@ func (s *Store) ActiveAttempts(ctx context.Context, machineID string) ([]ActiveA
 // to run on machineID: it exists there, is active and no cancel was asked.
 func (s *Store) AttemptWanted(ctx context.Context, machineID, taskID string, n int) (bool, error) {
 	var wanted bool
-	err := s.pool.QueryRow(ctx, `SELECT a.state IN ('SCHEDULED', 'RUNNING') AND NOT t.cancel_requested
+	err := s.pool.QueryRow(ctx, `SELECT a.state IN `+sqlActiveAttempts+` AND NOT t.cancel_requested
 		FROM task_attempts a JOIN tasks t ON t.id = a.task_id
 		WHERE a.task_id = $1 AND a.number = $2 AND a.machine_id = $3`, taskID, n, machineID).Scan(&wanted)
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -436,11 +431,11 @@ func (s *Store) AttemptOwner(ctx context.Context, machineID, taskID string, n in
 // reports (or is lost). It returns the task after the change.
 func (s *Store) RequestCancel(ctx context.Context, workspaceID, id string) (Task, error) {
 	t, err := scanTask(s.pool.QueryRow(ctx, `UPDATE tasks SET cancel_requested = true, updated_at = now(),
-			state = CASE WHEN state = 'PENDING' THEN 'CANCELLED' ELSE state END,
-			message = CASE WHEN state = 'PENDING' THEN 'cancelled before it was placed' ELSE message END,
-			finished_at = CASE WHEN state = 'PENDING' THEN now() ELSE finished_at END
-		WHERE id = $1 AND workspace_id = $2 AND state NOT IN ('SUCCEEDED', 'FAILED', 'CANCELLED', 'TIMED_OUT')
-		RETURNING `+taskColumns, id, workspaceID))
+			state = CASE WHEN state = $3 THEN $4 ELSE state END,
+			message = CASE WHEN state = $3 THEN 'cancelled before it was placed' ELSE message END,
+			finished_at = CASE WHEN state = $3 THEN now() ELSE finished_at END
+		WHERE id = $1 AND workspace_id = $2 AND state <> ALL($5)
+		RETURNING `+taskColumns, id, workspaceID, TaskPending, TaskCancelled, terminalTaskStates()))
 	if errors.Is(err, pgx.ErrNoRows) {
 		t, _, err = s.GetTask(ctx, workspaceID, id)
 		return t, err

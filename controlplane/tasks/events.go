@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -12,35 +13,66 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	v1 "github.com/levers9/levers9/api/levers9/v1"
+	"github.com/levers9/levers9/controlplane/bus"
 	"github.com/levers9/levers9/internal/errdefs"
 )
 
-// A task's events live in one Redis stream; the stream entry ID is the
-// follow cursor. Agent records are appended with their sequence number
-// checked against the attempt's acknowledged number in the same script, so
-// a resent batch never duplicates lines.
-func eventsKey(taskID string) string { return "levers9:task:" + taskID + ":events" }
-func acksKey(taskID string) string   { return "levers9:task:" + taskID + ":acks" }
+// Events owns each task's event stream: a Redis stream (bus.TaskEventsKey)
+// whose entry IDs are follow cursors. Agent records are appended with their
+// sequence number checked against the attempt's acknowledged number in the
+// same script, so a resent batch never duplicates lines; controlplane
+// events (state changes) are appended as they happen. A growth is announced
+// on bus.TaskEventsChannel, and the one subscription per replica that Start
+// opens wakes the followers here. Publish and Follow work before Start too
+// (followers then notice growth by polling only).
+type Events struct {
+	d    *deps
+	life lifecycle
 
-// maxEvents bounds one task's stream; older entries are trimmed.
-const maxEvents = 200000
+	// mu guards watchers.
+	mu       sync.Mutex
+	watchers map[string]map[chan struct{}]bool // task ID -> followers here
+}
 
-// keepFinished is how long a finished task's events stay followable.
-const keepFinished = 7 * 24 * time.Hour
+func newEvents(d *deps) *Events {
+	return &Events{d: d, life: lifecycle{name: "events"}, watchers: map[string]map[chan struct{}]bool{}}
+}
 
-// eventsChannel carries the ID of a task whose stream grew, so followers
-// wait on one subscription per replica instead of each holding a Redis
-// connection in a blocking read.
-const eventsChannel = "levers9:task-events"
+// Start subscribes to the growth announcements until Stop.
+func (e *Events) Start(ctx context.Context) error {
+	if _, err := e.life.begin(ctx); err != nil {
+		return err
+	}
+	e.life.goRun(func(ctx context.Context) {
+		sub := e.d.redis.Subscribe(ctx, bus.TaskEventsChannel)
+		defer sub.Close()
+		ch := sub.Channel()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case msg, ok := <-ch:
+				if !ok {
+					return
+				}
+				e.grew(msg.Payload)
+			}
+		}
+	})
+	return nil
+}
+
+// Stop ends the subscription and waits for it.
+func (e *Events) Stop() { e.life.stop() }
 
 var appendScript = redis.NewScript(`
 local acked = tonumber(redis.call('HGET', KEYS[2], ARGV[1]) or '0')
 local first = tonumber(ARGV[2])
-local n = #ARGV - 4
+local n = #ARGV - 5
 local added = 0
 for i = 1, n do
   if first + i - 1 > acked then
-    redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[3], '*', 'e', ARGV[4 + i])
+    redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[3], '*', 'e', ARGV[5 + i])
     added = added + 1
   end
 end
@@ -50,63 +82,66 @@ if last > acked then
   acked = last
 end
 if added > 0 then
-  redis.call('PUBLISH', '` + eventsChannel + `', ARGV[4])
+  redis.call('PUBLISH', ARGV[5], ARGV[4])
 end
 return acked
 `)
 
 // appendRecords appends encoded events numbered first.. for an attempt,
 // skipping numbers already stored, and returns the acknowledged number.
-func (m *Manager) appendRecords(ctx context.Context, taskID string, attempt int, first uint64, events [][]byte) (uint64, error) {
-	args := make([]any, 0, 4+len(events))
-	args = append(args, attempt, first, maxEvents, taskID)
-	for _, e := range events {
-		args = append(args, e)
+func (e *Events) appendRecords(ctx context.Context, taskID string, attempt int, first uint64, events [][]byte) (uint64, error) {
+	args := make([]any, 0, 5+len(events))
+	args = append(args, attempt, first, bus.TaskEventsMaxLen, taskID, bus.TaskEventsChannel)
+	for _, ev := range events {
+		args = append(args, ev)
 	}
-	acked, err := appendScript.Run(ctx, m.cfg.Redis, []string{eventsKey(taskID), acksKey(taskID)}, args...).Int64()
+	acked, err := appendScript.Run(ctx, e.d.redis, []string{bus.TaskEventsKey(taskID), bus.TaskAcksKey(taskID)}, args...).Int64()
 	if err != nil {
 		return 0, fmt.Errorf("append events of task %s: %w: %w", taskID, errdefs.ErrUnavailable, err)
 	}
 	return uint64(acked), nil
 }
 
-// publish appends a controlplane event (no sequence number).
-func (m *Manager) publish(ctx context.Context, taskID string, ev *v1.TaskEvent) {
+// acked is the last record of an attempt stored so far.
+func (e *Events) acked(ctx context.Context, taskID string, attempt int) uint64 {
+	n, _ := e.d.redis.HGet(ctx, bus.TaskAcksKey(taskID), fmt.Sprint(attempt)).Uint64()
+	return n
+}
+
+// Publish appends a controlplane event (no sequence number). A failure is
+// logged, not returned: followers fall back to the task's row.
+func (e *Events) Publish(ctx context.Context, taskID string, ev *v1.TaskEvent) {
 	if ev.Time == nil {
-		ev.Time = timestamppb.New(m.now())
+		ev.Time = timestamppb.New(e.d.now())
 	}
 	b, err := proto.Marshal(ev)
 	if err == nil {
-		pipe := m.cfg.Redis.Pipeline()
-		pipe.XAdd(ctx, &redis.XAddArgs{Stream: eventsKey(taskID), MaxLen: maxEvents, Approx: true, Values: []any{"e", b}})
-		pipe.Publish(ctx, eventsChannel, taskID)
+		pipe := e.d.redis.Pipeline()
+		pipe.XAdd(ctx, &redis.XAddArgs{Stream: bus.TaskEventsKey(taskID), MaxLen: bus.TaskEventsMaxLen, Approx: true, Values: []any{"e", b}})
+		pipe.Publish(ctx, bus.TaskEventsChannel, taskID)
 		_, err = pipe.Exec(ctx)
 	}
 	if err != nil {
-		// Followers fall back to the task's row for the final state.
-		m.log.Warn("task event not published", "task_id", taskID, "err", err)
+		e.d.log.Warn("task event not published", "task_id", taskID, "err", err)
 	}
 	if st := ev.GetState(); st != nil && terminal(st.TaskState) {
-		m.finished(ctx, taskID)
+		e.finished(ctx, taskID)
 	}
+}
+
+// publishState appends a state change of an attempt.
+func (e *Events) publishState(ctx context.Context, taskID string, attempt int, sc *v1.StateChange) {
+	e.Publish(ctx, taskID, &v1.TaskEvent{Attempt: int32(attempt), Event: &v1.TaskEvent_State{State: sc}})
 }
 
 // finished lets a finished task's events expire.
-func (m *Manager) finished(ctx context.Context, taskID string) {
-	pipe := m.cfg.Redis.Pipeline()
-	pipe.Expire(ctx, eventsKey(taskID), keepFinished)
-	pipe.Expire(ctx, acksKey(taskID), keepFinished)
+func (e *Events) finished(ctx context.Context, taskID string) {
+	pipe := e.d.redis.Pipeline()
+	pipe.Expire(ctx, bus.TaskEventsKey(taskID), bus.TaskEventsKeep)
+	pipe.Expire(ctx, bus.TaskAcksKey(taskID), bus.TaskEventsKeep)
 	if _, err := pipe.Exec(ctx); err != nil {
-		m.log.Warn("task events kept without expiry", "task_id", taskID, "err", err)
+		e.d.log.Warn("task events kept without expiry", "task_id", taskID, "err", err)
 	}
-}
-
-func terminal(s v1.TaskState) bool {
-	switch s {
-	case v1.TaskState_TASK_STATE_SUCCEEDED, v1.TaskState_TASK_STATE_FAILED, v1.TaskState_TASK_STATE_CANCELLED, v1.TaskState_TASK_STATE_TIMED_OUT:
-		return true
-	}
-	return false
 }
 
 var cursorRE = regexp.MustCompile(`^[0-9]{1,20}-[0-9]{1,20}$`)
@@ -117,13 +152,12 @@ var cursorRE = regexp.MustCompile(`^[0-9]{1,20}-[0-9]{1,20}$`)
 const followPoll = 2 * time.Second
 
 // Follow sends a task's events after cursor until the task's terminal
-// event, or ctx ends.
-// With noWait it ends once the stored events are sent.
-func (m *Manager) Follow(ctx context.Context, workspaceID, taskID, cursor string, noWait bool, send func(*v1.TaskEvent) error) error {
+// event, or ctx ends. With noWait it ends once the stored events are sent.
+func (e *Events) Follow(ctx context.Context, workspaceID, taskID, cursor string, noWait bool, send func(*v1.TaskEvent) error) error {
 	if cursor != "" && !cursorRE.MatchString(cursor) {
 		return fmt.Errorf("cursor %q is not one this API returned: %w", cursor, errdefs.ErrInvalidArgument)
 	}
-	if _, _, err := m.cfg.Store.GetTask(ctx, workspaceID, taskID); err != nil {
+	if _, _, err := e.d.store.GetTask(ctx, workspaceID, taskID); err != nil {
 		return err
 	}
 	last := cursor
@@ -132,51 +166,30 @@ func (m *Manager) Follow(ctx context.Context, workspaceID, taskID, cursor string
 	}
 	// Registered before the first read, so no growth is missed between a
 	// read that found nothing and the wait.
-	grew, done := m.watch(taskID)
+	grew, done := e.watch(taskID)
 	defer done()
 	quiet := false
 	for {
 		if quiet {
-			t := time.NewTimer(followPoll)
+			t := e.d.clock.NewTimer(followPoll)
 			select {
 			case <-ctx.Done():
 				t.Stop()
 				return ctx.Err()
 			case <-grew:
 				t.Stop()
-			case <-t.C:
+			case <-t.C():
 			}
 		}
-		res, err := m.cfg.Redis.XRead(ctx, &redis.XReadArgs{Streams: []string{eventsKey(taskID), last}, Count: 512, Block: -1}).Result()
-		if err != nil && !errors.Is(err, redis.Nil) {
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			return fmt.Errorf("read events of task %s: %w: %w", taskID, errdefs.ErrUnavailable, err)
-		}
-		n := 0
-		for _, s := range res {
-			for _, msg := range s.Messages {
-				n++
-				last = msg.ID
-				ev, err := decodeEvent(msg)
-				if err != nil {
-					m.log.Warn("skipping an undecodable task event", "task_id", taskID, "id", msg.ID, "err", err)
-					continue
-				}
-				if err := send(ev); err != nil {
-					return err
-				}
-				if st := ev.GetState(); st != nil && terminal(st.TaskState) {
-					return nil
-				}
-			}
+		n, end, err := e.sendAfter(ctx, taskID, &last, send)
+		if err != nil || end {
+			return err
 		}
 		if quiet = n == 0; !quiet {
 			continue
 		}
 		if noWait {
-			return m.caughtUp(ctx, workspaceID, taskID, last, send)
+			return e.caughtUp(ctx, workspaceID, taskID, last, send)
 		}
 		select {
 		case <-grew:
@@ -185,7 +198,7 @@ func (m *Manager) Follow(ctx context.Context, workspaceID, taskID, cursor string
 		}
 		// Quiet: the task may have ended with its last event lost, or
 		// expired from Redis. The row is the truth.
-		t, atts, err := m.cfg.Store.GetTask(ctx, workspaceID, taskID)
+		t, atts, err := e.d.store.GetTask(ctx, workspaceID, taskID)
 		if err != nil {
 			return err
 		}
@@ -194,7 +207,7 @@ func (m *Manager) Follow(ctx context.Context, workspaceID, taskID, cursor string
 			continue
 		}
 		// One more non-blocking look for entries that raced the check.
-		more, err := m.cfg.Redis.XRead(ctx, &redis.XReadArgs{Streams: []string{eventsKey(taskID), last}, Count: 1, Block: -1}).Result()
+		more, err := e.d.redis.XRead(ctx, &redis.XReadArgs{Streams: []string{bus.TaskEventsKey(taskID), last}, Count: 1, Block: -1}).Result()
 		if err == nil && len(more) > 0 && len(more[0].Messages) > 0 {
 			continue
 		}
@@ -202,10 +215,41 @@ func (m *Manager) Follow(ctx context.Context, workspaceID, taskID, cursor string
 	}
 }
 
+// sendAfter sends the stored events after *last (moving it), and reports
+// how many it read and whether one was the task's end.
+func (e *Events) sendAfter(ctx context.Context, taskID string, last *string, send func(*v1.TaskEvent) error) (int, bool, error) {
+	res, err := e.d.redis.XRead(ctx, &redis.XReadArgs{Streams: []string{bus.TaskEventsKey(taskID), *last}, Count: 512, Block: -1}).Result()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		if ctx.Err() != nil {
+			return 0, false, ctx.Err()
+		}
+		return 0, false, fmt.Errorf("read events of task %s: %w: %w", taskID, errdefs.ErrUnavailable, err)
+	}
+	n := 0
+	for _, s := range res {
+		for _, msg := range s.Messages {
+			n++
+			*last = msg.ID
+			ev, err := decodeEvent(msg)
+			if err != nil {
+				e.d.log.Warn("skipping an undecodable task event", "task_id", taskID, "id", msg.ID, "err", err)
+				continue
+			}
+			if err := send(ev); err != nil {
+				return n, false, err
+			}
+			if st := ev.GetState(); st != nil && terminal(st.TaskState) {
+				return n, true, nil
+			}
+		}
+	}
+	return n, false, nil
+}
+
 // caughtUp ends a no-wait follow: a finished task whose terminal event is
 // not in its stream (lost, or expired) gets one rebuilt from its row.
-func (m *Manager) caughtUp(ctx context.Context, workspaceID, taskID, last string, send func(*v1.TaskEvent) error) error {
-	t, atts, err := m.cfg.Store.GetTask(ctx, workspaceID, taskID)
+func (e *Events) caughtUp(ctx context.Context, workspaceID, taskID, last string, send func(*v1.TaskEvent) error) error {
+	t, atts, err := e.d.store.GetTask(ctx, workspaceID, taskID)
 	if err != nil {
 		return err
 	}
@@ -245,29 +289,29 @@ func finalEvent(t *v1.Task, cursor string) *v1.TaskEvent {
 
 // watch registers interest in a task's stream: the channel gets a value
 // (at most one pending) whenever the stream grows. done unregisters.
-func (m *Manager) watch(taskID string) (<-chan struct{}, func()) {
+func (e *Events) watch(taskID string) (<-chan struct{}, func()) {
 	ch := make(chan struct{}, 1)
-	m.wmu.Lock()
-	if m.watchers[taskID] == nil {
-		m.watchers[taskID] = map[chan struct{}]bool{}
+	e.mu.Lock()
+	if e.watchers[taskID] == nil {
+		e.watchers[taskID] = map[chan struct{}]bool{}
 	}
-	m.watchers[taskID][ch] = true
-	m.wmu.Unlock()
+	e.watchers[taskID][ch] = true
+	e.mu.Unlock()
 	return ch, func() {
-		m.wmu.Lock()
-		delete(m.watchers[taskID], ch)
-		if len(m.watchers[taskID]) == 0 {
-			delete(m.watchers, taskID)
+		e.mu.Lock()
+		delete(e.watchers[taskID], ch)
+		if len(e.watchers[taskID]) == 0 {
+			delete(e.watchers, taskID)
 		}
-		m.wmu.Unlock()
+		e.mu.Unlock()
 	}
 }
 
 // grew wakes the followers of a task on this replica.
-func (m *Manager) grew(taskID string) {
-	m.wmu.Lock()
-	defer m.wmu.Unlock()
-	for ch := range m.watchers[taskID] {
+func (e *Events) grew(taskID string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for ch := range e.watchers[taskID] {
 		select {
 		case ch <- struct{}{}:
 		default:

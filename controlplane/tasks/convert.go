@@ -1,0 +1,123 @@
+package tasks
+
+import (
+	"fmt"
+	"sort"
+	"time"
+
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	agentv1 "github.com/levers9/levers9/api/levers9/agent/v1"
+	v1 "github.com/levers9/levers9/api/levers9/v1"
+	"github.com/levers9/levers9/controlplane/config"
+	"github.com/levers9/levers9/controlplane/store"
+)
+
+// The one mapping between the store's states and the API's enums; a test
+// checks that it covers both sides exactly.
+var (
+	taskStatesPB = map[store.TaskState]v1.TaskState{
+		store.TaskPending: v1.TaskState_TASK_STATE_PENDING, store.TaskScheduled: v1.TaskState_TASK_STATE_SCHEDULED,
+		store.TaskRunning: v1.TaskState_TASK_STATE_RUNNING, store.TaskSucceeded: v1.TaskState_TASK_STATE_SUCCEEDED,
+		store.TaskFailed: v1.TaskState_TASK_STATE_FAILED, store.TaskCancelled: v1.TaskState_TASK_STATE_CANCELLED,
+		store.TaskTimedOut: v1.TaskState_TASK_STATE_TIMED_OUT,
+	}
+	attemptStatesPB = map[store.AttemptState]v1.AttemptState{
+		store.AttemptScheduled: v1.AttemptState_ATTEMPT_STATE_SCHEDULED, store.AttemptRunning: v1.AttemptState_ATTEMPT_STATE_RUNNING,
+		store.AttemptSucceeded: v1.AttemptState_ATTEMPT_STATE_SUCCEEDED, store.AttemptFailed: v1.AttemptState_ATTEMPT_STATE_FAILED,
+		store.AttemptCancelled: v1.AttemptState_ATTEMPT_STATE_CANCELLED, store.AttemptTimedOut: v1.AttemptState_ATTEMPT_STATE_TIMED_OUT,
+		store.AttemptLost: v1.AttemptState_ATTEMPT_STATE_LOST,
+	}
+)
+
+// taskStatePB is a task state as the API spells it (UNSPECIFIED for a
+// value the store never holds).
+func taskStatePB(s store.TaskState) v1.TaskState { return taskStatesPB[s] }
+
+// taskStateOf is the store's spelling of an API task state.
+func taskStateOf(s v1.TaskState) (store.TaskState, bool) {
+	for k, v := range taskStatesPB {
+		if v == s {
+			return k, true
+		}
+	}
+	return "", false
+}
+
+// attemptStatePB is an attempt state as the API spells it.
+func attemptStatePB(s store.AttemptState) v1.AttemptState { return attemptStatesPB[s] }
+
+// attemptStateOf is the store's spelling of an API attempt state.
+func attemptStateOf(s v1.AttemptState) (store.AttemptState, bool) {
+	for k, v := range attemptStatesPB {
+		if v == s {
+			return k, true
+		}
+	}
+	return "", false
+}
+
+// terminal reports whether an API task state is never left.
+func terminal(s v1.TaskState) bool {
+	st, ok := taskStateOf(s)
+	return ok && st.Terminal()
+}
+
+func tsp(t *time.Time) *timestamppb.Timestamp {
+	if t == nil {
+		return nil
+	}
+	return timestamppb.New(*t)
+}
+
+func deref(p *int) int32 {
+	if p == nil {
+		return 0
+	}
+	return int32(*p)
+}
+
+// taskPB is a task with its attempts as the API shows it.
+func taskPB(t store.Task, atts []store.Attempt) *v1.Task {
+	spec := &v1.TaskSpec{}
+	_ = protojson.Unmarshal(t.Spec, spec) // written by Submit
+	pb := &v1.Task{Id: t.ID, Spec: spec, State: taskStatePB(t.State), CreatedAt: timestamppb.New(t.CreatedAt), FinishedAt: tsp(t.FinishedAt),
+		ExitCode: deref(t.ExitCode), Message: t.Message, IdempotencyKey: t.IdempotencyKey}
+	for _, a := range atts {
+		pb.Attempts = append(pb.Attempts, &v1.Attempt{Number: int32(a.Number), State: attemptStatePB(a.State), MachineId: a.MachineID,
+			ScheduledAt: timestamppb.New(a.ScheduledAt), StartedAt: tsp(a.StartedAt), FinishedAt: tsp(a.FinishedAt),
+			ExitCode: deref(a.ExitCode), Message: a.Message, DroppedLines: uint64(a.DroppedLines), ImageDigest: a.ImageDigest})
+	}
+	return pb
+}
+
+// attemptFor is the attempt as the agent runs it.
+func attemptFor(c *config.Config, t store.Task, a store.Attempt) (*agentv1.TaskAttempt, error) {
+	spec := &v1.TaskSpec{}
+	if err := protojson.Unmarshal(t.Spec, spec); err != nil {
+		return nil, fmt.Errorf("decode the spec of task %s: %w", t.ID, err)
+	}
+	return &agentv1.TaskAttempt{TaskId: t.ID, Attempt: int32(a.Number), Pool: t.Pool, Image: spec.Image, Command: spec.Command, Env: envList(spec.Env),
+		User: spec.User, Cwd: spec.Cwd, CpuMillis: a.CPUMillis, MemoryBytes: uint64(a.MemoryBytes), GpuDevices: a.GPUDevices,
+		Timeout: spec.Timeout, Security: SecuritySettings(c, t.Pool), ImageRegistry: c.Worker.ImageRegistry}, nil
+}
+
+// envList is a spec's environment as sorted K=V entries.
+func envList(env map[string]string) []string {
+	out := make([]string, 0, len(env))
+	for k, v := range env {
+		out = append(out, k+"="+v)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// SecuritySettings is a pool's effective security as the API shows it and
+// agents apply it.
+func SecuritySettings(c *config.Config, pool string) *v1.SecuritySettings {
+	sec := c.Worker.EffectiveSecurity(pool)
+	return &v1.SecuritySettings{Profile: sec.Profile, Seccomp: sec.Seccomp, DropNetRaw: *sec.DropNetRaw,
+		BridgePortIsolation: *sec.BridgePortIsolation, EgressMode: sec.Egress.Mode, EgressAllow: sec.Egress.Allow,
+		Runtime: c.Worker.Pools[pool].Runtime}
+}

@@ -1,0 +1,202 @@
+package tasks
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	agentv1 "github.com/levers9/levers9/api/levers9/agent/v1"
+	v1 "github.com/levers9/levers9/api/levers9/v1"
+	"github.com/levers9/levers9/controlplane/store"
+	"github.com/levers9/levers9/internal/errdefs"
+)
+
+// intake takes what agents say about their attempts: records (output
+// lines and state updates, each stored once however often the agent
+// resends it) and, in every heartbeat, the attempts the agent holds. It
+// starts nothing; the services it hands work to own the goroutines.
+type intake struct {
+	d       *deps
+	events  *Events
+	rescuer *Rescuer
+	wake    func()
+}
+
+// maxRecords bounds one report.
+const maxRecords = 4096
+
+// dispatchMargin is how long after placement an attempt may be missing
+// from its agent's list (the push is on its way) before it counts as lost.
+const dispatchMargin = 10 * time.Second
+
+// Report stores an attempt's records from the machine running it: output
+// lines into the task's event stream, state updates into Postgres and the
+// stream.
+func (in *intake) Report(ctx context.Context, machineID string, req *agentv1.ReportAttemptRequest) (*agentv1.ReportAttemptResponse, error) {
+	taskID, n := req.GetTaskId(), int(req.GetAttempt())
+	if len(req.GetRecords()) > maxRecords {
+		return nil, fmt.Errorf("report of %d records, at most %d: %w", len(req.GetRecords()), maxRecords, errdefs.ErrInvalidArgument)
+	}
+	if req.GetFirstSeq() == 0 && len(req.GetRecords()) > 0 {
+		return nil, fmt.Errorf("report: records are numbered from 1: %w", errdefs.ErrInvalidArgument)
+	}
+	if _, err := in.d.store.AttemptOwner(ctx, machineID, taskID, n); err != nil {
+		if errors.Is(err, errdefs.ErrNotFound) {
+			// Not this machine's (or long gone): take the records so the
+			// agent stops resending, and tell it to stop the attempt.
+			last := req.GetFirstSeq() + uint64(len(req.GetRecords()))
+			if last > 0 {
+				last--
+			}
+			return &agentv1.ReportAttemptResponse{AckedSeq: last, Stop: true}, nil
+		}
+		return nil, err
+	}
+	acked, finished, err := in.store(ctx, machineID, req)
+	if err != nil {
+		return nil, err
+	}
+	if len(req.GetRecords()) == 0 {
+		acked = in.events.acked(ctx, taskID, n)
+	}
+	if finished {
+		in.events.finished(ctx, taskID)
+		in.wake()
+	}
+	wanted, err := in.d.store.AttemptWanted(ctx, machineID, taskID, n)
+	if err != nil {
+		return nil, err
+	}
+	return &agentv1.ReportAttemptResponse{AckedSeq: acked, Stop: !wanted && !finished}, nil
+}
+
+// store appends a report's records in order, applying each state update
+// between the lines around it, and returns the acknowledged number and
+// whether the attempt ended.
+func (in *intake) store(ctx context.Context, machineID string, req *agentv1.ReportAttemptRequest) (uint64, bool, error) {
+	taskID, n := req.GetTaskId(), int(req.GetAttempt())
+	var (
+		batch    [][]byte
+		first    = req.GetFirstSeq()
+		acked    uint64
+		finished bool
+	)
+	flush := func() error {
+		if len(batch) == 0 {
+			return nil
+		}
+		var err error
+		acked, err = in.events.appendRecords(ctx, taskID, n, first, batch)
+		first += uint64(len(batch))
+		batch = batch[:0]
+		return err
+	}
+	for _, rec := range req.GetRecords() {
+		at := in.d.now()
+		if rec.GetTime() != nil {
+			at = rec.GetTime().AsTime()
+		}
+		ev := &v1.TaskEvent{Time: timestamppb.New(at), Attempt: int32(n)}
+		switch r := rec.Record.(type) {
+		case *agentv1.AttemptRecord_Log:
+			ev.Event = &v1.TaskEvent_Log{Log: r.Log}
+		case *agentv1.AttemptRecord_Update:
+			if err := flush(); err != nil {
+				return 0, false, err
+			}
+			sc, done, err := in.applyUpdate(ctx, machineID, taskID, n, r.Update, at)
+			if err != nil {
+				return 0, false, err
+			}
+			finished = finished || done
+			ev.Event = &v1.TaskEvent_State{State: sc}
+		default:
+			return 0, false, fmt.Errorf("report: record %d has no log line or update: %w", first, errdefs.ErrInvalidArgument)
+		}
+		b, err := proto.Marshal(ev)
+		if err != nil {
+			return 0, false, err
+		}
+		batch = append(batch, b)
+		if ev.GetState() != nil {
+			if err := flush(); err != nil {
+				return 0, false, err
+			}
+		}
+	}
+	return acked, finished, flush()
+}
+
+// applyUpdate moves the attempt and task in Postgres (idempotent) and
+// returns the event to publish and whether the attempt ended.
+func (in *intake) applyUpdate(ctx context.Context, machineID, taskID string, n int, u *agentv1.AttemptUpdate, at time.Time) (*v1.StateChange, bool, error) {
+	sc := &v1.StateChange{AttemptState: u.GetState(), MachineId: machineID, ExitCode: u.GetExitCode(), Message: u.GetMessage()}
+	st, ok := attemptStateOf(u.GetState())
+	switch {
+	case !ok || st == store.AttemptScheduled:
+		return nil, false, fmt.Errorf("report: attempt state %v is not one an agent reports: %w", u.GetState(), errdefs.ErrInvalidArgument)
+	case st == store.AttemptRunning:
+		if _, err := in.d.store.MarkRunning(ctx, taskID, n, at); err != nil {
+			return nil, false, err
+		}
+		sc.TaskState = v1.TaskState_TASK_STATE_RUNNING
+		return sc, false, nil
+	case st == store.AttemptLost:
+		if lost := in.rescuer.loseQuiet(ctx, taskID, n, machineID, u.GetMessage()); lost != nil {
+			return lost, true, nil
+		}
+		t, _, err := in.d.store.GetTask(ctx, "", taskID)
+		if err != nil {
+			return nil, false, err
+		}
+		sc.TaskState = taskStatePB(t.State)
+		return sc, true, nil
+	}
+	code := int(u.GetExitCode())
+	e := store.AttemptEnd{State: st, ExitCode: &code, Message: u.GetMessage(), DroppedLines: int64(u.GetDroppedLines()), ImageDigest: u.GetImageDigest(), At: at}
+	if _, err := in.d.store.FinishAttempt(ctx, taskID, n, e); err != nil {
+		return nil, false, err
+	}
+	end, _ := st.TaskEnd()
+	sc.TaskState = taskStatePB(end)
+	return sc, true, nil
+}
+
+// Running reconciles what an agent says it holds with what the controlplane
+// placed on it: attempts it no longer holds are lost (once they had time to
+// reach it), attempts it holds that are not wanted are returned to stop.
+func (in *intake) Running(ctx context.Context, machineID string, running []*agentv1.RunningAttempt) ([]*agentv1.RunningAttempt, error) {
+	active, err := in.d.store.ActiveAttempts(ctx, machineID)
+	if err != nil {
+		return nil, err
+	}
+	type key struct {
+		id string
+		n  int
+	}
+	held := map[key]bool{}
+	for _, r := range running {
+		held[key{r.GetTaskId(), int(r.GetAttempt())}] = true
+	}
+	for _, a := range active {
+		if !held[key{a.TaskID, a.Number}] && in.d.now().Sub(a.ScheduledAt) > dispatchMargin {
+			in.rescuer.Lose(ctx, a.TaskID, a.Number, machineID, "the agent on machine "+machineID+" no longer runs it (it restarted)")
+		}
+	}
+	var stop []*agentv1.RunningAttempt
+	for _, r := range running {
+		wanted, err := in.d.store.AttemptWanted(ctx, machineID, r.GetTaskId(), int(r.GetAttempt()))
+		if err != nil {
+			return nil, err
+		}
+		if !wanted {
+			stop = append(stop, r)
+		}
+	}
+	in.wake()
+	return stop, nil
+}

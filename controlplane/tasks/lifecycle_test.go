@@ -1,0 +1,161 @@
+package tasks_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/encoding/protojson"
+
+	agentv1 "github.com/levers9/levers9/api/levers9/agent/v1"
+	v1 "github.com/levers9/levers9/api/levers9/v1"
+	"github.com/levers9/levers9/controlplane/store"
+	"github.com/levers9/levers9/controlplane/tasks"
+	"github.com/levers9/levers9/internal/ids"
+)
+
+// lifeBundle is a Service on a migrated database of its own, with one
+// enrolled machine whose agent answers pushes through hang.
+type lifeBundle struct {
+	st      *store.Store
+	rdb     *redis.Client
+	svc     *tasks.Service
+	ws      string
+	machine string
+	agents  *hangingAgents
+}
+
+func setupLife(t *testing.T) *lifeBundle {
+	t.Helper()
+	ctx := context.Background()
+	cfg := config1s(t)
+	st, err := store.Open(ctx, cfg.Database.Postgres.ConnString(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(st.Close)
+	if _, err := st.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: cfg.Database.Redis.Addr, Password: cfg.Database.Redis.Password, DB: cfg.Database.Redis.DB})
+	t.Cleanup(func() { rdb.Close() })
+	ws := store.Workspace{ID: ids.New("ws"), Name: "life", CreatedAt: time.Now()}
+	if err := st.CreateWorkspace(ctx, ws); err != nil {
+		t.Fatal(err)
+	}
+	m := store.Machine{ID: ids.New("m"), WorkspaceID: ws.ID, Name: "box", Pool: "default", CreatedAt: time.Now()}
+	jt := store.JoinTokenRow{ID: ids.New("jt"), MachineID: m.ID, Hash: []byte("h"), ExpiresAt: time.Now().Add(time.Hour)}
+	if err := st.CreateMachine(ctx, m, jt); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Enroll(ctx, jt.ID, func([]byte) bool { return true }, func(store.Machine) (store.Enrollment, error) {
+		return store.Enrollment{Serial: "1", NotAfter: time.Now().Add(time.Hour)}, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	inv, _ := protojson.Marshal(&v1.Inventory{Cpus: 4, MemoryBytes: 8 << 30})
+	if _, err := st.Heartbeat(ctx, m.ID, "quic", "test", inv); err != nil {
+		t.Fatal(err)
+	}
+	ag := &hangingAgents{machine: m.ID, pushed: make(chan string, 100)}
+	svc, err := tasks.New(tasks.Config{Store: st, Redis: rdb, Config: cfg, Tick: 10 * time.Millisecond,
+		Agents: func() tasks.Agents { return ag }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &lifeBundle{st: st, rdb: rdb, svc: svc, ws: ws.ID, machine: m.ID, agents: ag}
+}
+
+// hangingAgents has one machine online whose pushes block until their
+// context ends.
+type hangingAgents struct {
+	machine string
+	pushed  chan string
+}
+
+func (h *hangingAgents) Conn(context.Context, string) (grpc.ClientConnInterface, error) {
+	return h, nil
+}
+func (h *hangingAgents) Online(id string) (string, bool) { return "quic", id == h.machine }
+
+func (h *hangingAgents) Invoke(ctx context.Context, method string, _, _ any, _ ...grpc.CallOption) error {
+	h.pushed <- method
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+func (h *hangingAgents) NewStream(context.Context, *grpc.StreamDesc, string, ...grpc.CallOption) (grpc.ClientStream, error) {
+	return nil, errors.New("no streams")
+}
+
+// Start and Stop, over and over, with work in flight: Stop waits for every
+// goroutine (pushes included), is safe twice, concurrently and before
+// Start, a second Start is refused, and nothing leaks.
+func TestServiceStartStopStress(t *testing.T) {
+	b := setupLife(t)
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	b.svc.Stop() // before Start
+	for i := range 20 {
+		ctx, cancel := context.WithCancel(context.Background())
+		if err := b.svc.Start(ctx); err != nil {
+			t.Fatalf("round %d: %v", i, err)
+		}
+		cancel() // the caller's context does not stop it
+		if err := b.svc.Start(context.Background()); err == nil {
+			t.Fatalf("round %d: a second Start was accepted", i)
+		}
+		if i%4 == 0 {
+			if _, _, err := b.svc.Submit(context.Background(), b.ws, &v1.TaskSpec{Command: []string{"true"}}, ""); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var wg sync.WaitGroup
+		for range 2 {
+			wg.Go(b.svc.Stop)
+		}
+		wg.Wait()
+		b.svc.Stop()
+	}
+	b.rdb.Close()
+	b.st.Close()
+}
+
+// A push in flight at Stop is cut without giving up its attempt: the task
+// stays SCHEDULED for its agent's next heartbeat to settle.
+func TestStopCutsPushesWithoutLosingAttempts(t *testing.T) {
+	b := setupLife(t)
+	if err := b.svc.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	task, _, err := b.svc.Submit(context.Background(), b.ws, &v1.TaskSpec{Command: []string{"true"}}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case m := <-b.agents.pushed:
+		if m != agentv1.Agent_RunTask_FullMethodName {
+			t.Fatalf("pushed %s", m)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the placed attempt was never pushed")
+	}
+	stopped := make(chan struct{})
+	go func() { b.svc.Stop(); close(stopped) }()
+	select {
+	case <-stopped:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Stop did not cut the hanging push")
+	}
+	got, err := b.svc.Get(context.Background(), b.ws, task.Id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.State != v1.TaskState_TASK_STATE_SCHEDULED || len(got.Attempts) != 1 || got.Attempts[0].State != v1.AttemptState_ATTEMPT_STATE_SCHEDULED {
+		t.Fatalf("after Stop: task %v, attempts %v", got.State, got.Attempts)
+	}
+}

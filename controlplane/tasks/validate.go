@@ -1,0 +1,165 @@
+package tasks
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+
+	"google.golang.org/protobuf/proto"
+
+	v1 "github.com/levers9/levers9/api/levers9/v1"
+	"github.com/levers9/levers9/internal/errdefs"
+	"github.com/levers9/levers9/sandbox"
+)
+
+// Defaults and bounds of a task's spec.
+const (
+	DefaultCPUMillis   = 500
+	DefaultMemoryBytes = 256 << 20
+	maxRetries         = 10
+	maxGPUs            = 64
+	maxKeyLen          = 128
+	maxCommandEnvBytes = 256 << 10
+)
+
+var (
+	envKeyRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+	keyRE    = regexp.MustCompile(`^[\x21-\x7e]+$`)
+)
+
+// resolve checks a spec and fills its defaults; every problem is named at
+// once. Then it refuses looser security than the pool's, and a task no
+// machine of its pool could ever hold.
+func (s *Submitter) resolve(ctx context.Context, in *v1.TaskSpec, key string) (*v1.TaskSpec, error) {
+	spec, _ := proto.Clone(in).(*v1.TaskSpec)
+	if spec == nil {
+		spec = &v1.TaskSpec{}
+	}
+	if errs := s.fillAndCheck(spec, key); len(errs) > 0 {
+		return nil, fmt.Errorf("task spec: %w: %w", errdefs.ErrInvalidArgument, errors.Join(errs...))
+	}
+	if err := s.checkSecurity(spec); err != nil {
+		return nil, err
+	}
+	return spec, s.checkFits(ctx, spec)
+}
+
+// fillAndCheck fills spec's defaults and returns every problem in it.
+func (s *Submitter) fillAndCheck(spec *v1.TaskSpec, key string) []error {
+	w := &s.d.config.Worker
+	var errs []error
+	bad := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
+	if len(key) > maxKeyLen || (key != "" && !keyRE.MatchString(key)) {
+		bad("idempotency_key: use up to %d printable characters without spaces", maxKeyLen)
+	}
+	if spec.Pool == "" {
+		spec.Pool = "default"
+	}
+	if _, ok := w.Pools[spec.Pool]; !ok {
+		bad("pool %q is not declared (worker.pools has %s)", spec.Pool, strings.Join(w.PoolNames(), ", "))
+	}
+	if spec.Image == "" {
+		spec.Image = w.DefaultImage
+		if spec.Image == "" {
+			bad("image: none given and the controlplane has no worker.defaultImage")
+		}
+	}
+	if strings.ContainsAny(spec.Image, " \t\n") {
+		bad("image %q: a reference has no spaces", spec.Image)
+	}
+	size := 0
+	for k, v := range spec.Env {
+		if !envKeyRE.MatchString(k) {
+			bad("env %q: not a variable name (letters, digits, '_', not starting with a digit)", k)
+		}
+		size += len(k) + len(v)
+	}
+	for _, a := range spec.Command {
+		size += len(a)
+	}
+	if size > maxCommandEnvBytes {
+		bad("command and env: %d bytes, more than 256 KiB", size)
+	}
+	switch {
+	case spec.CpuMillis == 0:
+		spec.CpuMillis = DefaultCPUMillis
+	case spec.CpuMillis < 0 || spec.CpuMillis > 1_000_000:
+		bad("cpu_millis: %d is not in 1..1000000", spec.CpuMillis)
+	}
+	switch {
+	case spec.MemoryBytes == 0:
+		spec.MemoryBytes = DefaultMemoryBytes
+	case spec.MemoryBytes < 4<<20:
+		bad("memory_bytes: %d is less than 4 MiB", spec.MemoryBytes)
+	}
+	if spec.Gpus < 0 || spec.Gpus > maxGPUs {
+		bad("gpus: %d is not in 0..%d", spec.Gpus, maxGPUs)
+	}
+	if spec.GetTimeout() != nil && (spec.GetTimeout().CheckValid() != nil || spec.GetTimeout().AsDuration() < 0) {
+		bad("timeout: %v is not a duration of zero or more", spec.GetTimeout())
+	}
+	if spec.Retries < 0 || spec.Retries > maxRetries {
+		bad("retries: %d is not in 0..%d", spec.Retries, maxRetries)
+	}
+	if spec.Cwd != "" && !strings.HasPrefix(spec.Cwd, "/") {
+		bad("cwd %q: not an absolute path", spec.Cwd)
+	}
+	return errs
+}
+
+// checkSecurity refuses a task env that asks for looser security than its
+// pool (the agent applies the tighter one).
+func (s *Submitter) checkSecurity(spec *v1.TaskSpec) error {
+	sec := s.d.config.Worker.EffectiveSecurity(spec.Pool)
+	if _, err := sandbox.Tighten(sandbox.Security{Profile: sandbox.Profile(sec.Profile), Seccomp: sandbox.SeccompMode(sec.Seccomp)}, envList(spec.Env)); err != nil {
+		return fmt.Errorf("task security in pool %s: %w", spec.Pool, err)
+	}
+	return nil
+}
+
+// checkFits refuses a task no machine of its pool could ever hold, so a
+// caller hears it now instead of waiting forever. An empty pool accepts
+// CPU tasks (machines may join); GPU tasks need a pool that has GPUs.
+func (s *Submitter) checkFits(ctx context.Context, spec *v1.TaskSpec) error {
+	machines, err := s.d.store.PoolMachines(ctx, spec.Pool)
+	if err != nil {
+		return err
+	}
+	pool := s.d.config.Worker.Pools[spec.Pool]
+	var most int
+	var fitsCPU, fitsAll bool
+	known := 0
+	for _, pm := range machines {
+		c := capacityOf(pm)
+		if c.cpu == 0 {
+			continue // no inventory yet: its size is unknown
+		}
+		known++
+		most = max(most, len(c.gpus))
+		if c.cpu >= spec.CpuMillis && c.mem >= int64(spec.MemoryBytes) {
+			fitsCPU = true
+			if len(c.matchingGPUs(spec.GpuType)) >= int(spec.Gpus) {
+				fitsAll = true
+			}
+		}
+	}
+	if spec.Gpus > 0 {
+		switch {
+		case most == 0 && pool.GPUType == "" && known == len(machines):
+			return fmt.Errorf("pool %q has no GPUs (none of its %d machines reports one, and it declares no gpuType); choose a GPU pool (levers9 pool list): %w",
+				spec.Pool, len(machines), errdefs.ErrFailedPrecondition)
+		case known > 0 && most < int(spec.Gpus):
+			return fmt.Errorf("pool %q: the largest machine has %d GPUs, the task asks for %d: %w", spec.Pool, most, spec.Gpus, errdefs.ErrFailedPrecondition)
+		}
+	}
+	if known > 0 && !fitsAll && (spec.Gpus == 0 || most >= int(spec.Gpus)) {
+		what := "CPU and memory"
+		if fitsCPU {
+			what = fmt.Sprintf("%d GPUs of type %q", spec.Gpus, spec.GpuType)
+		}
+		return fmt.Errorf("pool %q: no machine has %s for this task (%d mCPU, %d bytes): %w", spec.Pool, what, spec.CpuMillis, spec.MemoryBytes, errdefs.ErrFailedPrecondition)
+	}
+	return nil
+}
