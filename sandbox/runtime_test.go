@@ -99,7 +99,7 @@ func TestKillAndCgroupLimits(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { _ = h.Delete(context.Background()) })
-			waitFor(t, 10*time.Second, "running", func() bool {
+			testenv.Eventually(t, 10*time.Second, "running", func() bool {
 				s, err := h.State(ctx)
 				return err == nil && s.Status == StatusRunning
 			})
@@ -204,7 +204,7 @@ func TestRuntimeLifecycle(t *testing.T) {
 			if err := rt.Start(ctx, id); !errdefs.IsFailedPrecondition(err) {
 				t.Errorf("second start: %v", err)
 			}
-			waitFor(t, 10*time.Second, "running", func() bool {
+			testenv.Eventually(t, 10*time.Second, "running", func() bool {
 				st, err := rt.State(ctx, id)
 				return err == nil && st.Status == StatusRunning && st.Pid > 0
 			})
@@ -252,7 +252,7 @@ func TestReconcileRemovesLeftovers(t *testing.T) {
 			t.Fatal(err)
 		}
 		var st State
-		waitFor(t, 10*time.Second, "running", func() bool {
+		testenv.Eventually(t, 10*time.Second, "running", func() bool {
 			st, err = h.State(ctx)
 			return err == nil && st.Status == StatusRunning
 		})
@@ -266,7 +266,7 @@ func TestReconcileRemovesLeftovers(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, pid := range pids {
-		waitFor(t, 10*time.Second, "leftover process gone", func() bool {
+		testenv.Eventually(t, 10*time.Second, "leftover process gone", func() bool {
 			return syscall.Kill(pid, 0) != nil
 		})
 	}
