@@ -88,15 +88,7 @@ the first workspace is created and its admin token saved in the context.`,
 		Short: "Make a context current",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			dir, f, err := a.loadExisting()
-			if err != nil {
-				return err
-			}
-			if _, ok := f.Contexts[args[0]]; !ok {
-				return fmt.Errorf("no context %q: see `levers9 config list`", args[0])
-			}
-			f.Current = args[0]
-			if err := f.Save(dir); err != nil {
+			if err := a.editContext(args[0], func(f *File) { f.Current = args[0] }); err != nil {
 				return err
 			}
 			fmt.Fprintf(a.io.Out, "now using context %q\n", args[0])
@@ -148,18 +140,12 @@ the first workspace is created and its admin token saved in the context.`,
 		Short: "Delete a context (the token stays valid on the controlplane; revoke it there)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			dir, f, err := a.loadExisting()
-			if err != nil {
-				return err
-			}
-			if _, ok := f.Contexts[args[0]]; !ok {
-				return fmt.Errorf("no context %q: see `levers9 config list`", args[0])
-			}
-			delete(f.Contexts, args[0])
-			if f.Current == args[0] {
-				f.Current = ""
-			}
-			if err := f.Save(dir); err != nil {
+			if err := a.editContext(args[0], func(f *File) {
+				delete(f.Contexts, args[0])
+				if f.Current == args[0] {
+					f.Current = ""
+				}
+			}); err != nil {
 				return err
 			}
 			fmt.Fprintf(a.io.Out, "context %q deleted\n", args[0])
@@ -180,6 +166,20 @@ func (a *app) loadExisting() (string, *File, error) {
 		return "", nil, fmt.Errorf("no contexts yet: create one with `levers9 config create NAME --controlplane HOST:PORT`")
 	}
 	return dir, f, err
+}
+
+// editContext loads the config, checks that context name exists, applies
+// edit and saves the file.
+func (a *app) editContext(name string, edit func(f *File)) error {
+	dir, f, err := a.loadExisting()
+	if err != nil {
+		return err
+	}
+	if _, ok := f.Contexts[name]; !ok {
+		return fmt.Errorf("no context %q: see `levers9 config list`", name)
+	}
+	edit(f)
+	return f.Save(dir)
 }
 
 // obtainToken fills c.Token from LEVERS9_TOKEN or a prompt; an empty answer

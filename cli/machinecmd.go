@@ -40,16 +40,9 @@ join script, token inside, to ~/.levers9/machines/ID.sh with mode 0600. Copy tha
 machine and run it there as root; the printed command hides the token.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			s, err := a.connect(true)
-			if err != nil {
-				return err
-			}
-			defer s.Close()
-			var resp *v1.CreateMachineResponse
-			err = a.call(s, func(ctx context.Context) error {
-				resp, err = v1.NewMachineServiceClient(s.conn).CreateMachine(ctx, &v1.CreateMachineRequest{
+			resp, err := rpc(a, func(ctx context.Context, conn *grpc.ClientConn) (*v1.CreateMachineResponse, error) {
+				return v1.NewMachineServiceClient(conn).CreateMachine(ctx, &v1.CreateMachineRequest{
 					Pool: pool, Name: name, JoinTtlSeconds: int64(joinTTL / time.Second)})
-				return err
 			})
 			if err != nil {
 				return err
@@ -151,14 +144,8 @@ machine and run it there as root; the printed command hides the token.`,
 		Short: "Delete a machine: its certificate is revoked and its tunnel dropped at once",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			s, err := a.connect(true)
-			if err != nil {
-				return err
-			}
-			defer s.Close()
-			if err := a.call(s, func(ctx context.Context) error {
-				_, err := v1.NewMachineServiceClient(s.conn).DeleteMachine(ctx, &v1.DeleteMachineRequest{Id: args[0]})
-				return err
+			if _, err := rpc(a, func(ctx context.Context, conn *grpc.ClientConn) (*v1.DeleteMachineResponse, error) {
+				return v1.NewMachineServiceClient(conn).DeleteMachine(ctx, &v1.DeleteMachineRequest{Id: args[0]})
 			}); err != nil {
 				return err
 			}
