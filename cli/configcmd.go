@@ -18,6 +18,12 @@ func (a *app) configCmd() *cobra.Command {
 		Use:   "config",
 		Short: "Manage contexts: which controlplane to talk to, with which token",
 	}
+	cmd.AddCommand(a.configCreateCmd(), a.configUseCmd(), a.configListCmd(), a.configDeleteCmd())
+	return cmd
+}
+
+// configCreateCmd is `config create`: a new context, its token asked for or bootstrapped.
+func (a *app) configCreateCmd() *cobra.Command {
 	var (
 		cp, ca    string
 		useTLS    bool
@@ -82,7 +88,11 @@ the first workspace is created and its admin token saved in the context.`,
 	create.Flags().BoolVar(&makeCurr, "use", false, "make the new context current")
 	create.Flags().StringVar(&workspace, "workspace", "", "name of the workspace a bootstrap creates (default \"default\")")
 	_ = create.MarkFlagRequired("controlplane")
+	return create
+}
 
+// configUseCmd is `config use`: make a context current.
+func (a *app) configUseCmd() *cobra.Command {
 	use := &cobra.Command{
 		Use:   "use NAME",
 		Short: "Make a context current",
@@ -95,6 +105,11 @@ the first workspace is created and its admin token saved in the context.`,
 			return nil
 		},
 	}
+	return use
+}
+
+// configListCmd is `config list`: the contexts, never their tokens.
+func (a *app) configListCmd() *cobra.Command {
 	list := &cobra.Command{
 		Use:   "list",
 		Short: "List contexts (tokens are never shown)",
@@ -135,6 +150,11 @@ the first workspace is created and its admin token saved in the context.`,
 			return w.Flush()
 		},
 	}
+	return list
+}
+
+// configDeleteCmd is `config delete`: forget a context (its token stays valid).
+func (a *app) configDeleteCmd() *cobra.Command {
 	del := &cobra.Command{
 		Use:   "delete NAME",
 		Short: "Delete a context (the token stays valid on the controlplane; revoke it there)",
@@ -152,8 +172,7 @@ the first workspace is created and its admin token saved in the context.`,
 			return nil
 		},
 	}
-	cmd.AddCommand(create, use, list, del)
-	return cmd
+	return del
 }
 
 func (a *app) loadExisting() (string, *File, error) {

@@ -28,6 +28,12 @@ func ago(m *v1.Machine) string {
 
 func (a *app) machineCmd() *cobra.Command {
 	cmd := &cobra.Command{Use: "machine", Short: "Join machines to pools and manage them"}
+	cmd.AddCommand(a.machineCreateCmd(), a.machineListCmd(), a.machineShowCmd(), a.machineDeleteCmd())
+	return cmd
+}
+
+// machineCreateCmd is `machine create`: a machine record and the join script that enrolls it.
+func (a *app) machineCreateCmd() *cobra.Command {
 	var (
 		pool, name string
 		joinTTL    time.Duration
@@ -72,7 +78,11 @@ machine and run it there as root; the printed command hides the token.`,
 	create.Flags().StringVar(&name, "name", "", "machine name (made up when empty)")
 	create.Flags().DurationVar(&joinTTL, "join-ttl", 0, "how long the join token stays valid (default: the controlplane's, 1h)")
 	_ = create.MarkFlagRequired("pool")
+	return create
+}
 
+// machineListCmd is `machine list`.
+func (a *app) machineListCmd() *cobra.Command {
 	var listPool string
 	list := &cobra.Command{
 		Use:   "list [--pool NAME]",
@@ -99,7 +109,11 @@ machine and run it there as root; the printed command hides the token.`,
 		},
 	}
 	list.Flags().StringVar(&listPool, "pool", "", "only machines of this pool")
+	return list
+}
 
+// machineShowCmd is `machine show`: a machine with its inventory.
+func (a *app) machineShowCmd() *cobra.Command {
 	show := &cobra.Command{
 		Use:   "show ID",
 		Short: "Show a machine with its inventory",
@@ -139,6 +153,11 @@ machine and run it there as root; the printed command hides the token.`,
 			return w.Flush()
 		},
 	}
+	return show
+}
+
+// machineDeleteCmd is `machine delete`: the machine's certificate is revoked and its tunnel dropped.
+func (a *app) machineDeleteCmd() *cobra.Command {
 	del := &cobra.Command{
 		Use:   "delete ID",
 		Short: "Delete a machine: its certificate is revoked and its tunnel dropped at once",
@@ -156,8 +175,7 @@ machine and run it there as root; the printed command hides the token.`,
 			return nil
 		},
 	}
-	cmd.AddCommand(create, list, show, del)
-	return cmd
+	return del
 }
 
 func dash(s string) string {
