@@ -2,10 +2,6 @@ package agent
 
 import (
 	"bytes"
-	"context"
-	"log/slog"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -16,7 +12,6 @@ import (
 	"github.com/levers9/levers9/cli"
 	"github.com/levers9/levers9/controlplane/controlplanetest"
 	"github.com/levers9/levers9/egress"
-	"github.com/levers9/levers9/tunnel"
 )
 
 // readiness adapts the egress aggregator the node uses to ReadinessSource.
@@ -28,31 +23,11 @@ func (r readiness) ReadinessReport(pool string) egress.Report {
 
 func startAgentWith(t *testing.T, b *joinBundle, src ReadinessSource) *Agent {
 	t.Helper()
-	created, err := b.machines.CreateMachine(b.ctx, &v1.CreateMachineRequest{Pool: "default"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	os.WriteFile(filepath.Join(dir, "token"), []byte(created.JoinToken), 0o600)
-	state := State{Dir: filepath.Join(dir, "state")}
-	if _, err := Join(context.Background(), JoinOptions{Controlplane: b.in.Server.GRPCAddr(), CAFile: b.caFile,
-		TokenFile: filepath.Join(dir, "token"), State: state}); err != nil {
-		t.Fatal(err)
-	}
-	o := RunOptions{State: state, HeartbeatInterval: 300 * time.Millisecond, Log: slog.New(slog.DiscardHandler),
-		Client: tunnel.ClientConfig{BackoffBase: 100 * time.Millisecond, BackoffMax: 500 * time.Millisecond}}
+	o := RunOptions{HeartbeatInterval: 300 * time.Millisecond}
 	if src != nil {
 		o.Egress = src
 	}
-	a, err := NewAgent(o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := a.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(a.Stop)
-	return a
+	return startJoinedAgent(t, b, o)
 }
 
 func TestEgressReadinessReport(t *testing.T) {

@@ -19,6 +19,14 @@ import (
 // joinedAgent creates a machine, joins it and starts its agent.
 func joinedAgent(t *testing.T, b *joinBundle) *Agent {
 	t.Helper()
+	return startJoinedAgent(t, b, RunOptions{Version: "t", HeartbeatInterval: 500 * time.Millisecond})
+}
+
+// startJoinedAgent creates a machine in pool default, joins it with o's
+// version into a fresh state directory and starts an agent with o (State,
+// Log and a fast-reconnecting Client filled in), stopped in t.Cleanup.
+func startJoinedAgent(t *testing.T, b *joinBundle, o RunOptions) *Agent {
+	t.Helper()
 	created, err := b.machines.CreateMachine(b.ctx, &v1.CreateMachineRequest{Pool: "default"})
 	if err != nil {
 		t.Fatal(err)
@@ -26,13 +34,13 @@ func joinedAgent(t *testing.T, b *joinBundle) *Agent {
 	dir := t.TempDir()
 	tokenFile := filepath.Join(dir, "token")
 	os.WriteFile(tokenFile, []byte(created.JoinToken), 0o600)
-	state := State{Dir: filepath.Join(dir, "state")}
-	if _, err := Join(context.Background(), JoinOptions{Controlplane: b.in.Server.GRPCAddr(), CAFile: b.caFile, TokenFile: tokenFile, State: state, Version: "t"}); err != nil {
+	o.State = State{Dir: filepath.Join(dir, "state")}
+	if _, err := Join(context.Background(), JoinOptions{Controlplane: b.in.Server.GRPCAddr(), CAFile: b.caFile, TokenFile: tokenFile, State: o.State, Version: o.Version}); err != nil {
 		t.Fatal(err)
 	}
-	a, err := NewAgent(RunOptions{State: state, Version: "t", HeartbeatInterval: 500 * time.Millisecond,
-		Log:    slog.New(slog.DiscardHandler),
-		Client: tunnel.ClientConfig{BackoffBase: 100 * time.Millisecond, BackoffMax: 500 * time.Millisecond}})
+	o.Log = slog.New(slog.DiscardHandler)
+	o.Client = tunnel.ClientConfig{BackoffBase: 100 * time.Millisecond, BackoffMax: 500 * time.Millisecond}
+	a, err := NewAgent(o)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -241,7 +241,7 @@ func setupTasks(t *testing.T, o taskSetup) *taskBundle {
 func (b *taskBundle) startAgent(t *testing.T, report ReportConfig) {
 	t.Helper()
 	ctx := context.Background()
-	logger := slog.New(slog.NewTextHandler(testLogWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	logger := slog.New(slog.NewTextHandler(testenv.LogWriter(t, "AGENT_TEST_LOGS"), &slog.HandlerOptions{Level: slog.LevelDebug}))
 	if err := imagetest.ReconcileMounts(b.prefix); err != nil {
 		t.Fatal(err)
 	}
@@ -279,7 +279,7 @@ func (b *taskBundle) startAgent(t *testing.T, report ReportConfig) {
 			t.Errorf("reconcile after: %v, lost %+v", err, lost)
 		}
 	})
-	waitUntil(t, 10*time.Second, "the agent's tunnel", func() bool {
+	testenv.Eventually(t, 10*time.Second, "the agent's tunnel", func() bool {
 		_, err := b.hub.Conn(b.machineID)
 		return err == nil
 	})
@@ -332,8 +332,8 @@ func (b *taskBundle) run(t *testing.T, a *agentv1.TaskAttempt) *agentv1.RunTaskR
 // to forget the attempt.
 func (b *taskBundle) waitTerminal(t *testing.T, k attemptKey) *agentv1.AttemptUpdate {
 	t.Helper()
-	waitUntil(t, 60*time.Second, "terminal record of "+k.String(), func() bool { return b.cp.terminal(k) != nil })
-	waitUntil(t, 5*time.Second, "the agent to forget "+k.String(), func() bool {
+	testenv.Eventually(t, 60*time.Second, "terminal record of "+k.String(), func() bool { return b.cp.terminal(k) != nil })
+	testenv.Eventually(t, 5*time.Second, "the agent to forget "+k.String(), func() bool {
 		resp, err := b.client.ListTasks(context.Background(), &agentv1.ListTasksRequest{})
 		return err == nil && !slices.ContainsFunc(resp.Attempts, func(r *agentv1.RunningAttempt) bool { return r.TaskId == k.taskID })
 	})
@@ -375,27 +375,6 @@ func shape(recs []*agentv1.AttemptRecord) []string {
 	return out
 }
 
-func waitUntil(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", d, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
-// testLogWriter sends logs to t.Log when AGENT_TEST_LOGS is set.
-type testLogWriter struct{ t *testing.T }
-
-func (w testLogWriter) Write(p []byte) (int, error) {
-	if os.Getenv("AGENT_TEST_LOGS") != "" {
-		w.t.Log(strings.TrimRight(string(p), "\n"))
-	}
-	return len(p), nil
-}
-
 // TestTaskOutputAndExit runs attempts to their end: RUNNING first, the
 // output lines in order, the terminal record last with the exit code (or
 // a message for a failure that has none), and nothing left on the host.
@@ -430,7 +409,7 @@ func TestTaskOutputAndExit(t *testing.T) {
 				t.Fatal("a new attempt is already running")
 			}
 			if tc.want[0] == "RUNNING" {
-				waitUntil(t, 30*time.Second, "first output line", func() bool { return len(b.cp.recordsOf(k)) > 1 })
+				testenv.Eventually(t, 30*time.Second, "first output line", func() bool { return len(b.cp.recordsOf(k)) > 1 })
 				t.Logf("RunTask to first output line at the controlplane: %v", time.Since(start))
 			}
 			u := b.waitTerminal(t, k)
@@ -525,8 +504,8 @@ func TestTaskCancelAndStop(t *testing.T) {
 			if err != nil || !slices.ContainsFunc(resp.Attempts, func(r *agentv1.RunningAttempt) bool { return r.TaskId == k.taskID && r.Attempt == 1 }) {
 				t.Fatalf("ListTasks right after RunTask = %v, %v; want the attempt", resp, err)
 			}
-			waitUntil(t, 30*time.Second, "the task's first line", func() bool { return len(b.cp.recordsOf(k)) > 1 })
-			waitUntil(t, 5*time.Second, "a heartbeat listing the attempt", func() bool { return b.cp.heartbeatListing(k) })
+			testenv.Eventually(t, 30*time.Second, "the task's first line", func() bool { return len(b.cp.recordsOf(k)) > 1 })
+			testenv.Eventually(t, 5*time.Second, "a heartbeat listing the attempt", func() bool { return b.cp.heartbeatListing(k) })
 			if resp := b.run(t, a); !resp.AlreadyRunning {
 				t.Error("second RunTask of a running attempt: already_running false")
 			}
@@ -542,7 +521,7 @@ func TestTaskCancelAndStop(t *testing.T) {
 			b.cp.mu.Lock()
 			b.cp.stopHeartbeat = nil
 			b.cp.mu.Unlock()
-			waitUntil(t, 5*time.Second, "a heartbeat without the attempt", func() bool { return !b.cp.heartbeatListing(k) })
+			testenv.Eventually(t, 5*time.Second, "a heartbeat without the attempt", func() bool { return !b.cp.heartbeatListing(k) })
 			b.assertClean(t, k)
 		})
 	}
@@ -581,7 +560,7 @@ func TestReportsSurviveAFailingControlplane(t *testing.T) {
 	a.Timeout = durationpb.New(time.Minute)
 	k := attemptKey{a.TaskId, a.Attempt}
 	b.run(t, a)
-	waitUntil(t, 30*time.Second, "a few failed report calls", func() bool {
+	testenv.Eventually(t, 30*time.Second, "a few failed report calls", func() bool {
 		cp.mu.Lock()
 		defer cp.mu.Unlock()
 		return cp.calls[k] >= 4
@@ -626,7 +605,7 @@ func TestReportOverflow(t *testing.T) {
 	a := b.attempt("overflow", "seq 1 "+strconv.Itoa(n))
 	k := attemptKey{a.TaskId, a.Attempt}
 	b.run(t, a)
-	waitUntil(t, 30*time.Second, "the attempt to end on the node", func() bool { return len(b.runner.Attempts()) == 0 })
+	testenv.Eventually(t, 30*time.Second, "the attempt to end on the node", func() bool { return len(b.runner.Attempts()) == 0 })
 	close(healthy)
 	u := b.waitTerminal(t, k)
 	recs := cp.recordsOf(k)
@@ -660,7 +639,7 @@ func TestRestartedAgentReconciles(t *testing.T) {
 	a := b.attempt("detach", "echo up; exec sleep 60")
 	k := attemptKey{a.TaskId, a.Attempt}
 	b.run(t, a)
-	waitUntil(t, 30*time.Second, "the task's first line", func() bool { return len(b.cp.recordsOf(k)) > 1 })
+	testenv.Eventually(t, 30*time.Second, "the task's first line", func() bool { return len(b.cp.recordsOf(k)) > 1 })
 	b.agent.Stop()
 	if _, err := os.Stat(filepath.Join(b.sbState, b.prefix+"-detach.1")); err != nil {
 		t.Fatalf("the detached container's state is gone: %v", err)
@@ -691,7 +670,7 @@ func TestReportsSurviveATunnelRestart(t *testing.T) {
 	a := b.attempt("restart", "for i in $(seq 1 30); do echo line $i; sleep 0.1; done")
 	k := attemptKey{a.TaskId, a.Attempt}
 	b.run(t, a)
-	waitUntil(t, 30*time.Second, "a few lines", func() bool { return len(b.cp.recordsOf(k)) > 3 })
+	testenv.Eventually(t, 30*time.Second, "a few lines", func() bool { return len(b.cp.recordsOf(k)) > 3 })
 	addr := b.tunnel.Addr().String()
 	b.tunnel.Stop()
 	b.cp.mu.Lock()
@@ -699,7 +678,7 @@ func TestReportsSurviveATunnelRestart(t *testing.T) {
 	b.cp.mu.Unlock()
 	time.Sleep(500 * time.Millisecond) // the task prints on while the controlplane is away
 	b.tunnel = b.startTunnel(addr)
-	waitUntil(t, 10*time.Second, "a heartbeat listing the attempt after the reconnect", func() bool { return b.cp.heartbeatListing(k) })
+	testenv.Eventually(t, 10*time.Second, "a heartbeat listing the attempt after the reconnect", func() bool { return b.cp.heartbeatListing(k) })
 	conn, err := b.hub.Conn(b.machineID)
 	if err != nil {
 		t.Fatal(err)

@@ -18,6 +18,12 @@ func (a *app) configCmd() *cobra.Command {
 		Use:   "config",
 		Short: "Manage contexts: which controlplane to talk to, with which token",
 	}
+	cmd.AddCommand(a.configCreateCmd(), a.configUseCmd(), a.configListCmd(), a.configDeleteCmd())
+	return cmd
+}
+
+// configCreateCmd is `config create`: a new context, its token asked for or bootstrapped.
+func (a *app) configCreateCmd() *cobra.Command {
 	var (
 		cp, ca    string
 		useTLS    bool
@@ -82,27 +88,28 @@ the first workspace is created and its admin token saved in the context.`,
 	create.Flags().BoolVar(&makeCurr, "use", false, "make the new context current")
 	create.Flags().StringVar(&workspace, "workspace", "", "name of the workspace a bootstrap creates (default \"default\")")
 	_ = create.MarkFlagRequired("controlplane")
+	return create
+}
 
+// configUseCmd is `config use`: make a context current.
+func (a *app) configUseCmd() *cobra.Command {
 	use := &cobra.Command{
 		Use:   "use NAME",
 		Short: "Make a context current",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			dir, f, err := a.loadExisting()
-			if err != nil {
-				return err
-			}
-			if _, ok := f.Contexts[args[0]]; !ok {
-				return fmt.Errorf("no context %q: see `levers9 config list`", args[0])
-			}
-			f.Current = args[0]
-			if err := f.Save(dir); err != nil {
+			if err := a.editContext(args[0], func(f *File) { f.Current = args[0] }); err != nil {
 				return err
 			}
 			fmt.Fprintf(a.io.Out, "now using context %q\n", args[0])
 			return nil
 		},
 	}
+	return use
+}
+
+// configListCmd is `config list`: the contexts, never their tokens.
+func (a *app) configListCmd() *cobra.Command {
 	list := &cobra.Command{
 		Use:   "list",
 		Short: "List contexts (tokens are never shown)",
@@ -143,31 +150,29 @@ the first workspace is created and its admin token saved in the context.`,
 			return w.Flush()
 		},
 	}
+	return list
+}
+
+// configDeleteCmd is `config delete`: forget a context (its token stays valid).
+func (a *app) configDeleteCmd() *cobra.Command {
 	del := &cobra.Command{
 		Use:   "delete NAME",
 		Short: "Delete a context (the token stays valid on the controlplane; revoke it there)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			dir, f, err := a.loadExisting()
-			if err != nil {
-				return err
-			}
-			if _, ok := f.Contexts[args[0]]; !ok {
-				return fmt.Errorf("no context %q: see `levers9 config list`", args[0])
-			}
-			delete(f.Contexts, args[0])
-			if f.Current == args[0] {
-				f.Current = ""
-			}
-			if err := f.Save(dir); err != nil {
+			if err := a.editContext(args[0], func(f *File) {
+				delete(f.Contexts, args[0])
+				if f.Current == args[0] {
+					f.Current = ""
+				}
+			}); err != nil {
 				return err
 			}
 			fmt.Fprintf(a.io.Out, "context %q deleted\n", args[0])
 			return nil
 		},
 	}
-	cmd.AddCommand(create, use, list, del)
-	return cmd
+	return del
 }
 
 func (a *app) loadExisting() (string, *File, error) {
@@ -180,6 +185,20 @@ func (a *app) loadExisting() (string, *File, error) {
 		return "", nil, fmt.Errorf("no contexts yet: create one with `levers9 config create NAME --controlplane HOST:PORT`")
 	}
 	return dir, f, err
+}
+
+// editContext loads the config, checks that context name exists, applies
+// edit and saves the file.
+func (a *app) editContext(name string, edit func(f *File)) error {
+	dir, f, err := a.loadExisting()
+	if err != nil {
+		return err
+	}
+	if _, ok := f.Contexts[name]; !ok {
+		return fmt.Errorf("no context %q: see `levers9 config list`", name)
+	}
+	edit(f)
+	return f.Save(dir)
 }
 
 // obtainToken fills c.Token from LEVERS9_TOKEN or a prompt; an empty answer

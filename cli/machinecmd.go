@@ -28,6 +28,12 @@ func ago(m *v1.Machine) string {
 
 func (a *app) machineCmd() *cobra.Command {
 	cmd := &cobra.Command{Use: "machine", Short: "Join machines to pools and manage them"}
+	cmd.AddCommand(a.machineCreateCmd(), a.machineListCmd(), a.machineShowCmd(), a.machineDeleteCmd())
+	return cmd
+}
+
+// machineCreateCmd is `machine create`: a machine record and the join script that enrolls it.
+func (a *app) machineCreateCmd() *cobra.Command {
 	var (
 		pool, name string
 		joinTTL    time.Duration
@@ -40,16 +46,9 @@ join script, token inside, to ~/.levers9/machines/ID.sh with mode 0600. Copy tha
 machine and run it there as root; the printed command hides the token.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			s, err := a.connect(true)
-			if err != nil {
-				return err
-			}
-			defer s.Close()
-			var resp *v1.CreateMachineResponse
-			err = a.call(s, func(ctx context.Context) error {
-				resp, err = v1.NewMachineServiceClient(s.conn).CreateMachine(ctx, &v1.CreateMachineRequest{
+			resp, err := rpc(a, func(ctx context.Context, conn *grpc.ClientConn) (*v1.CreateMachineResponse, error) {
+				return v1.NewMachineServiceClient(conn).CreateMachine(ctx, &v1.CreateMachineRequest{
 					Pool: pool, Name: name, JoinTtlSeconds: int64(joinTTL / time.Second)})
-				return err
 			})
 			if err != nil {
 				return err
@@ -79,7 +78,11 @@ machine and run it there as root; the printed command hides the token.`,
 	create.Flags().StringVar(&name, "name", "", "machine name (made up when empty)")
 	create.Flags().DurationVar(&joinTTL, "join-ttl", 0, "how long the join token stays valid (default: the controlplane's, 1h)")
 	_ = create.MarkFlagRequired("pool")
+	return create
+}
 
+// machineListCmd is `machine list`.
+func (a *app) machineListCmd() *cobra.Command {
 	var listPool string
 	list := &cobra.Command{
 		Use:   "list [--pool NAME]",
@@ -106,7 +109,11 @@ machine and run it there as root; the printed command hides the token.`,
 		},
 	}
 	list.Flags().StringVar(&listPool, "pool", "", "only machines of this pool")
+	return list
+}
 
+// machineShowCmd is `machine show`: a machine with its inventory.
+func (a *app) machineShowCmd() *cobra.Command {
 	show := &cobra.Command{
 		Use:   "show ID",
 		Short: "Show a machine with its inventory",
@@ -146,19 +153,18 @@ machine and run it there as root; the printed command hides the token.`,
 			return w.Flush()
 		},
 	}
+	return show
+}
+
+// machineDeleteCmd is `machine delete`: the machine's certificate is revoked and its tunnel dropped.
+func (a *app) machineDeleteCmd() *cobra.Command {
 	del := &cobra.Command{
 		Use:   "delete ID",
 		Short: "Delete a machine: its certificate is revoked and its tunnel dropped at once",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			s, err := a.connect(true)
-			if err != nil {
-				return err
-			}
-			defer s.Close()
-			if err := a.call(s, func(ctx context.Context) error {
-				_, err := v1.NewMachineServiceClient(s.conn).DeleteMachine(ctx, &v1.DeleteMachineRequest{Id: args[0]})
-				return err
+			if _, err := rpc(a, func(ctx context.Context, conn *grpc.ClientConn) (*v1.DeleteMachineResponse, error) {
+				return v1.NewMachineServiceClient(conn).DeleteMachine(ctx, &v1.DeleteMachineRequest{Id: args[0]})
 			}); err != nil {
 				return err
 			}
@@ -169,8 +175,7 @@ machine and run it there as root; the printed command hides the token.`,
 			return nil
 		},
 	}
-	cmd.AddCommand(create, list, show, del)
-	return cmd
+	return del
 }
 
 func dash(s string) string {

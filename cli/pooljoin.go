@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 
 	"github.com/spf13/cobra"
+	"google.golang.org/grpc"
 
 	v1 "github.com/levers9/levers9/api/levers9/v1"
 	"github.com/levers9/levers9/enroll"
@@ -31,16 +32,9 @@ when it runs with LEVERS9_AGENT_DEV_BUILDS=true.`,
 			if os.Geteuid() != 0 {
 				return errors.New("pool join runs the join script on this machine and needs root: run it with sudo")
 			}
-			s, err := a.connect(true)
-			if err != nil {
-				return err
-			}
-			var resp *v1.CreateMachineResponse
-			err = a.call(s, func(ctx context.Context) error {
-				resp, err = v1.NewMachineServiceClient(s.conn).CreateMachine(ctx, &v1.CreateMachineRequest{Pool: args[0], Name: name, DevBuild: dev})
-				return err
+			resp, err := rpc(a, func(ctx context.Context, conn *grpc.ClientConn) (*v1.CreateMachineResponse, error) {
+				return v1.NewMachineServiceClient(conn).CreateMachine(ctx, &v1.CreateMachineRequest{Pool: args[0], Name: name, DevBuild: dev})
 			})
-			s.Close()
 			if err != nil {
 				return err
 			}

@@ -100,14 +100,8 @@ never from the command line, so they stay out of shell history and process lists
 		Short: "Delete a secret",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			s, err := a.connect(true)
-			if err != nil {
-				return err
-			}
-			defer s.Close()
-			if err := a.call(s, func(ctx context.Context) error {
-				_, err := v1.NewSecretServiceClient(s.conn).DeleteSecret(ctx, &v1.DeleteSecretRequest{Name: args[0]})
-				return err
+			if _, err := rpc(a, func(ctx context.Context, conn *grpc.ClientConn) (*v1.DeleteSecretResponse, error) {
+				return v1.NewSecretServiceClient(conn).DeleteSecret(ctx, &v1.DeleteSecretRequest{Name: args[0]})
 			}); err != nil {
 				return err
 			}

@@ -15,6 +15,12 @@ import (
 
 func (a *app) taskCmd() *cobra.Command {
 	cmd := &cobra.Command{Use: "task", Short: "List, inspect, follow and cancel tasks"}
+	cmd.AddCommand(a.taskListCmd(), a.taskShowCmd(), a.taskLogsCmd(), a.taskCancelCmd())
+	return cmd
+}
+
+// taskListCmd is `task list`: the workspace's tasks, newest first.
+func (a *app) taskListCmd() *cobra.Command {
 	var (
 		states []string
 		limit  int
@@ -69,7 +75,11 @@ pending, scheduled, running, succeeded, failed, cancelled, timed_out.`,
 	}
 	list.Flags().StringArrayVar(&states, "state", nil, "only tasks in this state (repeatable, or comma-separated)")
 	list.Flags().IntVar(&limit, "limit", 50, "show at most this many tasks")
+	return list
+}
 
+// taskShowCmd is `task show`: one task with its attempts.
+func (a *app) taskShowCmd() *cobra.Command {
 	show := &cobra.Command{
 		Use:     "show ID",
 		Short:   "Show a task with its attempts",
@@ -89,7 +99,11 @@ pending, scheduled, running, succeeded, failed, cancelled, timed_out.`,
 			return nil
 		},
 	}
+	return show
+}
 
+// taskLogsCmd is `task logs`: a task's output so far, or followed to its end.
+func (a *app) taskLogsCmd() *cobra.Command {
 	var follow bool
 	logs := &cobra.Command{
 		Use:   "logs ID [-f]",
@@ -116,7 +130,11 @@ the task running (cancel it with levers9 task cancel ID).`,
 		},
 	}
 	logs.Flags().BoolVarP(&follow, "follow", "f", false, "follow the task to its end and exit with its exit code")
+	return logs
+}
 
+// taskCancelCmd is `task cancel`.
+func (a *app) taskCancelCmd() *cobra.Command {
 	cancel := &cobra.Command{
 		Use:     "cancel ID",
 		Short:   "Cancel a task: a running one is killed and its machine cleaned up",
@@ -144,8 +162,7 @@ the task running (cancel it with levers9 task cancel ID).`,
 			return nil
 		},
 	}
-	cmd.AddCommand(list, show, logs, cancel)
-	return cmd
+	return cancel
 }
 
 func (a *app) printTask(t *v1.Task) {

@@ -14,6 +14,8 @@ import (
 	"golang.org/x/net/icmp"
 	"golang.org/x/net/ipv4"
 	"golang.org/x/net/ipv6"
+
+	"github.com/levers9/levers9/internal/testenv"
 )
 
 type nodeBundle struct {
@@ -151,7 +153,7 @@ func TestEgressModes(t *testing.T) {
 				if pc.class == ClassContainer {
 					msg = "egress refused"
 				}
-				eventually(t, 5*time.Second, "log line for "+pc.name, func() bool {
+				testenv.Eventually(t, 5*time.Second, "log line for "+pc.name, func() bool {
 					return nb.logs.find(msg, map[string]string{"class": pc.class, "destination": pc.dest, "task_id": "task-a", "pool": "gpu", "container_id": "ctr-a"})
 				})
 			}

@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/levers9/levers9/internal/testenv"
 )
 
 func metadataHits(t *testing.T, nb *nodeBundle, ns string, k int) {
@@ -177,7 +179,7 @@ func TestHooksReturnToFront(t *testing.T) {
 	}
 	// The agent's loop (every 200ms here) puts our hooks back in front
 	// and says so.
-	eventually(t, 10*time.Second, "hooks back at position 1", func() bool {
+	testenv.Eventually(t, 10*time.Second, "hooks back at position 1", func() bool {
 		for _, r := range firstRules(t, w) {
 			if !strings.Contains(r, w.prefix+" egress") {
 				return false
@@ -185,7 +187,7 @@ func TestHooksReturnToFront(t *testing.T) {
 		}
 		return true
 	})
-	eventually(t, 5*time.Second, "log line about moved hooks", func() bool {
+	testenv.Eventually(t, 5*time.Second, "log line about moved hooks", func() bool {
 		return nb.logs.find("egress hooks were not first in their chains; moved back to position 1", nil)
 	})
 	// Still enforcing, and the foreign rules are untouched.

@@ -259,18 +259,6 @@ func (l *logRecorder) find(msg string, kv map[string]string) bool {
 	return false
 }
 
-// eventually polls cond until it holds or the deadline passes.
-func eventually(t testing.TB, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", d, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 // saveRules returns the rules and user chains of iptables-save and
 // ip6tables-save in a namespace (an empty table and a missing one, which
 // iptables-nft creates lazily, compare equal).

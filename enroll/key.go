@@ -7,9 +7,8 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
-	"fmt"
-	"os"
-	"path/filepath"
+
+	"github.com/levers9/levers9/internal/secretfile"
 )
 
 // NewKeyAndCSR makes the agent's key pair and a CSR for it. The key stays
@@ -34,31 +33,8 @@ func NewKeyAndCSR(hostname string) (keyPEM, csrPEM []byte, err error) {
 }
 
 // WriteSecretFile writes b to path with mode 0600 (its directory 0700),
-// atomically, so a reader never sees a half-written key or token.
+// atomically, so a reader never sees a half-written key or token. It is
+// secretfile.Write, named here for enroll's callers.
 func WriteSecretFile(path string, b []byte) error {
-	dir := filepath.Dir(path)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return fmt.Errorf("create %s: %w", dir, err)
-	}
-	f, err := os.CreateTemp(dir, ".tmp-*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(f.Name())
-	if err := f.Chmod(0o600); err != nil {
-		f.Close()
-		return err
-	}
-	if _, err := f.Write(b); err != nil {
-		f.Close()
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	return os.Rename(f.Name(), path)
+	return secretfile.Write(path, b)
 }

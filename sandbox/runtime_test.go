@@ -38,101 +38,108 @@ func (s *syncBuffer) String() string {
 
 var bothRuntimes = []RuntimeName{RuntimeRunc, RuntimeRunsc}
 
-func TestRunExitCodeAndOutput(t *testing.T) {
+// setupRuntimes skips (fails under CI) without root or the named runtime
+// binaries, and returns a sandbox and a rootfs without a probe.
+func setupRuntimes(t *testing.T, binaries ...string) (bundle, string) {
+	t.Helper()
 	testenv.RequireRoot(t)
-	testenv.RequireBinary(t, "runc", "runsc")
-	b := setupSandbox(t)
-	rootfs := makeRootfs(t, "")
+	testenv.RequireBinary(t, binaries...)
+	return setupSandbox(t), makeRootfs(t, "")
+}
+
+// forEachRuntime runs f as a subtest per runtime, each with a context that
+// ends after 30 seconds.
+func forEachRuntime(t *testing.T, f func(t *testing.T, ctx context.Context, rt RuntimeName)) {
 	for _, rt := range bothRuntimes {
 		t.Run(string(rt), func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
-			var out, errb syncBuffer
-			task := TaskSpec{ID: "exit-" + string(rt), Rootfs: rootfs, Args: []string{"sh", "-c", "echo hello $GREETING; echo oops >&2; exit 7"}, Env: []string{"GREETING=world"}}
-			h, err := b.sb.Run(ctx, task, Security{Profile: ProfileHardened, Seccomp: SeccompEnforce, DropNetRaw: true, Runtime: rt}, Stdio{Stdout: &out, Stderr: &errb})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = h.Delete(context.Background()) })
-			st, err := h.Wait(ctx)
-			if err != nil {
-				t.Fatalf("wait: %v", err)
-			}
-			if st.Code != 7 {
-				t.Errorf("exit code %d, want 7", st.Code)
-			}
-			if got := out.String(); got != "hello world\n" {
-				t.Errorf("stdout %q", got)
-			}
-			if got := errb.String(); !strings.Contains(got, "oops") {
-				t.Errorf("stderr %q", got)
-			}
-			if s, err := h.State(ctx); err != nil || s.Status != StatusStopped {
-				t.Errorf("state after exit: %+v %v", s, err)
-			}
-			if err := h.Delete(ctx); err != nil {
-				t.Fatal(err)
-			}
-			if err := h.Delete(ctx); err != nil {
-				t.Errorf("second delete: %v", err)
-			}
-			if _, err := os.Stat(filepath.Join("/run/l9s-test", h.ID)); !os.IsNotExist(err) {
-				t.Errorf("container dir left: %v", err)
-			}
+			f(t, ctx, rt)
 		})
 	}
 }
 
+func TestRunExitCodeAndOutput(t *testing.T) {
+	b, rootfs := setupRuntimes(t, "runc", "runsc")
+	forEachRuntime(t, func(t *testing.T, ctx context.Context, rt RuntimeName) {
+		var out, errb syncBuffer
+		task := TaskSpec{ID: "exit-" + string(rt), Rootfs: rootfs, Args: []string{"sh", "-c", "echo hello $GREETING; echo oops >&2; exit 7"}, Env: []string{"GREETING=world"}}
+		h, err := b.sb.Run(ctx, task, Security{Profile: ProfileHardened, Seccomp: SeccompEnforce, DropNetRaw: true, Runtime: rt}, Stdio{Stdout: &out, Stderr: &errb})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = h.Delete(context.Background()) })
+		st, err := h.Wait(ctx)
+		if err != nil {
+			t.Fatalf("wait: %v", err)
+		}
+		if st.Code != 7 {
+			t.Errorf("exit code %d, want 7", st.Code)
+		}
+		if got := out.String(); got != "hello world\n" {
+			t.Errorf("stdout %q", got)
+		}
+		if got := errb.String(); !strings.Contains(got, "oops") {
+			t.Errorf("stderr %q", got)
+		}
+		if s, err := h.State(ctx); err != nil || s.Status != StatusStopped {
+			t.Errorf("state after exit: %+v %v", s, err)
+		}
+		if err := h.Delete(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := h.Delete(ctx); err != nil {
+			t.Errorf("second delete: %v", err)
+		}
+		if _, err := os.Stat(filepath.Join("/run/l9s-test", h.ID)); !os.IsNotExist(err) {
+			t.Errorf("container dir left: %v", err)
+		}
+	})
+}
+
 func TestKillAndCgroupLimits(t *testing.T) {
-	testenv.RequireRoot(t)
-	testenv.RequireBinary(t, "runc", "runsc")
-	b := setupSandbox(t)
-	rootfs := makeRootfs(t, "")
-	for _, rt := range bothRuntimes {
-		t.Run(string(rt), func(t *testing.T) {
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			defer cancel()
-			task := TaskSpec{ID: "kill-" + string(rt), Rootfs: rootfs, Args: []string{"sleep", "60"},
-				Resources: Resources{CPUMillis: 500, MemoryBytes: 64 << 20, Pids: 32}}
-			h, err := b.sb.Run(ctx, task, Security{Profile: ProfileHardened, Seccomp: SeccompEnforce, Runtime: rt}, Stdio{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = h.Delete(context.Background()) })
-			waitFor(t, 10*time.Second, "running", func() bool {
-				s, err := h.State(ctx)
-				return err == nil && s.Status == StatusRunning
-			})
-			cg := "/l9s-test/" + h.ID
-			want := map[string]string{
-				"memory/" + cg + "/memory.limit_in_bytes": "67108864",
-				"pids/" + cg + "/pids.max":                "32",
-				// 500 mCPU: half a core's shares, a one-core cap.
-				"cpu/" + cg + "/cpu.cfs_quota_us": "100000",
-				"cpu/" + cg + "/cpu.shares":       "512",
-			}
-			for f, v := range want {
-				got, err := os.ReadFile("/sys/fs/cgroup/" + f)
-				if err != nil {
-					t.Errorf("cgroup %s: %v", f, err)
-					continue
-				}
-				if strings.TrimSpace(string(got)) != v {
-					t.Errorf("cgroup %s = %q, want %s", f, got, v)
-				}
-			}
-			if err := h.Kill(ctx, syscall.SIGKILL); err != nil {
-				t.Fatal(err)
-			}
-			st, err := h.Wait(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if st.Code != 137 {
-				t.Errorf("exit %+v, want 137", st)
-			}
+	b, rootfs := setupRuntimes(t, "runc", "runsc")
+	forEachRuntime(t, func(t *testing.T, ctx context.Context, rt RuntimeName) {
+		task := TaskSpec{ID: "kill-" + string(rt), Rootfs: rootfs, Args: []string{"sleep", "60"},
+			Resources: Resources{CPUMillis: 500, MemoryBytes: 64 << 20, Pids: 32}}
+		h, err := b.sb.Run(ctx, task, Security{Profile: ProfileHardened, Seccomp: SeccompEnforce, Runtime: rt}, Stdio{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = h.Delete(context.Background()) })
+		testenv.Eventually(t, 10*time.Second, "running", func() bool {
+			s, err := h.State(ctx)
+			return err == nil && s.Status == StatusRunning
 		})
-	}
+		cg := "/l9s-test/" + h.ID
+		want := map[string]string{
+			"memory/" + cg + "/memory.limit_in_bytes": "67108864",
+			"pids/" + cg + "/pids.max":                "32",
+			// 500 mCPU: half a core's shares, a one-core cap.
+			"cpu/" + cg + "/cpu.cfs_quota_us": "100000",
+			"cpu/" + cg + "/cpu.shares":       "512",
+		}
+		for f, v := range want {
+			got, err := os.ReadFile("/sys/fs/cgroup/" + f)
+			if err != nil {
+				t.Errorf("cgroup %s: %v", f, err)
+				continue
+			}
+			if strings.TrimSpace(string(got)) != v {
+				t.Errorf("cgroup %s = %q, want %s", f, got, v)
+			}
+		}
+		if err := h.Kill(ctx, syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		st, err := h.Wait(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Code != 137 {
+			t.Errorf("exit %+v, want 137", st)
+		}
+	})
 }
 
 func TestRuntimeErrors(t *testing.T) {
@@ -162,87 +169,77 @@ func TestRuntimeErrors(t *testing.T) {
 
 // TestRuntimeLifecycle drives the Runtime interface step by step.
 func TestRuntimeLifecycle(t *testing.T) {
-	testenv.RequireRoot(t)
-	testenv.RequireBinary(t, "runc", "runsc")
-	b := setupSandbox(t)
-	rootfs := makeRootfs(t, "")
-	for _, name := range bothRuntimes {
-		t.Run(string(name), func(t *testing.T) {
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			defer cancel()
-			rt, err := b.sb.Runtime(name)
-			if err != nil {
-				t.Fatal(err)
-			}
-			spec, _, err := BuildSpec(TaskSpec{ID: "life", Rootfs: rootfs, Args: []string{"sleep", "60"}}, Security{Profile: ProfileHardened, Seccomp: SeccompEnforce, Runtime: name}, b.host)
-			if err != nil {
-				t.Fatal(err)
-			}
-			id := "l9s-life-" + string(name)
-			spec.Linux.CgroupsPath = "/l9s-test/" + id
-			bundle := filepath.Join(t.TempDir(), "bundle")
-			if err := writeBundle(bundle, spec); err != nil {
-				t.Fatal(err)
-			}
-			opts := CreateOpts{Bundle: bundle, OwnNetwork: true}
-			if err := rt.Create(ctx, id, opts); err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = rt.Delete(context.Background(), id) })
-			if err := rt.Create(ctx, id, opts); !errdefs.IsAlreadyExists(err) {
-				t.Errorf("second create: %v", err)
-			}
-			if st, err := rt.State(ctx, id); err != nil || st.Status != StatusCreated {
-				t.Errorf("state after create: %+v %v", st, err)
-			}
-			if _, err := rt.Wait(ctx, id); !errdefs.IsFailedPrecondition(err) {
-				t.Errorf("wait before start: %v", err)
-			}
-			if err := rt.Start(ctx, id); err != nil {
-				t.Fatal(err)
-			}
-			if err := rt.Start(ctx, id); !errdefs.IsFailedPrecondition(err) {
-				t.Errorf("second start: %v", err)
-			}
-			waitFor(t, 10*time.Second, "running", func() bool {
-				st, err := rt.State(ctx, id)
-				return err == nil && st.Status == StatusRunning && st.Pid > 0
-			})
-			shortCtx, c2 := context.WithTimeout(ctx, 50*time.Millisecond)
-			if _, err := rt.Wait(shortCtx, id); !errdefs.IsCanceled(err) {
-				t.Errorf("wait on a running container with a short ctx: %v", err)
-			}
-			c2()
-			// SIGKILL: the container's pid 1 ignores signals it has
-			// no handler for.
-			if err := rt.Kill(ctx, id, syscall.SIGKILL); err != nil {
-				t.Fatal(err)
-			}
-			st, err := rt.Wait(ctx, id)
-			if err != nil || st.Signal != syscall.SIGKILL || st.Code != 137 {
-				t.Errorf("exit after SIGKILL: %+v %v", st, err)
-			}
-			if err := rt.Kill(ctx, id, syscall.SIGKILL); err != nil {
-				t.Errorf("kill after exit: %v", err)
-			}
-			if err := rt.Delete(ctx, id); err != nil {
-				t.Fatal(err)
-			}
-			if _, err := rt.State(ctx, id); !errdefs.IsNotFound(err) {
-				t.Errorf("state after delete: %v", err)
-			}
+	b, rootfs := setupRuntimes(t, "runc", "runsc")
+	forEachRuntime(t, func(t *testing.T, ctx context.Context, name RuntimeName) {
+		rt, err := b.sb.Runtime(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		spec, _, err := BuildSpec(TaskSpec{ID: "life", Rootfs: rootfs, Args: []string{"sleep", "60"}}, Security{Profile: ProfileHardened, Seccomp: SeccompEnforce, Runtime: name}, b.host)
+		if err != nil {
+			t.Fatal(err)
+		}
+		id := "l9s-life-" + string(name)
+		spec.Linux.CgroupsPath = "/l9s-test/" + id
+		bundle := filepath.Join(t.TempDir(), "bundle")
+		if err := writeBundle(bundle, spec); err != nil {
+			t.Fatal(err)
+		}
+		opts := CreateOpts{Bundle: bundle, OwnNetwork: true}
+		if err := rt.Create(ctx, id, opts); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = rt.Delete(context.Background(), id) })
+		if err := rt.Create(ctx, id, opts); !errdefs.IsAlreadyExists(err) {
+			t.Errorf("second create: %v", err)
+		}
+		if st, err := rt.State(ctx, id); err != nil || st.Status != StatusCreated {
+			t.Errorf("state after create: %+v %v", st, err)
+		}
+		if _, err := rt.Wait(ctx, id); !errdefs.IsFailedPrecondition(err) {
+			t.Errorf("wait before start: %v", err)
+		}
+		if err := rt.Start(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+		if err := rt.Start(ctx, id); !errdefs.IsFailedPrecondition(err) {
+			t.Errorf("second start: %v", err)
+		}
+		testenv.Eventually(t, 10*time.Second, "running", func() bool {
+			st, err := rt.State(ctx, id)
+			return err == nil && st.Status == StatusRunning && st.Pid > 0
 		})
-	}
+		shortCtx, c2 := context.WithTimeout(ctx, 50*time.Millisecond)
+		if _, err := rt.Wait(shortCtx, id); !errdefs.IsCanceled(err) {
+			t.Errorf("wait on a running container with a short ctx: %v", err)
+		}
+		c2()
+		// SIGKILL: the container's pid 1 ignores signals it has
+		// no handler for.
+		if err := rt.Kill(ctx, id, syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		st, err := rt.Wait(ctx, id)
+		if err != nil || st.Signal != syscall.SIGKILL || st.Code != 137 {
+			t.Errorf("exit after SIGKILL: %+v %v", st, err)
+		}
+		if err := rt.Kill(ctx, id, syscall.SIGKILL); err != nil {
+			t.Errorf("kill after exit: %v", err)
+		}
+		if err := rt.Delete(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := rt.State(ctx, id); !errdefs.IsNotFound(err) {
+			t.Errorf("state after delete: %v", err)
+		}
+	})
 }
 
 // TestReconcileRemovesLeftovers starts containers with one Sandbox, drops
 // it as a killed agent would, and checks a fresh Sandbox's Reconcile
 // kills and removes them, their state and their cgroups.
 func TestReconcileRemovesLeftovers(t *testing.T) {
-	testenv.RequireRoot(t)
-	testenv.RequireBinary(t, "runc", "runsc")
-	b := setupSandbox(t)
-	rootfs := makeRootfs(t, "")
+	b, rootfs := setupRuntimes(t, "runc", "runsc")
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	var pids []int
@@ -252,7 +249,7 @@ func TestReconcileRemovesLeftovers(t *testing.T) {
 			t.Fatal(err)
 		}
 		var st State
-		waitFor(t, 10*time.Second, "running", func() bool {
+		testenv.Eventually(t, 10*time.Second, "running", func() bool {
 			st, err = h.State(ctx)
 			return err == nil && st.Status == StatusRunning
 		})
@@ -266,7 +263,7 @@ func TestReconcileRemovesLeftovers(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, pid := range pids {
-		waitFor(t, 10*time.Second, "leftover process gone", func() bool {
+		testenv.Eventually(t, 10*time.Second, "leftover process gone", func() bool {
 			return syscall.Kill(pid, 0) != nil
 		})
 	}
@@ -279,10 +276,7 @@ func TestReconcileRemovesLeftovers(t *testing.T) {
 }
 
 func TestConcurrentRuns(t *testing.T) {
-	testenv.RequireRoot(t)
-	testenv.RequireBinary(t, "runc")
-	b := setupSandbox(t)
-	rootfs := makeRootfs(t, "")
+	b, rootfs := setupRuntimes(t, "runc")
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	var wg sync.WaitGroup

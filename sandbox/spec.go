@@ -60,30 +60,88 @@ const (
 // BuildSpec turns a task and its (already tightened) security settings into
 // an OCI runtime spec for host, and says what of it the chosen runtime will
 // really enforce. Capabilities are decided first, and seccomp is resolved
-// against them, as Docker does.
+// against them, as Docker does. The steps, in order:
+//
+//	resolveSpecInputs  validate; task and image users; GPUs
+//	capabilitiesFor    bounding set, and effective only for root
+//	baseSpec           process, namespaces, sysctls
+//	setResources       CPU, memory and pids limits
+//	mountsFor          /proc, /dev, /sys, ..., then the task's volumes
+//	addGPUs            device nodes, cgroup rules, driver libraries
+//	harden             masked and read-only paths, noNewPrivileges, AppArmor
+//	applySeccomp       the profile for mode, capabilities and GPUs
+//	noteRuntimeGaps    what runsc (or the node) will not enforce
 func BuildSpec(task TaskSpec, sec Security, host Host) (*specs.Spec, Effective, error) {
-	if err := sec.Validate(); err != nil {
+	in, err := resolveSpecInputs(task, sec, host)
+	if err != nil {
 		return nil, Effective{}, err
-	}
-	if err := task.Validate(); err != nil {
-		return nil, Effective{}, err
-	}
-	uid, gid, err := resolveUser(task.Rootfs, task.effectiveUser())
-	if err != nil {
-		return nil, Effective{}, fmt.Errorf("task %s: task.user: %w: %w", task.ID, err, errdefs.ErrInvalidArgument)
-	}
-	imageUID, _, err := resolveUser(task.Rootfs, task.ImageUser)
-	if err != nil {
-		return nil, Effective{}, fmt.Errorf("task %s: task.imageUser: %w: %w", task.ID, err, errdefs.ErrInvalidArgument)
-	}
-	gpus, driver, err := selectGPUs(task.GPUs, host.GPUs)
-	if err != nil {
-		return nil, Effective{}, fmt.Errorf("task %s: %w", task.ID, err)
 	}
 	hardened := sec.Profile == ProfileHardened
 	eff := Effective{Runtime: sec.Runtime, Profile: sec.Profile}
 
-	// Capabilities first.
+	caps, pcaps := capabilitiesFor(sec, in.uid)
+	eff.Capabilities = slices.Clone(caps)
+	eff.DropNetRaw = !slices.Contains(caps, "CAP_NET_RAW")
+
+	s := baseSpec(task, sec, host, in, pcaps)
+	setResources(s.Linux.Resources, task.Resources)
+	s.Mounts = mountsFor(task, hardened, in.driver)
+	if in.driver {
+		addGPUs(s, in.gpus, host.GPUs)
+		for _, g := range in.gpus {
+			eff.GPUs = append(eff.GPUs, g.UUID)
+		}
+	}
+	if hardened {
+		eff.Notes = append(eff.Notes, harden(s, task, sec, host, in)...)
+	}
+	eff.NoNewPrivileges = s.Process.NoNewPrivileges
+	eff.MaskedPaths = len(s.Linux.MaskedPaths) > 0
+	eff.ReadonlyPaths = len(s.Linux.ReadonlyPaths) > 0
+	eff.AppArmorProfile = s.Process.ApparmorProfile
+
+	if err := applySeccomp(s, &eff, sec, caps, in.driver, host); err != nil {
+		return nil, Effective{}, fmt.Errorf("task %s: %w", task.ID, err)
+	}
+	noteRuntimeGaps(&eff, sec, hardened)
+	return s, eff, nil
+}
+
+// specInputs is what BuildSpec resolves from the task and the host before
+// it builds anything.
+type specInputs struct {
+	uid, gid uint32 // the task's user in its rootfs
+	imageUID uint32 // the image's own user
+	gpus     []GPU
+	driver   bool // the task gets GPUs and the driver's files
+}
+
+// resolveSpecInputs validates the settings and the task and resolves its
+// users and GPUs; its errors name the field.
+func resolveSpecInputs(task TaskSpec, sec Security, host Host) (specInputs, error) {
+	var in specInputs
+	if err := sec.Validate(); err != nil {
+		return in, err
+	}
+	if err := task.Validate(); err != nil {
+		return in, err
+	}
+	var err error
+	if in.uid, in.gid, err = resolveUser(task.Rootfs, task.effectiveUser()); err != nil {
+		return in, fmt.Errorf("task %s: task.user: %w: %w", task.ID, err, errdefs.ErrInvalidArgument)
+	}
+	if in.imageUID, _, err = resolveUser(task.Rootfs, task.ImageUser); err != nil {
+		return in, fmt.Errorf("task %s: task.imageUser: %w: %w", task.ID, err, errdefs.ErrInvalidArgument)
+	}
+	if in.gpus, in.driver, err = selectGPUs(task.GPUs, host.GPUs); err != nil {
+		return in, fmt.Errorf("task %s: %w", task.ID, err)
+	}
+	return in, nil
+}
+
+// capabilitiesFor returns the bounding set (Docker's defaults, less
+// CAP_NET_RAW when asked) and the process capabilities for uid.
+func capabilitiesFor(sec Security, uid uint32) ([]string, *specs.LinuxCapabilities) {
 	caps := slices.Clone(defaultCaps)
 	if sec.DropNetRaw {
 		caps = slices.DeleteFunc(caps, func(c string) bool { return c == "CAP_NET_RAW" })
@@ -94,9 +152,12 @@ func BuildSpec(task TaskSpec, sec Security, host Host) (*specs.Spec, Effective, 
 		// gets no effective capabilities at all, only the bounding set.
 		pcaps.Effective, pcaps.Permitted = slices.Clone(caps), slices.Clone(caps)
 	}
-	eff.Capabilities = slices.Clone(caps)
-	eff.DropNetRaw = !slices.Contains(caps, "CAP_NET_RAW")
+	return caps, pcaps
+}
 
+// baseSpec is the spec's process (args, env, cwd, user, capabilities,
+// nofile limit), root, namespaces, deny-all device rule and sysctls.
+func baseSpec(task TaskSpec, sec Security, host Host, in specInputs, pcaps *specs.LinuxCapabilities) *specs.Spec {
 	nofile := uint64(maxNofile)
 	if host.NofileHard != 0 && host.NofileHard < nofile {
 		nofile = host.NofileHard
@@ -114,7 +175,7 @@ func BuildSpec(task TaskSpec, sec Security, host Host) (*specs.Spec, Effective, 
 			Args:         slices.Clone(task.Args),
 			Env:          env,
 			Cwd:          cwd,
-			User:         specs.User{UID: uid, GID: gid},
+			User:         specs.User{UID: in.uid, GID: in.gid},
 			Capabilities: pcaps,
 			Rlimits: []specs.POSIXRlimit{
 				{Type: "RLIMIT_NOFILE", Hard: nofile, Soft: min(1024, nofile)},
@@ -139,28 +200,36 @@ func BuildSpec(task TaskSpec, sec Security, host Host) (*specs.Spec, Effective, 
 		// Datagram ICMP keeps ping working without raw sockets.
 		s.Linux.Sysctl["net.ipv4.ping_group_range"] = "0 2147483647"
 	}
-	if r := task.Resources; r.CPUMillis > 0 || r.MemoryBytes > 0 || r.Pids > 0 {
-		if r.CPUMillis > 0 {
-			// The request is the task's share under contention (1024
-			// shares per core); the hard cap is the request but never
-			// under one core, because a sub-core quota throttles the
-			// container's own start (runc init, the dynamic loader) by
-			// hundreds of milliseconds.
-			period := uint64(100000)
-			quota := max(r.CPUMillis, minCPUCapMillis) * 100
-			shares := uint64(max(r.CPUMillis*1024/1000, 2))
-			s.Linux.Resources.CPU = &specs.LinuxCPU{Period: &period, Quota: &quota, Shares: &shares}
-		}
-		if r.MemoryBytes > 0 {
-			m := r.MemoryBytes
-			s.Linux.Resources.Memory = &specs.LinuxMemory{Limit: &m, Swap: &m}
-		}
-		if r.Pids > 0 {
-			p := r.Pids
-			s.Linux.Resources.Pids = &specs.LinuxPids{Limit: &p}
-		}
-	}
+	return s
+}
 
+// setResources sets the cgroup limits the task asks for.
+func setResources(lr *specs.LinuxResources, r Resources) {
+	if r.CPUMillis > 0 {
+		// The request is the task's share under contention (1024
+		// shares per core); the hard cap is the request but never
+		// under one core, because a sub-core quota throttles the
+		// container's own start (runc init, the dynamic loader) by
+		// hundreds of milliseconds.
+		period := uint64(100000)
+		quota := max(r.CPUMillis, minCPUCapMillis) * 100
+		shares := uint64(max(r.CPUMillis*1024/1000, 2))
+		lr.CPU = &specs.LinuxCPU{Period: &period, Quota: &quota, Shares: &shares}
+	}
+	if r.MemoryBytes > 0 {
+		m := r.MemoryBytes
+		lr.Memory = &specs.LinuxMemory{Limit: &m, Swap: &m}
+	}
+	if r.Pids > 0 {
+		p := r.Pids
+		lr.Pids = &specs.LinuxPids{Limit: &p}
+	}
+}
+
+// mountsFor is the container's filesystem mounts: Docker's defaults (with
+// /sys read-only and a read-only cgroup mount when hardened, a larger
+// /dev/shm for GPU tasks), then the task's volumes, always nosuid,nodev.
+func mountsFor(task TaskSpec, hardened, driver bool) []specs.Mount {
 	shm := task.ShmBytes
 	if shm == 0 {
 		shm = defaultShm
@@ -172,7 +241,7 @@ func BuildSpec(task TaskSpec, sec Security, host Host) (*specs.Spec, Effective, 
 	if hardened {
 		sysOpts = append(sysOpts, "ro")
 	}
-	s.Mounts = []specs.Mount{
+	mounts := []specs.Mount{
 		{Destination: "/proc", Type: "proc", Source: "proc", Options: []string{"nosuid", "noexec", "nodev"}},
 		{Destination: "/dev", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "strictatime", "mode=755", "size=65536k"}},
 		{Destination: "/dev/pts", Type: "devpts", Source: "devpts", Options: []string{"nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620", "gid=5"}},
@@ -181,7 +250,7 @@ func BuildSpec(task TaskSpec, sec Security, host Host) (*specs.Spec, Effective, 
 		{Destination: "/sys", Type: "sysfs", Source: "sysfs", Options: sysOpts},
 	}
 	if hardened {
-		s.Mounts = append(s.Mounts, specs.Mount{Destination: "/sys/fs/cgroup", Type: "cgroup", Source: "cgroup", Options: []string{"nosuid", "noexec", "nodev", "relatime", "ro"}})
+		mounts = append(mounts, specs.Mount{Destination: "/sys/fs/cgroup", Type: "cgroup", Source: "cgroup", Options: []string{"nosuid", "noexec", "nodev", "relatime", "ro"}})
 	}
 	for _, m := range task.Mounts {
 		// nosuid,nodev are forced: a volume must never carry a setuid
@@ -190,45 +259,42 @@ func BuildSpec(task TaskSpec, sec Security, host Host) (*specs.Spec, Effective, 
 		if m.ReadOnly {
 			opts = append(opts, "ro")
 		}
-		s.Mounts = append(s.Mounts, specs.Mount{Destination: filepath.Clean(m.Destination), Type: "bind", Source: m.Source, Options: opts})
+		mounts = append(mounts, specs.Mount{Destination: filepath.Clean(m.Destination), Type: "bind", Source: m.Source, Options: opts})
 	}
+	return mounts
+}
 
-	if driver {
-		addGPUs(s, gpus, host.GPUs)
-		for _, g := range gpus {
-			eff.GPUs = append(eff.GPUs, g.UUID)
-		}
+// harden applies the hardened profile: masked and read-only paths,
+// noNewPrivileges unless an allowed exception applies, and the AppArmor
+// profile where the node has it. It returns notes on what it left out.
+func harden(s *specs.Spec, task TaskSpec, sec Security, host Host, in specInputs) (notes []string) {
+	masked := slices.Clone(dockerMaskedPaths)
+	for i := 0; i < host.CPUs; i++ {
+		masked = append(masked, fmt.Sprintf("/sys/devices/system/cpu/cpu%d/thermal_throttle", i))
 	}
-
-	if hardened {
-		masked := slices.Clone(dockerMaskedPaths)
-		for i := 0; i < host.CPUs; i++ {
-			masked = append(masked, fmt.Sprintf("/sys/devices/system/cpu/cpu%d/thermal_throttle", i))
-		}
-		if !driver {
-			masked = append(masked, "/proc/driver/nvidia")
-		}
-		s.Linux.MaskedPaths = masked
-		s.Linux.ReadonlyPaths = slices.Clone(dockerReadonlyPaths)
-		imageNonRoot := task.ImageUser != "" && imageUID != 0
-		switch {
-		case task.DockerInDocker && !sec.NoNewPrivilegesExceptions.DenyDockerInDocker:
-			eff.Notes = append(eff.Notes, "noNewPrivileges not set: task runs Docker inside")
-		case imageNonRoot && !sec.NoNewPrivilegesExceptions.DenyNonRootImageUser:
-			eff.Notes = append(eff.Notes, "noNewPrivileges not set: image user is not root")
-		default:
-			s.Process.NoNewPrivileges = true
-		}
-		if host.AppArmorEnabled && slices.Contains(host.AppArmorProfiles, AppArmorProfileName) {
-			s.Process.ApparmorProfile = AppArmorProfileName
-		}
+	if !in.driver {
+		masked = append(masked, "/proc/driver/nvidia")
 	}
-	eff.NoNewPrivileges = s.Process.NoNewPrivileges
-	eff.MaskedPaths = len(s.Linux.MaskedPaths) > 0
-	eff.ReadonlyPaths = len(s.Linux.ReadonlyPaths) > 0
-	eff.AppArmorProfile = s.Process.ApparmorProfile
+	s.Linux.MaskedPaths = masked
+	s.Linux.ReadonlyPaths = slices.Clone(dockerReadonlyPaths)
+	imageNonRoot := task.ImageUser != "" && in.imageUID != 0
+	switch {
+	case task.DockerInDocker && !sec.NoNewPrivilegesExceptions.DenyDockerInDocker:
+		notes = append(notes, "noNewPrivileges not set: task runs Docker inside")
+	case imageNonRoot && !sec.NoNewPrivilegesExceptions.DenyNonRootImageUser:
+		notes = append(notes, "noNewPrivileges not set: image user is not root")
+	default:
+		s.Process.NoNewPrivileges = true
+	}
+	if host.AppArmorEnabled && slices.Contains(host.AppArmorProfiles, AppArmorProfileName) {
+		s.Process.ApparmorProfile = AppArmorProfileName
+	}
+	return notes
+}
 
-	// Then seccomp, resolved against the capabilities.
+// applySeccomp installs the seccomp profile for the asked mode, resolved
+// against the bounding capabilities, and records the mode really applied.
+func applySeccomp(s *specs.Spec, eff *Effective, sec Security, caps []string, driver bool, host Host) error {
 	mode := sec.Seccomp
 	if sec.Runtime == RuntimeRunsc && mode == SeccompLog {
 		// gVisor's in-sandbox seccomp has no log action; installing
@@ -238,11 +304,17 @@ func BuildSpec(task TaskSpec, sec Security, host Host) (*specs.Spec, Effective, 
 	}
 	sc, err := seccompFor(mode, caps, driver, host)
 	if err != nil {
-		return nil, Effective{}, fmt.Errorf("task %s: %w", task.ID, err)
+		return err
 	}
 	s.Linux.Seccomp = sc
 	eff.Seccomp = mode
+	return nil
+}
 
+// noteRuntimeGaps clears from eff what the runtime will not enforce (runsc
+// ignores masked and read-only paths and AppArmor) and notes why, or notes
+// a hardened container that gets no AppArmor profile on this node.
+func noteRuntimeGaps(eff *Effective, sec Security, hardened bool) {
 	if sec.Runtime == RuntimeRunsc {
 		if eff.MaskedPaths {
 			eff.MaskedPaths = false
@@ -256,10 +328,9 @@ func BuildSpec(task TaskSpec, sec Security, host Host) (*specs.Spec, Effective, 
 			eff.AppArmorProfile = ""
 			eff.Notes = append(eff.Notes, "AppArmor not applied: runsc ignores it")
 		}
-	} else if hardened && s.Process.ApparmorProfile == "" {
+	} else if hardened && eff.AppArmorProfile == "" {
 		eff.Notes = append(eff.Notes, "AppArmor not applied: not enabled on this node or profile "+AppArmorProfileName+" not loaded")
 	}
-	return s, eff, nil
 }
 
 func addGPUs(s *specs.Spec, gpus []GPU, inv GPUInventory) {

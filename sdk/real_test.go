@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	v1 "github.com/levers9/levers9/api/levers9/v1"
+	"github.com/levers9/levers9/internal/testenv"
 )
 
 // TestTasksAgainstRealControlplane: what a real controlplane answers,
@@ -126,7 +127,7 @@ func TestRemoteEndToEnd(t *testing.T) {
 		done <- err
 	}()
 	var id string
-	waitFor(t, "a running task", func() bool {
+	testenv.Eventually(t, 20*time.Second, "a running task", func() bool {
 		l, err := c.tasks.ListTasks(c.authed(ctx), &v1.ListTasksRequest{States: []v1.TaskState{v1.TaskState_TASK_STATE_RUNNING}})
 		if err == nil && len(l.Tasks) == 1 {
 			id = l.Tasks[0].Id
@@ -214,7 +215,7 @@ func TestRemoteAcrossLostMachine(t *testing.T) {
 		res, err = c.Function("lost", Command("sleep", "1s"), Retries(1)).Remote(ctx)
 		done <- err
 	}()
-	waitFor(t, "the first attempt running", func() bool { return first.PeakRunning() == 1 })
+	testenv.Eventually(t, 20*time.Second, "the first attempt running", func() bool { return first.PeakRunning() == 1 })
 	controlplanetest.StartScriptedMachine(t, b.in, b.admin, "default", 2, 0)
 	first.Stop()
 	if err := <-done; err != nil {
@@ -253,16 +254,5 @@ func TestMapOnRealControlplane(t *testing.T) {
 	}
 	if p := a.PeakRunning(); p > 2 || p < 1 {
 		t.Errorf("peak running %d, want at most 2", p)
-	}
-}
-
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for: %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
 	}
 }

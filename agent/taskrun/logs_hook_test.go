@@ -6,6 +6,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/levers9/levers9/internal/testenv"
 )
 
 // fakeClock fires After channels only when advanced.
@@ -93,7 +95,7 @@ func TestLogsHookDrainTimeout(t *testing.T) {
 		_ = h.Exited(ctx, &ExitedRequest{}, &er)
 		done <- er
 	}()
-	waitFor(t, 5*time.Second, "the drain timer", func() bool { return clock.pending() == 1 })
+	testenv.Eventually(t, 5*time.Second, "the drain timer", func() bool { return clock.pending() == 1 })
 	clock.Advance(time.Minute)
 	er := <-done
 	// a (cancelled in the sink) + 2 pushed out of the queue + 4 queued

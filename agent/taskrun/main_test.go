@@ -69,7 +69,7 @@ func setup(t *testing.T, o setupOpts) *bundle {
 	if err != nil {
 		t.Fatal(err)
 	}
-	logger := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	logger := slog.New(slog.NewTextHandler(testenv.LogWriter(t, "TASKRUN_TEST_LOGS"), &slog.HandlerOptions{Level: slog.LevelDebug}))
 	b.sb, err = sandbox.New(sandbox.Config{Prefix: testPrefix, StateDir: testStateDir, CgroupParent: testCgroup, Host: host, Logger: logger})
 	if err != nil {
 		t.Fatal(err)
@@ -208,28 +208,6 @@ func testCtx(t *testing.T) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	t.Cleanup(cancel)
 	return ctx
-}
-
-// waitFor polls cond until it holds or the deadline passes.
-func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", d, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
-// testWriter sends logs to t.Log only while the test runs.
-type testWriter struct{ t *testing.T }
-
-func (w testWriter) Write(p []byte) (int, error) {
-	if os.Getenv("TASKRUN_TEST_LOGS") != "" {
-		w.t.Log(strings.TrimRight(string(p), "\n"))
-	}
-	return len(p), nil
 }
 
 func contains(s, sub string) bool { return strings.Contains(s, sub) }

@@ -97,7 +97,7 @@ func TestCancelAndTimeout(t *testing.T) {
 				go func() {
 					// Cancel once RUNNING: the trap must see SIGTERM, and output
 					// can arrive while the attempt is still STARTING.
-					waitFor(t, 20*time.Second, "the task's first line and RUNNING", func() bool {
+					testenv.Eventually(t, 20*time.Second, "the task's first line and RUNNING", func() bool {
 						a := b.runner.Attempts()
 						return len(rec.texts(Stdout)) > 0 && len(a) == 1 && a[0].State == StateRunning
 					})
@@ -248,7 +248,7 @@ func TestShutdownDetaches(t *testing.T) {
 	}()
 	// Output can arrive before Start returns and the attempt is RUNNING;
 	// wait for both, since Stop while STARTING cleans up instead.
-	waitFor(t, 20*time.Second, "the task's first line and RUNNING", func() bool {
+	testenv.Eventually(t, 20*time.Second, "the task's first line and RUNNING", func() bool {
 		a := b.runner.Attempts()
 		return len(rec.texts(Stdout)) > 0 && len(a) == 1 && a[0].State == StateRunning
 	})

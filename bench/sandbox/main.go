@@ -66,40 +66,15 @@ func run(n int) error {
 	defer os.RemoveAll(stateDir)
 	defer func() {
 		_ = sb.Reconcile(context.Background())
-		// podman's (conmon included) and the bare run's cgroups under
-		// our parent, deepest first; rmdir refuses any still in use.
-		roots, _ := filepath.Glob("/sys/fs/cgroup/*" + cgroupBase)
-		for _, r := range append(roots, "/sys/fs/cgroup"+cgroupBase) {
-			var dirs []string
-			_ = filepath.WalkDir(r, func(p string, d os.DirEntry, err error) error {
-				if err == nil && d.IsDir() {
-					dirs = append(dirs, p)
-				}
-				return nil
-			})
-			for i := len(dirs) - 1; i >= 0; i-- {
-				_ = os.Remove(dirs[i])
-			}
-		}
+		removeCgroups()
 	}()
 	if err := sb.Reconcile(ctx); err != nil {
 		return err
 	}
 	sec := sandbox.Security{Profile: sandbox.ProfileHardened, Seccomp: sandbox.SeccompEnforce, DropNetRaw: true}
 
-	// The bare bundle is the very spec the sandbox would run.
-	task := sandbox.TaskSpec{ID: "bare", Rootfs: rootfs, Args: []string{"/bin/true"}}
-	spec, _, err := sandbox.BuildSpec(task, sec.WithDefaults(), host)
+	bareBundle, err := writeBareBundle(work, rootfs, sec, host)
 	if err != nil {
-		return err
-	}
-	spec.Linux.CgroupsPath = cgroupBase + "/l9s-bench-bare"
-	bareBundle := filepath.Join(work, "bare")
-	if err := os.MkdirAll(bareBundle, 0o700); err != nil {
-		return err
-	}
-	b, _ := json.Marshal(spec)
-	if err := os.WriteFile(filepath.Join(bareBundle, "config.json"), b, 0o600); err != nil {
 		return err
 	}
 
@@ -123,6 +98,26 @@ func run(n int) error {
 	// without --rm and is removed outside the timing: --rm finishes its
 	// cleanup asynchronously and would slow whatever runs next.
 	pairs := [][2]string{{"sandbox_runc", "bare_runc"}, {"sandbox_runsc", "bare_runc"}, {"sandbox_runc", "podman"}}
+	ratios, times, err := measurePairs(n, variants, pairs)
+	if err != nil {
+		return err
+	}
+	for _, name := range []string{"sandbox_runc", "bare_runc", "sandbox_runsc", "podman"} {
+		fmt.Printf("%-14s median %v over %d runs\n", name, median(times[name]), len(times[name]))
+	}
+	med := func(r []float64) float64 {
+		s := append([]float64(nil), r...)
+		sort.Float64s(s)
+		return s[len(s)/2]
+	}
+	fmt.Printf("runc_vs_bare=%.3f runsc_vs_bare=%.3f runc_vs_podman=%.3f\n", med(ratios[0]), med(ratios[1]), med(ratios[2]))
+	return nil
+}
+
+// measurePairs runs each pair back to back n times (after one warm-up
+// round), alternating which goes first, and returns each pair's time
+// ratios and every variant's times.
+func measurePairs(n int, variants map[string]func(i int) error, pairs [][2]string) ([][]float64, map[string][]time.Duration, error) {
 	ratios := make([][]float64, len(pairs))
 	times := map[string][]time.Duration{}
 	seq := 0
@@ -137,12 +132,12 @@ func run(n int) error {
 				seq++
 				start := time.Now()
 				if err := variants[name](seq); err != nil {
-					return fmt.Errorf("%s round %d: %w", name, round, err)
+					return nil, nil, fmt.Errorf("%s round %d: %w", name, round, err)
 				}
 				took[name] = time.Since(start)
 				if name == "podman" {
 					if out, err := podmanCmd("rm", "-f", fmt.Sprintf("l9s-bench-pod-%d", seq)).CombinedOutput(); err != nil {
-						return fmt.Errorf("podman rm: %w: %s", err, out)
+						return nil, nil, fmt.Errorf("podman rm: %w: %s", err, out)
 					}
 				}
 			}
@@ -155,16 +150,45 @@ func run(n int) error {
 			}
 		}
 	}
-	for _, name := range []string{"sandbox_runc", "bare_runc", "sandbox_runsc", "podman"} {
-		fmt.Printf("%-14s median %v over %d runs\n", name, median(times[name]), len(times[name]))
+	return ratios, times, nil
+}
+
+// writeBareBundle writes an OCI bundle with the very spec the sandbox would
+// run, for runc to run bare.
+func writeBareBundle(work, rootfs string, sec sandbox.Security, host sandbox.Host) (string, error) {
+	task := sandbox.TaskSpec{ID: "bare", Rootfs: rootfs, Args: []string{"/bin/true"}}
+	spec, _, err := sandbox.BuildSpec(task, sec.WithDefaults(), host)
+	if err != nil {
+		return "", err
 	}
-	med := func(r []float64) float64 {
-		s := append([]float64(nil), r...)
-		sort.Float64s(s)
-		return s[len(s)/2]
+	spec.Linux.CgroupsPath = cgroupBase + "/l9s-bench-bare"
+	bareBundle := filepath.Join(work, "bare")
+	if err := os.MkdirAll(bareBundle, 0o700); err != nil {
+		return "", err
 	}
-	fmt.Printf("runc_vs_bare=%.3f runsc_vs_bare=%.3f runc_vs_podman=%.3f\n", med(ratios[0]), med(ratios[1]), med(ratios[2]))
-	return nil
+	b, _ := json.Marshal(spec)
+	if err := os.WriteFile(filepath.Join(bareBundle, "config.json"), b, 0o600); err != nil {
+		return "", err
+	}
+	return bareBundle, nil
+}
+
+// removeCgroups removes podman's (conmon included) and the bare run's
+// cgroups under our parent, deepest first; rmdir refuses any still in use.
+func removeCgroups() {
+	roots, _ := filepath.Glob("/sys/fs/cgroup/*" + cgroupBase)
+	for _, r := range append(roots, "/sys/fs/cgroup"+cgroupBase) {
+		var dirs []string
+		_ = filepath.WalkDir(r, func(p string, d os.DirEntry, err error) error {
+			if err == nil && d.IsDir() {
+				dirs = append(dirs, p)
+			}
+			return nil
+		})
+		for i := len(dirs) - 1; i >= 0; i-- {
+			_ = os.Remove(dirs[i])
+		}
+	}
 }
 
 func viaSandbox(ctx context.Context, sb *sandbox.Sandbox, rootfs string, sec sandbox.Security, rt sandbox.RuntimeName, i int) error {

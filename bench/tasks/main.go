@@ -156,6 +156,8 @@ func pct(d []time.Duration, p int) time.Duration {
 
 // up starts Postgres, Redis, the registry with the image, the controlplane
 // and two joined agents.
+// up starts the stack: Postgres, Redis, a registry holding the bench
+// image, a controlplane with TLS, and two agents, online.
 func (s *stack) up(ctx context.Context) error {
 	var err error
 	if s.work, err = os.MkdirTemp("", "l9t-bench-"); err != nil {
@@ -166,45 +168,78 @@ func (s *stack) up(ctx context.Context) error {
 		return err
 	}
 	s.stops = append(s.stops, func() { os.RemoveAll(s.work) })
-	pg, err := devstack.StartPostgres(ctx, filepath.Join(s.work, "pg"), devstack.PostgresOptions{User: "levers9", Password: "bench"})
+	pg, rd, err := s.startServices(ctx)
 	if err != nil {
 		return err
+	}
+	certPEM, certFile, keyFile, err := s.writeCert()
+	if err != nil {
+		return err
+	}
+	cfg, err := s.controlplaneConfig(pg, rd, certFile, keyFile)
+	if err != nil {
+		return err
+	}
+	if err := s.startControlplane(ctx, cfg, certPEM); err != nil {
+		return err
+	}
+	return s.startAgents(ctx, certFile)
+}
+
+// startServices starts Postgres, Redis and a registry under s.work and
+// pushes the bench image.
+func (s *stack) startServices(ctx context.Context) (*devstack.Postgres, *devstack.Redis, error) {
+	pg, err := devstack.StartPostgres(ctx, filepath.Join(s.work, "pg"), devstack.PostgresOptions{User: "levers9", Password: "bench"})
+	if err != nil {
+		return nil, nil, err
 	}
 	s.stops = append(s.stops, func() { _ = pg.Stop() })
 	if err := pg.CreateDatabase(ctx, "levers9"); err != nil {
-		return err
+		return nil, nil, err
 	}
 	rd, err := devstack.StartRedis(ctx, filepath.Join(s.work, "redis"), 0, "")
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
 	s.stops = append(s.stops, func() { _ = rd.Stop() })
 	if s.reg, err = devstack.StartRegistry(ctx, filepath.Join(s.work, "registry"), "", 0); err != nil {
-		return err
+		return nil, nil, err
 	}
 	s.stops = append(s.stops, func() { _ = s.reg.Stop() })
 	res, err := build.BuildBusybox(ctx, s.reg.Addr(), "levers9/bench", "v1", nil, build.Options{})
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
 	s.image = res.Ref
 
+	return pg, rd, nil
+}
+
+// writeCert writes a self-signed certificate for 127.0.0.1 and its key.
+func (s *stack) writeCert() (certPEM []byte, certFile, keyFile string, err error) {
 	certPEM, keyPEM, err := devstack.SelfSignedCert("levers9 bench", time.Hour, "127.0.0.1")
 	if err != nil {
-		return err
+		return nil, "", "", err
 	}
-	certFile, keyFile := filepath.Join(s.work, "cert.pem"), filepath.Join(s.work, "key.pem")
+	certFile, keyFile = filepath.Join(s.work, "cert.pem"), filepath.Join(s.work, "key.pem")
 	if err := os.WriteFile(certFile, certPEM, 0o644); err != nil {
-		return err
+		return nil, "", "", err
 	}
 	if err := os.WriteFile(keyFile, keyPEM, 0o600); err != nil {
-		return err
+		return nil, "", "", err
 	}
+	return certPEM, certFile, keyFile, nil
+}
+
+// controlplaneConfig is a validated config on free ports, with TLS and a
+// bootstrap secret, pointing at the stack's services.
+func (s *stack) controlplaneConfig(pg *devstack.Postgres, rd *devstack.Redis, certFile, keyFile string) (*config.Config, error) {
+	var err error
 	cfg := &config.Config{}
 	ports := make([]int, 3)
 	for i := range ports {
 		if ports[i], err = devstack.FreeTCPUDPPort(); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	cfg.Controlplane.GRPCAddr = fmt.Sprintf("127.0.0.1:%d", ports[0])
@@ -215,7 +250,7 @@ func (s *stack) up(ctx context.Context) error {
 	cfg.Controlplane.LogLevel = "warn"
 	cfg.Controlplane.AgentBinariesDir = s.work
 	if err := os.WriteFile(filepath.Join(s.work, "levers9-agent-linux-amd64"), []byte("#!/bin/sh\n"), 0o755); err != nil {
-		return err
+		return nil, err
 	}
 	p := &cfg.Database.Postgres
 	p.Host, p.Port, p.User, p.Password, p.Database = pg.Host, pg.Port, "levers9", "bench", "levers9"
@@ -224,8 +259,15 @@ func (s *stack) up(ctx context.Context) error {
 	cfg.Worker.DefaultImage = s.image
 	cfg.WithDefaults()
 	if err := cfg.Validate(); err != nil {
-		return err
+		return nil, err
 	}
+	return cfg, nil
+}
+
+// startControlplane starts the controlplane, waits for it to be healthy,
+// connects and bootstraps a workspace whose token s.ctx carries.
+func (s *stack) startControlplane(ctx context.Context, cfg *config.Config, certPEM []byte) error {
+	var err error
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	if s.srv, err = server.New(cfg, server.Options{Logger: quiet}); err != nil {
 		return err
@@ -254,6 +296,12 @@ func (s *stack) up(ctx context.Context) error {
 	}
 	s.ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+auth.Token)
 	s.tasks = v1.NewTaskServiceClient(s.conn)
+	return nil
+}
+
+// startAgents joins two agents and waits until both are online with an
+// inventory.
+func (s *stack) startAgents(ctx context.Context, certFile string) error {
 	for i := 0; i < 2; i++ {
 		if err := s.joinAgent(ctx, i, certFile); err != nil {
 			return fmt.Errorf("agent %d: %w", i, err)

@@ -267,69 +267,119 @@ func measureThroughputFigures(quick bool, fig map[string]float64) {
 // measureFleet connects fleets of idle agents to one controlplane process:
 // push latency, cost per idle agent, then the reconnect storm.
 func measureFleet(quick bool, fig map[string]float64) error {
-	dir := profileDir
-	if dir == "" {
-		d, err := os.MkdirTemp("", "l9t-bench-")
-		if err != nil {
-			return err
-		}
-		defer os.RemoveAll(d)
-		dir = d
-	} else if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
-	}
-	ca, err := tunneltest.NewCA("bench")
+	dir, cleanup, err := fleetDir()
 	if err != nil {
 		return err
 	}
-	if err := ca.WritePEM(dir); err != nil {
+	defer cleanup()
+	f := &fleet{dir: dir, quick: quick, fig: fig}
+	defer f.stop()
+	if err := f.startControlplane(); err != nil {
 		return err
 	}
-	key := make([]byte, 32)
-	_, _ = rand.Read(key)
-	if err := os.WriteFile(filepath.Join(dir, "reset.key"), key, 0o600); err != nil {
+	var base cpStats
+	if err := f.cp.call(command{Cmd: "stats"}, &base); err != nil {
 		return err
 	}
+	total, err := f.measurePushes()
+	if err != nil {
+		return err
+	}
+	if err := f.measureIdleCost(base); err != nil {
+		return err
+	}
+	return f.measureReconnectStorm(total)
+}
 
+// fleetDir is where the fleet's CA, reset key and (with -profile) profiles
+// go; cleanup removes a temporary one.
+func fleetDir() (dir string, cleanup func(), err error) {
+	cleanup = func() {}
+	dir = profileDir
+	if dir == "" {
+		d, err := os.MkdirTemp("", "l9t-bench-")
+		if err != nil {
+			return "", nil, err
+		}
+		dir, cleanup = d, func() { os.RemoveAll(d) }
+	} else if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", nil, err
+	}
+	ca, err := tunneltest.NewCA("bench")
+	if err == nil {
+		err = ca.WritePEM(dir)
+	}
+	if err == nil {
+		key := make([]byte, 32)
+		_, _ = rand.Read(key)
+		err = os.WriteFile(filepath.Join(dir, "reset.key"), key, 0o600)
+	}
+	if err != nil {
+		cleanup()
+		return "", nil, err
+	}
+	return dir, cleanup, nil
+}
+
+// fleet is one controlplane process and the agent processes connected to
+// it.
+type fleet struct {
+	dir      string
+	quick    bool
+	fig      map[string]float64
+	addr     string
+	cp       *child
+	children []*child
+}
+
+// stop ends the agents and the current controlplane.
+func (f *fleet) stop() {
+	for _, c := range f.children {
+		c.stop()
+	}
+	if f.cp != nil {
+		f.cp.stop()
+	}
+}
+
+// startControlplane spawns the controlplane and learns its address.
+func (f *fleet) startControlplane() error {
+	cp, err := spawn(f.dir, "cp", "-role", "cp")
+	if err != nil {
+		return err
+	}
+	f.cp = cp
+	var hello struct{ Addr string }
+	if err := cp.read(&hello); err != nil {
+		return err
+	}
+	f.addr = hello.Addr
+	return nil
+}
+
+// measurePushes measures push latency to 1,000 idle agents, with one busy
+// agent, and to 5,000, then (unless quick) grows the fleet to 10,000. It
+// returns the fleet's size.
+func (f *fleet) measurePushes() (int, error) {
+	quick, dir, addr, cp, fig := f.quick, f.dir, f.addr, f.cp, f.fig
 	pushes, rate, size := 10000, 1000, 4096
 	wait1k, wait5k := 60*time.Second, 120*time.Second
 	if quick {
 		pushes, rate = 1500, 500
 		wait1k, wait5k = 15*time.Second, 30*time.Second
 	}
-	cp, err := spawn(dir, "cp", "-role", "cp")
-	if err != nil {
-		return err
-	}
-	var hello struct{ Addr string }
-	if err := cp.read(&hello); err != nil {
-		return err
-	}
-	addr := hello.Addr
-	var children []*child
-	defer func() {
-		for _, c := range children {
-			c.stop()
-		}
-		cp.stop()
-	}()
-	var base cpStats
-	if err := cp.call(command{Cmd: "stats"}, &base); err != nil {
-		return err
-	}
-
 	// 1,000 idle agents.
 	a1, err := spawn(dir, "agents1", "-role", "agents", "-addr", addr, "-n", fmt.Sprint(fleet1), "-prefix", "a")
 	if err != nil {
-		return err
+		return 0, err
 	}
-	children = append(children, a1)
+	f.children = append(f.children, a1)
 	if _, err := waitConnected(cp, fleet1, wait1k); err != nil {
-		return err
+		return 0, err
 	}
 	var pr pushResult
 	if err := cp.call(command{Cmd: "push", N: pushes, Rate: rate, Size: size}, &pr); err != nil {
-		return err
+		return 0, err
 	}
 	fmt.Printf("push %d agents: %s\n", fleet1, pr)
 	fig["push_p99_ms_1k"] = pr.P99
@@ -337,14 +387,14 @@ func measureFleet(quick bool, fig map[string]float64) error {
 	// One agent streaming logs at full speed; half the pushes go to it.
 	b1, err := spawn(dir, "busy", "-role", "agents", "-addr", addr, "-n", "1", "-prefix", "busy", "-busy")
 	if err != nil {
-		return err
+		return 0, err
 	}
 	if _, err := waitConnected(cp, fleet1+1, 20*time.Second); err != nil {
-		return err
+		return 0, err
 	}
 	time.Sleep(time.Second) // let the log stream reach full speed
 	if err := cp.call(command{Cmd: "push", N: pushes, Rate: rate, Size: size, Busy: "busy-0"}, &pr); err != nil {
-		return err
+		return 0, err
 	}
 	fmt.Printf("push with a busy agent: %s\n", pr)
 	fig["push_p99_ms_busy"] = pr.P99
@@ -353,15 +403,15 @@ func measureFleet(quick bool, fig map[string]float64) error {
 	// 5,000 idle agents.
 	a2, err := spawn(dir, "agents2", "-role", "agents", "-addr", addr, "-n", fmt.Sprint(fleet5-fleet1), "-prefix", "b")
 	if err != nil {
-		return err
+		return 0, err
 	}
-	children = append(children, a2)
+	f.children = append(f.children, a2)
 	got, err := waitConnected(cp, fleet5, wait5k)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	if err := cp.call(command{Cmd: "push", N: pushes, Rate: rate, Size: size}, &pr); err != nil {
-		return err
+		return 0, err
 	}
 	fmt.Printf("push %d agents: %s\n", got, pr)
 	if got >= fleet5*9/10 {
@@ -371,15 +421,22 @@ func measureFleet(quick bool, fig map[string]float64) error {
 	if !quick {
 		a3, err := spawn(dir, "agents3", "-role", "agents", "-addr", addr, "-n", fmt.Sprint(fleet5), "-prefix", "c")
 		if err != nil {
-			return err
+			return 0, err
 		}
-		children = append(children, a3)
+		f.children = append(f.children, a3)
 		if _, err := waitConnected(cp, 2*fleet5, 120*time.Second); err != nil {
-			return err
+			return 0, err
 		}
 		total = 2 * fleet5
 	}
-	// What holding idle agents costs the controlplane in CPU.
+	return total, nil
+}
+
+// measureIdleCost measures what holding the idle fleet costs the
+// controlplane: CPU over a quiet interval, and memory and goroutines per
+// agent against base.
+func (f *fleet) measureIdleCost(base cpStats) error {
+	cp, fig := f.cp, f.fig
 	idle := 5 * time.Second
 	var used struct {
 		CPU float64 `json:"cpu_s"`
@@ -402,13 +459,21 @@ func measureFleet(quick bool, fig map[string]float64) error {
 	fig["goroutines_per_agent"] = float64(st.Goroutines-base.Goroutines) / float64(st.Agents)
 	fmt.Printf("controlplane with %d agents: rss %d KiB, %d goroutines (baseline %d KiB, %d)\n", st.Agents, st.RSSKiB, st.Goroutines, base.RSSKiB, base.Goroutines)
 
-	// Reconnect storm: SIGKILL the controlplane, start a new one at once.
-	cp.kill()
+	return nil
+}
+
+// measureReconnectStorm SIGKILLs the controlplane, starts a new one on the
+// same address at once, and measures how long the agents take to return.
+func (f *fleet) measureReconnectStorm(total int) error {
+	quick, fig := f.quick, f.fig
+	f.cp.kill()
 	t0 := time.Now()
-	cp, err = spawn(dir, "cp2", "-role", "cp", "-addr", addr)
+	cp, err := spawn(f.dir, "cp2", "-role", "cp", "-addr", f.addr)
 	if err != nil {
 		return err
 	}
+	f.cp = cp
+	var hello struct{ Addr string }
 	if err := cp.read(&hello); err != nil {
 		return err
 	}
@@ -419,7 +484,7 @@ func measureFleet(quick bool, fig map[string]float64) error {
 	var back []float64
 	for {
 		back = back[:0]
-		for _, c := range children {
+		for _, c := range f.children {
 			var r struct{ Ms []float64 }
 			if err := c.call(command{Cmd: "since", T0: t0.UnixNano()}, &r); err != nil {
 				return err
@@ -446,6 +511,7 @@ func measureFleet(quick bool, fig map[string]float64) error {
 	if v := back[len(back)-1] / 1000; !math.IsInf(v, 1) {
 		fig["reconnect_s_all"] = v
 	}
+	var st cpStats
 	if err := cp.call(command{Cmd: "stats"}, &st); err != nil {
 		return err
 	}

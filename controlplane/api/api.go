@@ -1,9 +1,25 @@
-// Package api owns the controlplane's public gRPC services (auth, tokens,
-// secrets, workspaces): it checks requests, scopes every query to the
-// caller's workspace (another workspace's objects are simply not found),
-// seals secret values, and maps error kinds to gRPC codes at this edge. It
-// never returns a secret value or token hash, and never logs them.
-// API: internal to the controlplane.
+// Package api owns the controlplane's implementations of the public
+// levers9.v1 gRPC services (served also as REST through the gateway): auth
+// and bootstrap, workspaces and their storage credentials, tokens, secrets,
+// pools, machines with their join scripts, enrollment (signing an agent's
+// CSR for a join token), tasks, and the pools' security readiness report.
+// Each service checks its request (errors name the field), takes the
+// caller's workspace from the authenticated principal and scopes every
+// query to it (another workspace's objects are simply not found), seals
+// secret values and storage credentials with the keyring, records events on
+// the bus without failing an RPC whose durable effect is already stored, and
+// maps error kinds to gRPC codes here at the edge. Tasks are delegated to
+// controlplane/tasks and machine presence to the tunnel registry; this
+// package holds no state of its own beyond Deps.
+//
+// It must never return a secret value, a token or its hash, or a join token
+// after creation, never log them, and never serve the agent protocol
+// (levers9.agent.v1 lives in controlplane/agents). OpenSecret is for the
+// controlplane's own use and is never exposed through an RPC.
+//
+// API stability: the Go API is internal to the controlplane and changes
+// with controlplane/server, which registers the services; the wire
+// contract is api/levers9/v1's and is stable.
 package api
 
 import (

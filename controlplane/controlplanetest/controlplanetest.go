@@ -186,16 +186,10 @@ func Start(t testing.TB, cfg *config.Config, wait bool) *Instance {
 	return in
 }
 
-// Eventually polls cond until it holds or the deadline passes.
+// Eventually is testenv.Eventually, kept for the controlplane's tests.
 func Eventually(t testing.TB, within time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for: %s", within, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testenv.Eventually(t, within, what, cond)
 }
 
 // Logs collects JSON log lines. Safe for concurrent use.

@@ -12,6 +12,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	v1 "github.com/levers9/levers9/api/levers9/v1"
+	"github.com/levers9/levers9/controlplane/config"
 	"github.com/levers9/levers9/controlplane/controlplanetest"
 	"github.com/levers9/levers9/internal/devstack"
 )
@@ -35,12 +36,13 @@ func restHealth(t *testing.T, in *controlplanetest.Instance) int {
 	return resp.StatusCode
 }
 
-// TestPostgresOutage stops a private Postgres under a running controlplane
-// and starts it again.
-func TestPostgresOutage(t *testing.T) {
-	t.Parallel()
+// privatePostgres starts a Postgres of the test's own (stopped in
+// t.Cleanup) with database db, and returns it with a controlplane config
+// pointing at it.
+func privatePostgres(t *testing.T, db string) (*devstack.Postgres, *config.Config) {
+	t.Helper()
 	ctx := context.Background()
-	dir, err := os.MkdirTemp(env.Dir, "outage-")
+	dir, err := os.MkdirTemp(env.Dir, db+"-")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,12 +52,21 @@ func TestPostgresOutage(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = pg.Stop() })
-	if err := pg.CreateDatabase(ctx, "outage"); err != nil {
+	if err := pg.CreateDatabase(ctx, db); err != nil {
 		t.Fatal(err)
 	}
 	cfg := env.Config(t)
 	p := &cfg.Database.Postgres
-	p.Host, p.Port, p.User, p.Password, p.Database = pg.Host, pg.Port, pg.User, pg.Password, "outage"
+	p.Host, p.Port, p.User, p.Password, p.Database = pg.Host, pg.Port, pg.User, pg.Password, db
+	return pg, cfg
+}
+
+// TestPostgresOutage stops a private Postgres under a running controlplane
+// and starts it again.
+func TestPostgresOutage(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pg, cfg := privatePostgres(t, "outage")
 
 	in := controlplanetest.Start(t, cfg, true)
 	a := bootstrap(t, in.Conn, "test-bootstrap-secret")
@@ -72,7 +83,7 @@ func TestPostgresOutage(t *testing.T) {
 		return healthStatus(t, in) == healthpb.HealthCheckResponse_NOT_SERVING && restHealth(t, in) == http.StatusServiceUnavailable
 	})
 	rctx, cancel := context.WithTimeout(actx, 5*time.Second)
-	_, err = tokens.ListTokens(rctx, &v1.ListTokensRequest{})
+	_, err := tokens.ListTokens(rctx, &v1.ListTokensRequest{})
 	cancel()
 	wantCode(t, "RPC during the outage", err, codes.Unavailable)
 	if len(in.Logs.Find("postgres is down")) == 0 {
@@ -97,27 +108,12 @@ func TestPostgresOutage(t *testing.T) {
 func TestStartsBeforePostgres(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	dir, err := os.MkdirTemp(env.Dir, "late-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	os.Chmod(dir, 0o755)
-	pg, err := devstack.StartPostgres(ctx, filepath.Join(dir, "pg"), devstack.PostgresOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = pg.Stop() })
-	if err := pg.CreateDatabase(ctx, "late"); err != nil {
-		t.Fatal(err)
-	}
+	pg, cfg := privatePostgres(t, "late")
 	if err := pg.StopServer(ctx); err != nil {
 		t.Fatal(err)
 	}
-	cfg := env.Config(t)
-	p := &cfg.Database.Postgres
-	p.Host, p.Port, p.User, p.Password, p.Database = pg.Host, pg.Port, pg.User, pg.Password, "late"
 	in := controlplanetest.Start(t, cfg, false)
-	_, err = v1.NewAuthServiceClient(in.Conn).Authorize(withBootstrap(ctx, "test-bootstrap-secret"), &v1.AuthorizeRequest{})
+	_, err := v1.NewAuthServiceClient(in.Conn).Authorize(withBootstrap(ctx, "test-bootstrap-secret"), &v1.AuthorizeRequest{})
 	wantCode(t, "bootstrap before postgres", err, codes.Unavailable)
 	if healthStatus(t, in) == healthpb.HealthCheckResponse_SERVING {
 		t.Error("healthy without postgres")

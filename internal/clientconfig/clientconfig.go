@@ -28,6 +28,8 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
+
+	"github.com/levers9/levers9/internal/secretfile"
 )
 
 // Context is one named controlplane a client can talk to.
@@ -91,41 +93,10 @@ func (f *File) Save(dir string) error {
 	if err != nil {
 		return err
 	}
-	if err := writePrivate(filepath.Join(dir, "config.toml"), b); err != nil {
+	if err := secretfile.Write(filepath.Join(dir, "config.toml"), b); err != nil {
 		return fmt.Errorf("write config: %w", err)
 	}
 	return nil
-}
-
-// writePrivate replaces path atomically with a 0600 file. It is
-// enroll.WriteSecretFile's twin: this package may not import enroll (the
-// SDK imports this package and must not pull in the tunnel).
-func writePrivate(path string, b []byte) error {
-	dir := filepath.Dir(path)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return fmt.Errorf("create %s: %w", dir, err)
-	}
-	f, err := os.CreateTemp(dir, ".tmp-*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(f.Name())
-	if err := f.Chmod(0o600); err != nil {
-		f.Close()
-		return err
-	}
-	if _, err := f.Write(b); err != nil {
-		f.Close()
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	return os.Rename(f.Name(), path)
 }
 
 // Names lists the contexts in order.

@@ -1,6 +1,8 @@
-// Package devstack starts private Postgres and Redis servers from Debian's
-// packages, each in its own data directory on a free 127.0.0.1 port. Tests
-// and the local stack (`make up`) use it; production never does. It never
+// Package devstack starts private Postgres, Redis and docker-registry servers
+// from Debian's packages, each in its own data directory on a free
+// 127.0.0.1 port (RegistryCommand is the one registry launcher, shared with
+// sandbox/image/imagetest). Tests and the local stack (`make up`) use it;
+// production never does. It never
 // touches the system-wide clusters, and passwords reach the servers through
 // files or stdin, never argv. Its API is internal and may change.
 package devstack

@@ -39,21 +39,8 @@ func StartRegistry(ctx context.Context, dir, host string, port int) (*Registry, 
 		return nil, err
 	}
 	r := &Registry{Dir: dir, Host: host, Port: port}
-	cfg := fmt.Sprintf(`version: 0.1
-log:
-  level: warn
-  accesslog:
-    disabled: true
-storage:
-  filesystem:
-    rootdirectory: %s
-  delete:
-    enabled: true
-http:
-  addr: %s
-`, filepath.Join(dir, "storage"), r.Addr())
-	cfgPath := filepath.Join(dir, "config.yml")
-	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
+	cmd, err := RegistryCommand(bin, dir, filepath.Join(dir, "storage"), r.Addr(), "")
+	if err != nil {
 		return nil, err
 	}
 	logf, err := os.OpenFile(filepath.Join(dir, "registry.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
@@ -61,7 +48,6 @@ http:
 		return nil, err
 	}
 	defer logf.Close()
-	cmd := exec.Command(bin, "serve", cfgPath)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if err := cmd.Start(); err != nil {
@@ -77,6 +63,33 @@ http:
 		return nil, fmt.Errorf("docker-registry (log: %s): %w", filepath.Join(dir, "registry.log"), err)
 	}
 	return r, nil
+}
+
+// RegistryCommand writes dir/config.yml for the docker-registry binary bin,
+// storing under storage, serving plain HTTP on addr (an address of this
+// machine), with extra appended to the configuration (an auth: section, or
+// ""), and returns the command that serves it, not yet started: the caller
+// sets its output and process attributes (detached for the dev stack, dying
+// with the test binary for tests).
+func RegistryCommand(bin, dir, storage, addr, extra string) (*exec.Cmd, error) {
+	cfg := fmt.Sprintf(`version: 0.1
+log:
+  level: warn
+  accesslog:
+    disabled: true
+storage:
+  filesystem:
+    rootdirectory: %s
+  delete:
+    enabled: true
+http:
+  addr: %s
+%s`, storage, addr, extra)
+	cfgPath := filepath.Join(dir, "config.yml")
+	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
+		return nil, err
+	}
+	return exec.Command(bin, "serve", cfgPath), nil
 }
 
 // Addr is HOST:PORT.

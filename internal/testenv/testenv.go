@@ -1,16 +1,59 @@
 // Package testenv owns the rules for tests that touch the host: on a
 // developer's laptop a missing prerequisite (root, a binary) skips the test,
 // but under CI (CI=true) it fails it, so privileged tests can never silently
-// stop running. It is imported only from _test files and never touches host
-// state itself.
+// stop running. It also owns the one polling helper tests use to wait for
+// a condition with a deadline (Eventually) instead of a bare sleep. It is
+// imported only from _test files and test-support packages, never touches
+// host state itself, and never sleeps without a deadline. Internal: its API
+// changes with the tests that use it.
 package testenv
 
 import (
+	"io"
 	"os"
 	"os/exec"
 	"strconv"
+	"strings"
 	"testing"
+	"time"
 )
+
+// LogWriter returns a writer for a test's logger that passes each write to
+// t.Log when the environment variable env is set (AGENT_TEST_LOGS=1 go test
+// ...) and drops it otherwise, so quiet runs stay quiet.
+func LogWriter(t testing.TB, env string) io.Writer {
+	return logWriter{t: t, on: os.Getenv(env) != ""}
+}
+
+type logWriter struct {
+	t  testing.TB
+	on bool
+}
+
+func (w logWriter) Write(p []byte) (int, error) {
+	if w.on {
+		w.t.Log(strings.TrimRight(string(p), "\n"))
+	}
+	return len(p), nil
+}
+
+// PollInterval is how often Eventually checks its condition.
+const PollInterval = 10 * time.Millisecond
+
+// Eventually polls cond every PollInterval until it returns true, and fails
+// the test (t.Fatalf, so call it from the test's goroutine) once d has
+// passed, naming what it waited for. cond runs at least once, on the
+// calling goroutine.
+func Eventually(t testing.TB, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", d, what)
+		}
+		time.Sleep(PollInterval)
+	}
+}
 
 // InCI reports whether the tests run under CI, where prerequisites are
 // mandatory.

@@ -23,6 +23,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	v1 "github.com/levers9/levers9/api/levers9/v1"
+	"github.com/levers9/levers9/internal/testenv"
 )
 
 // Token is the only bearer token the server accepts.
@@ -397,14 +398,8 @@ func (s *Server) Tasks() []string {
 	return append([]string(nil), s.order...)
 }
 
-// WaitFor polls cond until it holds or 10 seconds pass.
+// WaitFor polls cond until it holds or 10 seconds pass (testenv.Eventually).
 func WaitFor(t testing.TB, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for: %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testenv.Eventually(t, 10*time.Second, what, cond)
 }

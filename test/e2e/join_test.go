@@ -138,17 +138,25 @@ type listedMachine struct {
 
 func (w *joinWorld) machines(t *testing.T) []listedMachine {
 	t.Helper()
-	out, errOut, err := w.cli(t, "machine", "list", "-o", "json")
-	if err != nil {
-		t.Fatalf("machine list: %v %s", err, errOut)
-	}
 	var l struct {
 		Machines []listedMachine `json:"machines"`
 	}
-	if err := json.Unmarshal([]byte(out), &l); err != nil {
-		t.Fatalf("machine list output %q: %v", out, err)
-	}
+	w.cliJSON(t, &l, "machine", "list")
 	return l.Machines
+}
+
+// cliJSON runs the CLI with args and -o json and decodes its output into v,
+// failing the test on an error.
+func (w *joinWorld) cliJSON(t *testing.T, v any, args ...string) {
+	t.Helper()
+	args = append(args, "-o", "json")
+	out, errOut, err := w.cli(t, args...)
+	if err != nil {
+		t.Fatalf("%s: %v: %s", strings.Join(args, " "), err, errOut)
+	}
+	if err := json.Unmarshal([]byte(out), v); err != nil {
+		t.Fatalf("%s output %q: %v", strings.Join(args, " "), out, err)
+	}
 }
 
 // processArgsContain reports whether any process's command line holds s.

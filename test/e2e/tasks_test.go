@@ -3,7 +3,6 @@ package e2e
 import (
 	"bufio"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -173,16 +172,10 @@ type shownTask struct {
 
 func (w *taskWorld) tasks(t *testing.T) []shownTask {
 	t.Helper()
-	out, errOut, err := w.cli(t, "task", "list", "-o", "json")
-	if err != nil {
-		t.Fatalf("task list: %v: %s", err, errOut)
-	}
 	var resp struct {
 		Tasks []shownTask `json:"tasks"`
 	}
-	if err := json.Unmarshal([]byte(out), &resp); err != nil {
-		t.Fatalf("task list -o json: %v: %s", err, out)
-	}
+	w.cliJSON(t, &resp, "task", "list")
 	return resp.Tasks
 }
 

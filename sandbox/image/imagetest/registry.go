@@ -16,6 +16,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -24,6 +25,7 @@ import (
 
 	"golang.org/x/crypto/bcrypt"
 
+	"github.com/levers9/levers9/internal/devstack"
 	"github.com/levers9/levers9/internal/testenv"
 )
 
@@ -81,29 +83,16 @@ func StartRegistry(t testing.TB, opts RegistryOptions) *Registry {
 	}
 	var lastErr error
 	for attempt := 0; attempt < 3; attempt++ {
-		host, err := freeLoopbackAddr()
+		port, err := devstack.FreePort()
 		if err != nil {
 			t.Fatal(err)
 		}
-		cfg := fmt.Sprintf(`version: 0.1
-log:
-  level: warn
-  accesslog:
-    disabled: true
-storage:
-  filesystem:
-    rootdirectory: %s
-  delete:
-    enabled: true
-http:
-  addr: %s
-%s`, storage, host, auth)
-		cfgPath := filepath.Join(dir, "config.yml")
-		if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
+		host := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+		cmd, err := devstack.RegistryCommand(bin, dir, storage, host, auth)
+		if err != nil {
 			t.Fatal(err)
 		}
-		r := &Registry{Host: host, Storage: storage, t: t, done: make(chan struct{}), stderr: &lockedBuffer{}}
-		r.cmd = exec.Command(bin, "serve", cfgPath)
+		r := &Registry{Host: host, Storage: storage, t: t, cmd: cmd, done: make(chan struct{}), stderr: &lockedBuffer{}}
 		r.cmd.Stdout = r.stderr
 		r.cmd.Stderr = r.stderr
 		// The registry dies with the test binary even if it is killed.
@@ -195,15 +184,6 @@ func (r *Registry) WaitGone(ctx context.Context) error {
 		case <-t.C:
 		}
 	}
-}
-
-func freeLoopbackAddr() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer l.Close()
-	return l.Addr().String(), nil
 }
 
 type lockedBuffer struct {
