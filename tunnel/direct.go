@@ -58,7 +58,9 @@ type ClientConfig struct {
 	Logger   *slog.Logger
 	Metrics  *Metrics
 	// Clock times the race, retries, backoff, reprobes and heartbeats
-	// (default the wall clock).
+	// (default the wall clock). Connection deadlines stay on the wall
+	// clock, so a test with a fake one must advance it by HeartbeatInterval
+	// well within the peer's HeartbeatTimeout or the session dies.
 	Clock clock.Clock
 }
 

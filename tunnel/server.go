@@ -61,7 +61,8 @@ type ServerConfig struct {
 	Limits                Limits
 	Logger                *slog.Logger
 	Metrics               *Metrics
-	// Clock times admission and heartbeats (default the wall clock).
+	// Clock times admission and heartbeats (default the wall clock; see
+	// ClientConfig.Clock about fake ones).
 	Clock clock.Clock
 }
 
