@@ -8,8 +8,8 @@ import (
 
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	"github.com/levers9/levers9/agent/taskrun"
 	agentv1 "github.com/levers9/levers9/api/levers9/agent/v1"
+	"github.com/levers9/levers9/internal/clock"
 )
 
 // ReportConfig bounds how an attempt's records travel to the controlplane.
@@ -258,7 +258,7 @@ type reporter struct {
 	attempt int32
 	q       *reportQueue
 	send    reportFunc
-	clock   taskrun.Clock
+	clock   clock.Clock
 	log     *slog.Logger
 	// onStop runs when the controlplane answers stop=true.
 	onStop func()

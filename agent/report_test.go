@@ -14,6 +14,7 @@ import (
 	"github.com/levers9/levers9/agent/taskrun"
 	agentv1 "github.com/levers9/levers9/api/levers9/agent/v1"
 	v1 "github.com/levers9/levers9/api/levers9/v1"
+	"github.com/levers9/levers9/internal/clock"
 	"github.com/levers9/levers9/internal/errdefs"
 	"github.com/levers9/levers9/sandbox"
 	"github.com/levers9/levers9/sandbox/image"
@@ -118,14 +119,14 @@ func TestReportQueue(t *testing.T) {
 	}
 }
 
-// instantClock fires every After at once and records the waits.
+// instantClock fires every After at once and records the waits; the rest
+// is the wall clock.
 type instantClock struct {
+	clock.Clock
 	// mu guards waits.
 	mu    sync.Mutex
 	waits []time.Duration
 }
-
-func (c *instantClock) Now() time.Time { return time.Now() }
 
 func (c *instantClock) After(d time.Duration) <-chan time.Time {
 	c.mu.Lock()
@@ -188,10 +189,10 @@ func TestReporterRetries(t *testing.T) {
 		}
 	}
 	st := &store{failBefore: between(2, 4), failAfter: between(5, 8)}
-	clock := &instantClock{}
+	clk := &instantClock{Clock: clock.Real()}
 	q := newReportQueue(ReportConfig{MaxBatchRecords: 3})
 	stopped := make(chan struct{})
-	r := &reporter{taskID: "t", attempt: 1, q: q, send: st.report, clock: clock, log: slog.New(slog.DiscardHandler)}
+	r := &reporter{taskID: "t", attempt: 1, q: q, send: st.report, clock: clk, log: slog.New(slog.DiscardHandler)}
 	var once sync.Once
 	r.onStop = func() { once.Do(func() { close(stopped) }) }
 	st.stopAt = 10
@@ -220,8 +221,8 @@ func TestReporterRetries(t *testing.T) {
 	}
 	wantWaits := []time.Duration{100 * time.Millisecond, 200 * time.Millisecond, 400 * time.Millisecond, 800 * time.Millisecond,
 		1600 * time.Millisecond, 2 * time.Second, 2 * time.Second}
-	if !slices.Equal(clock.waits, wantWaits) {
-		t.Errorf("backoff waits %v, want %v", clock.waits, wantWaits)
+	if !slices.Equal(clk.waits, wantWaits) {
+		t.Errorf("backoff waits %v, want %v", clk.waits, wantWaits)
 	}
 	// Call 1 stored 1-3; calls 2-8 failed (5-8 after storing 4-6) and
 	// each resent from 4.
@@ -242,7 +243,7 @@ func TestTasksStartStop(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		ts := newTasks(r, (&store{}).report, ReportConfig{}, &instantClock{}, slog.New(slog.DiscardHandler), "default")
+		ts := newTasks(r, (&store{}).report, ReportConfig{}, clock.NewFake(time.Now()), slog.New(slog.DiscardHandler), "default")
 		if _, err := ts.run(valid); !errdefs.IsUnavailable(err) {
 			t.Fatalf("run before start: %v", err)
 		}

@@ -26,6 +26,7 @@ import (
 	v1 "github.com/levers9/levers9/api/levers9/v1"
 	"github.com/levers9/levers9/egress"
 	"github.com/levers9/levers9/enroll"
+	"github.com/levers9/levers9/internal/clock"
 	"github.com/levers9/levers9/tunnel"
 )
 
@@ -51,8 +52,9 @@ type RunOptions struct {
 	Runner *taskrun.Runner
 	// Report bounds attempt reports (buffers, batches, retries).
 	Report ReportConfig
-	// Clock is the time source of report retries (default the real one).
-	Clock taskrun.Clock
+	// Clock times heartbeats and report retries and stamps reports
+	// (default the wall clock). The tunnel's is Client.Clock.
+	Clock clock.Clock
 }
 
 // ReadinessSource is what the agent needs of the egress node.
@@ -83,9 +85,7 @@ func NewAgent(o RunOptions) (*Agent, error) {
 	if o.HeartbeatInterval == 0 {
 		o.HeartbeatInterval = 10 * time.Second
 	}
-	if o.Clock == nil {
-		o.Clock = realClock{}
-	}
+	o.Clock = clock.OrReal(o.Clock)
 	st, err := o.State.Settings()
 	if err != nil {
 		return nil, err
@@ -194,14 +194,14 @@ func (a *Agent) onSession(ctx context.Context, s tunnel.Session) {
 	cp := agentv1.NewControlplaneClient(conn)
 	var lastInv *v1.Inventory
 	lastInvSent := time.Time{}
-	t := time.NewTicker(a.o.HeartbeatInterval)
+	t := a.o.Clock.NewTicker(a.o.HeartbeatInterval)
 	defer t.Stop()
 	for {
-		req := &agentv1.HeartbeatRequest{AgentVersion: a.o.Version, SentAt: timestamppb.Now()}
+		req := &agentv1.HeartbeatRequest{AgentVersion: a.o.Version, SentAt: timestamppb.New(a.o.Clock.Now())}
 		inv := a.collect(ctx)
 		// The inventory goes with the first heartbeat of a session, when it
 		// changed, and at least every few minutes.
-		if lastInv == nil || !proto.Equal(inv, lastInv) || time.Since(lastInvSent) > 5*time.Minute {
+		if lastInv == nil || !proto.Equal(inv, lastInv) || a.o.Clock.Since(lastInvSent) > 5*time.Minute {
 			req.Inventory = inv
 		}
 		if a.o.Egress != nil {
@@ -218,7 +218,7 @@ func (a *Agent) onSession(ctx context.Context, s tunnel.Session) {
 			a.o.Log.Warn("heartbeat failed", "err", err)
 		case err == nil:
 			if req.Inventory != nil {
-				lastInv, lastInvSent = inv, time.Now()
+				lastInv, lastInvSent = inv, a.o.Clock.Now()
 			}
 			for _, st := range resp.Stop {
 				if a.tasks != nil && a.tasks.cancel(st.TaskId, st.Attempt, "stopped by the controlplane") {
@@ -234,7 +234,7 @@ func (a *Agent) onSession(ctx context.Context, s tunnel.Session) {
 			return
 		case <-s.Done():
 			return
-		case <-t.C:
+		case <-t.C():
 		}
 	}
 }
@@ -318,11 +318,6 @@ func reportPB(r egress.Report) *v1.ReadinessReport {
 	}
 	return pb
 }
-
-type realClock struct{}
-
-func (realClock) Now() time.Time                         { return time.Now() }
-func (realClock) After(d time.Duration) <-chan time.Time { return time.After(d) }
 
 func runCmd(ctx context.Context, args []string, _, stderr io.Writer) error {
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)

@@ -89,7 +89,11 @@ func TestAgentOnlineWithInventoryAndPush(t *testing.T) {
 		return !online
 	})
 	t.Logf("offline %v after delete", time.Since(start))
-	time.Sleep(time.Second) // let the agent try to come back a few times
+	// The agent tries to come back (every 0.5 s at most): wait for two
+	// refusals rather than sleeping.
+	controlplanetest.Eventually(t, 10*time.Second, "the agent refused twice after the delete", func() bool {
+		return len(b.in.Logs.Find("tunnel refused: machine deleted")) >= 2
+	})
 	if _, online := b.in.Server.Agents().Online(a.MachineID()); online {
 		t.Error("a deleted machine's certificate connected again")
 	}

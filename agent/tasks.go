@@ -16,6 +16,7 @@ import (
 	"github.com/levers9/levers9/agent/taskrun"
 	agentv1 "github.com/levers9/levers9/api/levers9/agent/v1"
 	v1 "github.com/levers9/levers9/api/levers9/v1"
+	"github.com/levers9/levers9/internal/clock"
 	"github.com/levers9/levers9/internal/errdefs"
 )
 
@@ -77,7 +78,7 @@ type tasks struct {
 	runner *taskrun.Runner
 	send   reportFunc
 	cfg    ReportConfig
-	clock  taskrun.Clock
+	clock  clock.Clock
 	log    *slog.Logger
 	pool   string
 
@@ -91,8 +92,8 @@ type tasks struct {
 	wg       sync.WaitGroup
 }
 
-func newTasks(runner *taskrun.Runner, send reportFunc, cfg ReportConfig, clock taskrun.Clock, log *slog.Logger, pool string) *tasks {
-	return &tasks{runner: runner, send: send, cfg: cfg, clock: clock, log: log, pool: pool,
+func newTasks(runner *taskrun.Runner, send reportFunc, cfg ReportConfig, clk clock.Clock, log *slog.Logger, pool string) *tasks {
+	return &tasks{runner: runner, send: send, cfg: cfg, clock: clk, log: log, pool: pool,
 		held: map[attemptKey]*held{}, finished: map[attemptKey]time.Time{}}
 }
 

@@ -99,11 +99,11 @@ func (a *Auto) Session(ctx context.Context) (Session, error) {
 		}
 		if cur != nil {
 			// The ended session may still be installed; poll briefly.
-			t, stop := a.cfg.Clock.NewTimer(10 * time.Millisecond)
+			t := a.cfg.Clock.NewTimer(10 * time.Millisecond)
 			select {
-			case <-t:
+			case <-t.C():
 			case <-ctx.Done():
-				stop()
+				t.Stop()
 				return nil, fmt.Errorf("waiting for a tunnel session: %w", ctx.Err())
 			}
 		}
@@ -165,7 +165,7 @@ func (a *Auto) run(ctx context.Context) {
 		first = false
 		upSince := a.cfg.Clock.Now()
 		a.hold(ctx, s)
-		if a.cfg.Clock.Now().Sub(upSince) >= a.cfg.StableAfter {
+		if a.cfg.Clock.Since(upSince) >= a.cfg.StableAfter {
 			backoff = a.cfg.BackoffBase
 		}
 		if !a.sleep(ctx, fullJitter(backoff)) {
@@ -212,7 +212,8 @@ func (a *Auto) waitOrProbe(ctx context.Context, s Session) Session {
 		var probe <-chan time.Time
 		stop := func() bool { return false }
 		if s.Transport() == TransportTCP && !a.cfg.DisableQUIC {
-			probe, stop = a.cfg.Clock.NewTimer(a.cfg.ReprobeInterval)
+			t := a.cfg.Clock.NewTimer(a.cfg.ReprobeInterval)
+			probe, stop = t.C(), t.Stop
 		}
 		select {
 		case <-s.Done():
@@ -234,10 +235,10 @@ func (a *Auto) waitOrProbe(ctx context.Context, s Session) Session {
 }
 
 func (a *Auto) sleep(ctx context.Context, d time.Duration) bool {
-	t, stop := a.cfg.Clock.NewTimer(d)
-	defer stop()
+	t := a.cfg.Clock.NewTimer(d)
+	defer t.Stop()
 	select {
-	case <-t:
+	case <-t.C():
 		return true
 	case <-ctx.Done():
 		return false

@@ -3,8 +3,10 @@ package tunnel
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
+	"github.com/levers9/levers9/internal/clock"
 	"github.com/levers9/levers9/internal/errdefs"
 )
 
@@ -27,15 +29,9 @@ type Liveness struct {
 
 // WithDefaults fills zero fields.
 func (l Liveness) WithDefaults() Liveness {
-	if l.HeartbeatInterval == 0 {
-		l.HeartbeatInterval = 3 * time.Second
-	}
-	if l.HeartbeatTimeout == 0 {
-		l.HeartbeatTimeout = 12 * time.Second
-	}
-	if l.HandshakeTimeout == 0 {
-		l.HandshakeTimeout = 10 * time.Second
-	}
+	orDefault(&l.HeartbeatInterval, 3*time.Second)
+	orDefault(&l.HeartbeatTimeout, 12*time.Second)
+	orDefault(&l.HandshakeTimeout, 10*time.Second)
 	return l
 }
 
@@ -65,12 +61,8 @@ type Limits struct {
 
 // WithDefaults fills zero fields.
 func (l Limits) WithDefaults() Limits {
-	if l.MaxStreams == 0 {
-		l.MaxStreams = 256
-	}
-	if l.MaxMessageSize == 0 {
-		l.MaxMessageSize = 16 << 20
-	}
+	orDefault(&l.MaxStreams, 256)
+	orDefault(&l.MaxMessageSize, 16<<20)
 	return l
 }
 
@@ -86,20 +78,22 @@ func (l Limits) Validate(prefix string) error {
 	return errors.Join(errs...)
 }
 
-// Clock is the time source; tests inject a fake one.
-type Clock interface {
-	Now() time.Time
-	// NewTimer returns a channel that fires once after d and a stop func.
-	NewTimer(d time.Duration) (<-chan time.Time, func() bool)
+// orDefault sets *p to v when *p is the zero value.
+func orDefault[T comparable](p *T, v T) {
+	var zero T
+	if *p == zero {
+		*p = v
+	}
 }
 
-type realClock struct{}
-
-func (realClock) Now() time.Time { return time.Now() }
-func (realClock) NewTimer(d time.Duration) (<-chan time.Time, func() bool) {
-	t := time.NewTimer(d)
-	return t.C, t.Stop
+// sharedDefaults fills the zero fields ClientConfig and ServerConfig have
+// in common, so both sides default them the same way.
+func sharedDefaults(live *Liveness, lim *Limits, logger **slog.Logger, metrics **Metrics, clk *clock.Clock) {
+	*live = live.WithDefaults()
+	*lim = lim.WithDefaults()
+	if *logger == nil {
+		*logger = slog.New(slog.DiscardHandler)
+	}
+	*metrics = orNewMetrics(*metrics)
+	*clk = clock.OrReal(*clk)
 }
-
-// RealClock is the wall clock.
-func RealClock() Clock { return realClock{} }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/quic-go/quic-go"
 
+	"github.com/levers9/levers9/internal/clock"
 	"github.com/levers9/levers9/internal/errdefs"
 )
 
@@ -56,17 +57,17 @@ type ClientConfig struct {
 	Limits   Limits
 	Logger   *slog.Logger
 	Metrics  *Metrics
-	Clock    Clock
+	// Clock times the race, retries, backoff, reprobes and heartbeats
+	// (default the wall clock). Connection deadlines stay on the wall
+	// clock, so a test with a fake one must advance it by HeartbeatInterval
+	// well within the peer's HeartbeatTimeout or the session dies.
+	Clock clock.Clock
 }
 
 // WithDefaults fills zero fields.
 func (c ClientConfig) WithDefaults() ClientConfig {
-	if c.QUICHeadStart == 0 {
-		c.QUICHeadStart = 300 * time.Millisecond
-	}
-	if c.DialTimeout == 0 {
-		c.DialTimeout = 10 * time.Second
-	}
+	orDefault(&c.QUICHeadStart, 300*time.Millisecond)
+	orDefault(&c.DialTimeout, 10*time.Second)
 	if c.Proxy == nil {
 		c.Proxy = ProxyFromEnvironment()
 	}
@@ -79,27 +80,11 @@ func (c ClientConfig) WithDefaults() ClientConfig {
 			return net.ListenUDP("udp", &net.UDPAddr{})
 		}
 	}
-	if c.BackoffBase == 0 {
-		c.BackoffBase = time.Second
-	}
-	if c.BackoffMax == 0 {
-		c.BackoffMax = 60 * time.Second
-	}
-	if c.StableAfter == 0 {
-		c.StableAfter = 60 * time.Second
-	}
-	if c.ReprobeInterval == 0 {
-		c.ReprobeInterval = 3 * time.Minute
-	}
-	c.Liveness = c.Liveness.WithDefaults()
-	c.Limits = c.Limits.WithDefaults()
-	if c.Logger == nil {
-		c.Logger = slog.New(slog.DiscardHandler)
-	}
-	c.Metrics = orNewMetrics(c.Metrics)
-	if c.Clock == nil {
-		c.Clock = RealClock()
-	}
+	orDefault(&c.BackoffBase, time.Second)
+	orDefault(&c.BackoffMax, 60*time.Second)
+	orDefault(&c.StableAfter, 60*time.Second)
+	orDefault(&c.ReprobeInterval, 3*time.Minute)
+	sharedDefaults(&c.Liveness, &c.Limits, &c.Logger, &c.Metrics, &c.Clock)
 	return c
 }
 
@@ -223,7 +208,7 @@ func (d *Direct) dialAddr(ctx context.Context, addr string, mode DialMode) (Sess
 	if useQUIC {
 		running++
 		go func() {
-			m, err := retryLeg(raceCtx, d.dialQUIC, addr, true)
+			m, err := retryLeg(raceCtx, d.cfg.Clock, d.dialQUIC, addr, true)
 			var r *RefusedError
 			switch {
 			case errors.As(err, &r):
@@ -240,9 +225,9 @@ func (d *Direct) dialAddr(ctx context.Context, addr string, mode DialMode) (Sess
 		running++
 		go func() {
 			if useQUIC {
-				t := time.NewTimer(d.headStart(addr))
+				t := d.cfg.Clock.NewTimer(d.headStart(addr))
 				select {
-				case <-t.C:
+				case <-t.C():
 				case <-quicFailed:
 					t.Stop()
 				case <-raceCtx.Done():
@@ -251,7 +236,7 @@ func (d *Direct) dialAddr(ctx context.Context, addr string, mode DialMode) (Sess
 					return
 				}
 			}
-			m, err := retryLeg(raceCtx, d.dialTCP, addr, false)
+			m, err := retryLeg(raceCtx, d.cfg.Clock, d.dialTCP, addr, false)
 			results <- dialResult{m, err}
 		}()
 	}
@@ -301,7 +286,7 @@ func (e noAnswer) Unwrap() []error { return []error{e.err, errNoAnswer} }
 // long ones) bring the agent back soon after the server answers.
 // Only a peer that did not answer is tried again; a TLS failure or a
 // refusal is an answer and ends the leg at once.
-func retryLeg(ctx context.Context, dial func(context.Context, string) (mux, error), addr string, bounded bool) (mux, error) {
+func retryLeg(ctx context.Context, clk clock.Clock, dial func(context.Context, string) (mux, error), addr string, bounded bool) (mux, error) {
 	// The first QUIC attempt gets 2 s: an abandoned attempt is not closed
 	// (quic-go sends nothing), so on a busy server it holds a handshake
 	// slot until the server gives up on it.
@@ -312,7 +297,7 @@ func retryLeg(ctx context.Context, dial func(context.Context, string) (mux, erro
 		if bounded {
 			actx, cancel = context.WithTimeout(ctx, 2*step)
 		}
-		start := time.Now()
+		start := clk.Now()
 		m, err := dial(actx, addr)
 		cancel()
 		if err == nil || ctx.Err() != nil || !errors.Is(err, errNoAnswer) {
@@ -320,10 +305,10 @@ func retryLeg(ctx context.Context, dial func(context.Context, string) (mux, erro
 		}
 		// Wait out the rest of a jittered step so a refusing peer is not
 		// hammered by agents in lockstep.
-		if rest := step/2 + fullJitter(step/2) - time.Since(start); rest > 0 {
-			t := time.NewTimer(rest)
+		if rest := step/2 + fullJitter(step/2) - clk.Since(start); rest > 0 {
+			t := clk.NewTimer(rest)
 			select {
-			case <-t.C:
+			case <-t.C():
 			case <-ctx.Done():
 				t.Stop()
 				return nil, err
@@ -452,7 +437,7 @@ func (d *Direct) hello(ctx context.Context, addr string, m mux) (Session, error)
 	if c := peerCert(m.tlsState()); c != nil && c.Subject.CommonName != "" {
 		identity = c.Subject.CommonName
 	}
-	s := newSession(m, "client", identity, ctrl, d.cfg.Liveness, d.cfg.Limits, d.log, d.cfg.Metrics)
+	s := newSession(m, "client", identity, ctrl, d.cfg.Liveness, d.cfg.Limits, d.log, d.cfg.Metrics, d.cfg.Clock)
 	s.log.Info("tunnel session up")
 	return s, nil
 }

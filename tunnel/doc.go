@@ -56,8 +56,9 @@
 // QUICStatelessResetKey resets old QUIC connections at their next packet.
 //
 // What it must never do: know about tasks, machines' state or any other
-// levers9 part (it imports only internal/errdefs); dial from the controlplane
-// towards an agent; keep state in package globals; log secrets.
+// levers9 part (it imports only internal/errdefs and internal/clock, whose
+// Clock times its heartbeats, backoff and races); dial from the
+// controlplane towards an agent; keep state in package globals; log secrets.
 //
 // Stability: the API is young and may change while the controlplane and agent
 // are wired to it; the wire protocol (ALPN "levers9-tunnel/1" and the control

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/peer"
 
+	"github.com/levers9/levers9/internal/clock"
 	"github.com/levers9/levers9/internal/errdefs"
 )
 
@@ -130,6 +131,8 @@ type HubConfig struct {
 	// PushIdleTimeout closes an agent's push ClientConn after that long
 	// without calls (default 2 minutes; see Agent.Conn).
 	PushIdleTimeout time.Duration
+	// Clock times PushIdleTimeout (default the wall clock).
+	Clock clock.Clock
 }
 
 // Hub is the controlplane side of gRPC over tunnels: plug HandleSession into
@@ -152,13 +155,14 @@ func NewHub(cfg HubConfig) (*Hub, error) {
 	if cfg.PushIdleTimeout <= 0 {
 		cfg.PushIdleTimeout = 2 * time.Minute
 	}
+	cfg.Clock = clock.OrReal(cfg.Clock)
 	return &Hub{cfg: cfg, agents: make(map[string]*Agent)}, nil
 }
 
 // HandleSession serves one agent session until it ends. It blocks.
 func (h *Hub) HandleSession(ctx context.Context, s Session) {
 	a := &Agent{Identity: s.Identity(), Transport: s.Transport(), Session: s}
-	a.push = newPushConn(a.Identity, h.cfg.PushIdleTimeout, func(opts ...grpc.DialOption) (*grpc.ClientConn, error) {
+	a.push = newPushConn(a.Identity, h.cfg.PushIdleTimeout, h.cfg.Clock, func(opts ...grpc.DialOption) (*grpc.ClientConn, error) {
 		return NewClientConn(a.Identity, s.OpenStream, h.cfg.Limits, append(opts, h.cfg.DialOptions...)...)
 	})
 	h.mu.Lock()

@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 
+	"github.com/levers9/levers9/internal/clock"
 	"github.com/levers9/levers9/internal/errdefs"
 	"github.com/levers9/levers9/tunnel"
 	"github.com/levers9/levers9/tunnel/tunneltest"
@@ -59,6 +60,7 @@ type cpOpts struct {
 	limits        tunnel.Limits
 	maxHandshakes int
 	pushIdle      time.Duration
+	hubClock      clock.Clock
 }
 
 // setupCP starts a controlplane side: server + hub with an echo service that
@@ -89,6 +91,7 @@ func setupCP(t testing.TB, o cpOpts) *cpEnv {
 		Server:          gs,
 		Limits:          o.limits,
 		PushIdleTimeout: o.pushIdle,
+		Clock:           o.hubClock,
 	})
 	if err != nil {
 		t.Fatal(err)

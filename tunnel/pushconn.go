@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+
+	"github.com/levers9/levers9/internal/clock"
 )
 
 // pushConn is an agent's push ClientConn, made on first use and closed
@@ -18,6 +20,7 @@ type pushConn struct {
 	identity string
 	dial     func(opts ...grpc.DialOption) (*grpc.ClientConn, error)
 	idle     time.Duration
+	clock    clock.Clock
 
 	// mu guards everything below.
 	mu      sync.Mutex
@@ -25,12 +28,12 @@ type pushConn struct {
 	ended   bool
 	calls   int // in flight on cc
 	lastUse time.Time
-	reaper  *time.Timer // runs while cc is open
+	reaper  clock.Timer // runs while cc is open
 }
 
-func newPushConn(identity string, idle time.Duration, dial func(opts ...grpc.DialOption) (*grpc.ClientConn, error)) *pushConn {
-	p := &pushConn{identity: identity, idle: idle, dial: dial}
-	p.reaper = time.AfterFunc(idle, p.reap)
+func newPushConn(identity string, idle time.Duration, clk clock.Clock, dial func(opts ...grpc.DialOption) (*grpc.ClientConn, error)) *pushConn {
+	p := &pushConn{identity: identity, idle: idle, clock: clk, dial: dial}
+	p.reaper = clk.AfterFunc(idle, p.reap)
 	p.reaper.Stop()
 	return p
 }
@@ -43,7 +46,7 @@ func (p *pushConn) get() (*grpc.ClientConn, error) {
 	}
 	// A caller about to start a call counts as a use, so the reaper does
 	// not close the ClientConn between this return and the call.
-	p.lastUse = time.Now()
+	p.lastUse = p.clock.Now()
 	if p.cc == nil {
 		cc, err := p.dial(grpc.WithChainUnaryInterceptor(p.unary), grpc.WithChainStreamInterceptor(p.stream))
 		if err != nil {
@@ -63,7 +66,7 @@ func (p *pushConn) reap() {
 		p.mu.Unlock()
 		return
 	}
-	if rest := p.idle - time.Since(p.lastUse); p.calls > 0 || rest > 0 {
+	if rest := p.idle - p.clock.Since(p.lastUse); p.calls > 0 || rest > 0 {
 		p.reaper.Reset(max(rest, p.idle/4))
 		p.mu.Unlock()
 		return
@@ -96,7 +99,7 @@ func (p *pushConn) begin() {
 func (p *pushConn) done() {
 	p.mu.Lock()
 	p.calls--
-	p.lastUse = time.Now()
+	p.lastUse = p.clock.Now()
 	p.mu.Unlock()
 }
 

@@ -16,6 +16,7 @@ import (
 
 	"github.com/quic-go/quic-go"
 
+	"github.com/levers9/levers9/internal/clock"
 	"github.com/levers9/levers9/internal/errdefs"
 )
 
@@ -60,32 +61,18 @@ type ServerConfig struct {
 	Limits                Limits
 	Logger                *slog.Logger
 	Metrics               *Metrics
-	Clock                 Clock
+	// Clock times admission and heartbeats (default the wall clock; see
+	// ClientConfig.Clock about fake ones).
+	Clock clock.Clock
 }
 
 // WithDefaults fills zero fields.
 func (c ServerConfig) WithDefaults() ServerConfig {
-	if c.Addr == "" {
-		c.Addr = ":" + DefaultPort
-	}
-	if c.HandshakesPerSecond == 0 {
-		c.HandshakesPerSecond = 1000
-	}
-	if c.HandshakeBurst == 0 {
-		c.HandshakeBurst = 200
-	}
-	if c.MaxConcurrentHandshakes == 0 {
-		c.MaxConcurrentHandshakes = 1024
-	}
-	c.Liveness = c.Liveness.WithDefaults()
-	c.Limits = c.Limits.WithDefaults()
-	if c.Logger == nil {
-		c.Logger = slog.New(slog.DiscardHandler)
-	}
-	c.Metrics = orNewMetrics(c.Metrics)
-	if c.Clock == nil {
-		c.Clock = RealClock()
-	}
+	orDefault(&c.Addr, ":"+DefaultPort)
+	orDefault(&c.HandshakesPerSecond, 1000)
+	orDefault(&c.HandshakeBurst, 200)
+	orDefault(&c.MaxConcurrentHandshakes, 1024)
+	sharedDefaults(&c.Liveness, &c.Limits, &c.Logger, &c.Metrics, &c.Clock)
 	return c
 }
 
@@ -463,10 +450,10 @@ func (s *Server) admit(ctx context.Context, m mux, slot *handshakeSlot) {
 		_, _ = ctrl.Write(v.encode())
 		// Let the verdict reach the agent before the connection goes.
 		_ = ctrl.Close()
-		t := time.NewTimer(200 * time.Millisecond)
+		t := s.cfg.Clock.NewTimer(200 * time.Millisecond)
 		select {
 		case <-m.done():
-		case <-t.C:
+		case <-t.C():
 		case <-ctx.Done():
 		}
 		t.Stop()
@@ -495,7 +482,7 @@ func (s *Server) admit(ctx context.Context, m mux, slot *handshakeSlot) {
 	_ = ctrl.SetDeadline(time.Time{})
 	slot.release()
 	s.cfg.Metrics.handshakes.WithLabelValues("server", resultOK).Inc()
-	ss := newSession(m, "server", identity, ctrl, s.cfg.Liveness, s.cfg.Limits, s.log, s.cfg.Metrics)
+	ss := newSession(m, "server", identity, ctrl, s.cfg.Liveness, s.cfg.Limits, s.log, s.cfg.Metrics, s.cfg.Clock)
 	s.mu.Lock()
 	if s.stopped {
 		s.mu.Unlock()

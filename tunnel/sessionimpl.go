@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/levers9/levers9/internal/clock"
 )
 
 // session implements Session over a mux and its control stream.
@@ -32,7 +34,7 @@ type session struct {
 
 	// mu guards err, closed, streams and hb.
 	mu      sync.Mutex
-	hb      *time.Timer
+	hb      clock.Timer
 	err     error
 	closed  bool
 	streams map[*countedStream]struct{}
@@ -40,7 +42,7 @@ type session struct {
 
 var _ Session = (*session)(nil)
 
-func newSession(m mux, side, identity string, ctrl net.Conn, live Liveness, lim Limits, log *slog.Logger, metrics *Metrics) *session {
+func newSession(m mux, side, identity string, ctrl net.Conn, live Liveness, lim Limits, log *slog.Logger, metrics *Metrics, clk clock.Clock) *session {
 	s := &session{
 		m: m, side: side, identity: identity, ctrl: ctrl, live: live, lim: lim,
 		cert:    peerCert(m.tlsState()),
@@ -58,7 +60,7 @@ func newSession(m mux, side, identity string, ctrl net.Conn, live Liveness, lim 
 	// Heartbeats are written from a timer, not a goroutine of their own:
 	// an idle agent costs one goroutine less.
 	s.mu.Lock()
-	s.hb = time.AfterFunc(live.HeartbeatInterval, s.beat)
+	s.hb = clk.AfterFunc(live.HeartbeatInterval, s.beat)
 	s.mu.Unlock()
 	return s
 }
@@ -67,6 +69,8 @@ func (s *session) readHeartbeats() {
 	defer s.wg.Done()
 	buf := make([]byte, 64)
 	for {
+		// Connection deadlines are wall-clock instants (the kernel and
+		// quic-go read them), so they come from time.Now, not the Clock.
 		_ = s.ctrl.SetReadDeadline(time.Now().Add(s.live.HeartbeatTimeout))
 		n, err := s.ctrl.Read(buf)
 		for _, b := range buf[:n] {

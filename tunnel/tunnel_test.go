@@ -8,8 +8,10 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/connectivity"
 
+	"github.com/levers9/levers9/internal/clock"
 	"github.com/levers9/levers9/internal/errdefs"
 	"github.com/levers9/levers9/tunnel"
 	"github.com/levers9/levers9/tunnel/tunneltest"
@@ -287,9 +289,23 @@ func TestIdleTunnelSurvivesNATExpiry(t *testing.T) {
 	})
 }
 
+// openSignal closes opened once a stream is open on the ClientConn (the
+// push ClientConn counts it as in flight from then on).
+type openSignal struct {
+	*grpc.ClientConn
+	opened chan struct{}
+}
+
+func (c openSignal) NewStream(ctx context.Context, desc *grpc.StreamDesc, method string, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+	st, err := c.ClientConn.NewStream(ctx, desc, method, opts...)
+	close(c.opened)
+	return st, err
+}
+
 func TestHubPushConnClosesWhenIdleAndEndsWithTheSession(t *testing.T) {
 	const idle = 300 * time.Millisecond
-	e := setupCP(t, cpOpts{pushIdle: idle})
+	clk := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	e := setupCP(t, cpOpts{pushIdle: idle, hubClock: clk})
 	a := setupAgent(t, e, "m-lazy", nil)
 	e.waitPush(t, 5*time.Second, "m-lazy", "first")
 	ag, ok := e.hub.Agent("m-lazy")
@@ -303,18 +319,38 @@ func TestHubPushConnClosesWhenIdleAndEndsWithTheSession(t *testing.T) {
 	if cc2, err := e.hub.Conn("m-lazy"); err != nil || cc1 != cc2 {
 		t.Fatalf("second Conn: %p %v, want the same ClientConn %p", cc2, err, cc1)
 	}
-	// A stream in flight for several idle periods keeps the ClientConn.
-	ctx, cancel := context.WithTimeout(context.Background(), 4*idle)
-	n, err := tunneltest.Sink(ctx, cc1, make([]byte, 1024))
+	// A stream in flight for several idle periods keeps the ClientConn:
+	// each period the reaper looks and arms itself again.
+	ctx, cancel := context.WithCancel(context.Background())
+	sig := openSignal{ClientConn: cc1, opened: make(chan struct{})}
+	type sunk struct {
+		n   int64
+		err error
+	}
+	sinkDone := make(chan sunk, 1)
+	go func() {
+		n, err := tunneltest.Sink(ctx, sig, make([]byte, 1024))
+		sinkDone <- sunk{n, err}
+	}()
+	<-sig.opened
+	for range 4 {
+		clk.Advance(idle)
+		if !clk.BlockUntil(t.Context().Done(), 1) {
+			t.Fatal("the reaper did not arm itself again")
+		}
+	}
 	cancel()
-	if n == 0 {
-		t.Fatalf("sink sent nothing: %v", err)
+	if r := <-sinkDone; r.n == 0 {
+		t.Fatalf("sink sent nothing: %v", r.err)
 	}
 	if cc1.GetState() == connectivity.Shutdown {
 		t.Fatal("push ClientConn closed under a stream in flight")
 	}
 	// Idle for longer than the timeout: closed; the next push makes a new one.
-	waitFor(t, 10*idle, "idle push ClientConn closed", func() bool { return cc1.GetState() == connectivity.Shutdown })
+	waitFor(t, 5*time.Second, "idle push ClientConn closed", func() bool {
+		clk.Advance(idle)
+		return cc1.GetState() == connectivity.Shutdown
+	})
 	e.waitPush(t, 5*time.Second, "m-lazy", "again")
 	if cc3, err := ag.Conn(); err != nil || cc3 == cc1 {
 		t.Fatalf("Conn after the idle close: %p %v, want a new ClientConn", cc3, err)

@@ -5,6 +5,8 @@ import (
 	"log/slog"
 	"sync"
 	"time"
+
+	"github.com/levers9/levers9/internal/clock"
 )
 
 // LogSink receives a task's output lines in order (per stream; lines of
@@ -34,7 +36,7 @@ type logsHook struct {
 	maxBytes     int
 	maxLine      int
 	drainTimeout time.Duration
-	clock        Clock
+	clock        clock.Clock
 	logger       *slog.Logger
 
 	// mu guards the fields below.

@@ -3,79 +3,29 @@ package taskrun
 import (
 	"context"
 	"log/slog"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/levers9/levers9/internal/clock"
 	"github.com/levers9/levers9/internal/testenv"
 )
 
-// fakeClock fires After channels only when advanced.
-type fakeClock struct {
-	// mu guards the fields below.
-	mu      sync.Mutex
-	now     time.Time
-	waiters []fakeWaiter
-}
-
-type fakeWaiter struct {
-	at time.Time
-	ch chan time.Time
-}
-
-func newFakeClock() *fakeClock { return &fakeClock{now: fixedNow()} }
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) After(d time.Duration) <-chan time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	ch := make(chan time.Time, 1)
-	c.waiters = append(c.waiters, fakeWaiter{c.now.Add(d), ch})
-	return ch
-}
-
-func (c *fakeClock) pending() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return len(c.waiters)
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-	kept := c.waiters[:0]
-	for _, w := range c.waiters {
-		if w.at.After(c.now) {
-			kept = append(kept, w)
-			continue
-		}
-		w.ch <- c.now
-	}
-	c.waiters = kept
-}
-
-func newTestLogsHook(sink LogSink, clock Clock) *logsHook {
-	return &logsHook{sink: sink, capacity: 4, maxBytes: 1 << 10, maxLine: 64, drainTimeout: time.Minute, clock: clock,
+func newTestLogsHook(sink LogSink, clk clock.Clock) *logsHook {
+	return &logsHook{sink: sink, capacity: 4, maxBytes: 1 << 10, maxLine: 64, drainTimeout: time.Minute, clock: clk,
 		logger: slog.New(slog.DiscardHandler)}
 }
 
 // TestLogsHookDrainTimeout: a sink stuck at exit holds the attempt only
 // for the drain timeout, and what it never took counts as dropped.
 func TestLogsHookDrainTimeout(t *testing.T) {
-	clock := newFakeClock()
+	clk := clock.NewFake(fixedNow())
 	took := make(chan LogLine, 10)
 	sink := LogSinkFunc(func(ctx context.Context, l LogLine) error {
 		took <- l
 		<-ctx.Done() // stuck until the hook gives up
 		return ctx.Err()
 	})
-	h := newTestLogsHook(sink, clock)
+	h := newTestLogsHook(sink, clk)
 	ctx := context.Background()
 	var resp PrestartResponse
 	if err := h.Prestart(ctx, &PrestartRequest{}, &resp); err != nil {
@@ -95,8 +45,8 @@ func TestLogsHookDrainTimeout(t *testing.T) {
 		_ = h.Exited(ctx, &ExitedRequest{}, &er)
 		done <- er
 	}()
-	testenv.Eventually(t, 5*time.Second, "the drain timer", func() bool { return clock.pending() == 1 })
-	clock.Advance(time.Minute)
+	testenv.Eventually(t, 5*time.Second, "the drain timer", func() bool { return clk.Waiters() == 1 })
+	clk.Advance(time.Minute)
 	er := <-done
 	// a (cancelled in the sink) + 2 pushed out of the queue + 4 queued
 	// ones never delivered (d, e, f and the flushed g) = 7.
@@ -119,7 +69,7 @@ func TestLogsHookDrainTimeout(t *testing.T) {
 
 // TestLogsHookStopWithoutStart: Stop before Prestart and twice is fine.
 func TestLogsHookStopWithoutStart(t *testing.T) {
-	h := newTestLogsHook(LogSinkFunc(func(context.Context, LogLine) error { return nil }), newFakeClock())
+	h := newTestLogsHook(LogSinkFunc(func(context.Context, LogLine) error { return nil }), clock.NewFake(fixedNow()))
 	for i := 0; i < 2; i++ {
 		if err := h.Stop(context.Background(), &StopRequest{}); err != nil {
 			t.Fatal(err)

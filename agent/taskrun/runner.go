@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/levers9/levers9/egress"
+	"github.com/levers9/levers9/internal/clock"
 	"github.com/levers9/levers9/internal/errdefs"
 	"github.com/levers9/levers9/sandbox"
 	"github.com/levers9/levers9/sandbox/image"
@@ -21,17 +22,6 @@ import (
 // while the container was running: the container keeps running and its
 // network, rootfs and state stay (see the package doc).
 var ErrDetached = errors.New("agent shutting down: task detached")
-
-// Clock is the time source timeouts, grace periods and log timestamps use.
-type Clock interface {
-	Now() time.Time
-	After(d time.Duration) <-chan time.Time
-}
-
-type realClock struct{}
-
-func (realClock) Now() time.Time                         { return time.Now() }
-func (realClock) After(d time.Duration) <-chan time.Time { return time.After(d) }
 
 // Config configures a Runner. Zero durations and sizes take the defaults
 // each field names.
@@ -63,7 +53,9 @@ type Config struct {
 	// under its own state directory.
 	StateDir string
 	Logger   *slog.Logger
-	Clock    Clock
+	// Clock times timeouts and grace periods and stamps log lines
+	// (default the wall clock).
+	Clock clock.Clock
 }
 
 func (c Config) withDefaults() Config {
@@ -85,9 +77,7 @@ func (c Config) withDefaults() Config {
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
-	if c.Clock == nil {
-		c.Clock = realClock{}
-	}
+	c.Clock = clock.OrReal(c.Clock)
 	return c
 }
 

@@ -25,6 +25,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/levers9/levers9/internal/clock"
 	"github.com/levers9/levers9/internal/errdefs"
 )
 
@@ -40,6 +41,7 @@ type Dist struct {
 	sourceDir string
 	cacheDir  string
 	log       *slog.Logger
+	clock     clock.Clock // times dev builds
 
 	// mu guards sums and builds.
 	mu     sync.Mutex
@@ -56,7 +58,7 @@ type cachedSum struct {
 // New makes a Dist over dir. devBuilds with sourceDir (a levers9 checkout)
 // allows building missing platforms.
 func New(dir string, devBuilds bool, sourceDir string, log *slog.Logger) *Dist {
-	return &Dist{dir: dir, devBuilds: devBuilds, sourceDir: sourceDir, log: log,
+	return &Dist{dir: dir, devBuilds: devBuilds, sourceDir: sourceDir, log: log, clock: clock.Real(),
 		sums: map[string]cachedSum{}, builds: map[string]string{}}
 }
 
@@ -129,11 +131,11 @@ func (d *Dist) build(ctx context.Context, platform string) (string, error) {
 	cmd := exec.CommandContext(ctx, "go", "build", "-o", out, "./cmd/levers9-agent")
 	cmd.Dir = d.sourceDir
 	cmd.Env = append(os.Environ(), "GOOS="+goos, "GOARCH="+goarch, "CGO_ENABLED=0")
-	start := time.Now()
+	start := d.clock.Now()
 	if b, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("dev build of the agent for %s: %v: %s", platform, err, b)
 	}
-	d.log.Info("built the agent from source (dev builds are on)", "platform", platform, "took", time.Since(start).Round(time.Millisecond))
+	d.log.Info("built the agent from source (dev builds are on)", "platform", platform, "took", d.clock.Since(start).Round(time.Millisecond))
 	d.builds[platform] = out
 	return out, nil
 }

@@ -42,13 +42,13 @@ func (r *Registry) presence(ctx context.Context, machineID string) (presenceReco
 
 // presenceLoop refreshes this replica's claims.
 func (r *Registry) presenceLoop(ctx context.Context) {
-	t := time.NewTicker(r.cfg.PresenceTTL / 3)
+	t := r.cfg.Clock.NewTicker(r.cfg.PresenceTTL / 3)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
+		case <-t.C():
 		}
 		for _, a := range r.hub.Agents() {
 			rctx, cancel := context.WithTimeout(ctx, time.Second)

@@ -27,6 +27,7 @@ import (
 	"github.com/levers9/levers9/controlplane/bus"
 	"github.com/levers9/levers9/controlplane/store"
 	"github.com/levers9/levers9/enroll"
+	"github.com/levers9/levers9/internal/clock"
 	"github.com/levers9/levers9/internal/errdefs"
 	"github.com/levers9/levers9/internal/ids"
 	"github.com/levers9/levers9/tunnel"
@@ -58,6 +59,10 @@ type Config struct {
 	// PresenceTTL is how long a replica's claim on an agent lives in Redis
 	// without a refresh (default 30 s; refreshed every third of it).
 	PresenceTTL time.Duration
+	// Clock times presence refreshes and certificate renewal (default the
+	// wall clock). The tunnel server keeps the wall clock: its heartbeats
+	// meet connection deadlines, which are wall-clock instants.
+	Clock clock.Clock
 }
 
 // Tasks is what the registry hands agents' attempt reports to.
@@ -106,6 +111,7 @@ func New(cfg Config) (*Registry, error) {
 	if cfg.CertTTL == 0 {
 		cfg.CertTTL = 24 * time.Hour
 	}
+	cfg.Clock = clock.OrReal(cfg.Clock)
 	r := &Registry{cfg: cfg, replica: ids.New("rep"), pools: map[string]string{}}
 	r.metrics = newRegistryMetrics(cfg.Registerer)
 	var err error

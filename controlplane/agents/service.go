@@ -3,7 +3,6 @@ package agents
 import (
 	"context"
 	"fmt"
-	"time"
 
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -64,7 +63,7 @@ func (s *controlplaneService) Heartbeat(ctx context.Context, req *agentv1.Heartb
 		resp.Stop = stop
 	}
 	// Renew once two thirds of the certificate's life have passed.
-	if notAfter != nil && time.Until(*notAfter) < s.r.cfg.CertTTL/3 {
+	if notAfter != nil && notAfter.Sub(s.r.cfg.Clock.Now()) < s.r.cfg.CertTTL/3 {
 		resp.RenewCertificate = true
 	}
 	return resp, nil

@@ -37,6 +37,7 @@ import (
 	"github.com/levers9/levers9/controlplane/seal"
 	"github.com/levers9/levers9/controlplane/store"
 	"github.com/levers9/levers9/controlplane/tasks"
+	"github.com/levers9/levers9/internal/clock"
 	"github.com/levers9/levers9/internal/errdefs"
 )
 
@@ -60,7 +61,8 @@ type Deps struct {
 	Metrics Metrics
 	// BootstrapSecret enables bootstrap when non-empty.
 	BootstrapSecret string
-	Now             func() time.Time
+	// Clock stamps what the services create (default the wall clock).
+	Clock clock.Clock
 }
 
 // PublicEndpoints are what join scripts and enrollment tell machines.
@@ -104,9 +106,4 @@ func (d *Deps) publish(ctx context.Context, e bus.Event) {
 	}
 }
 
-func (d *Deps) now() time.Time {
-	if d.Now != nil {
-		return d.Now().UTC()
-	}
-	return time.Now().UTC()
-}
+func (d *Deps) now() time.Time { return clock.OrReal(d.Clock).Now().UTC() }

@@ -57,7 +57,7 @@ func (s *EnrollService) enroll(ctx context.Context, req *v1.EnrollRequest) (*v1.
 		return nil, fmt.Errorf("agent_version or hostname too long: %w", errdefs.ErrInvalidArgument)
 	}
 	var certPEM []byte
-	m, err := s.Store.Enroll(ctx, jt.ID, jt.Matches, func(m store.Machine) (store.Enrollment, error) {
+	m, err := s.Store.Enroll(ctx, jt.ID, s.now(), jt.Matches, func(m store.Machine) (store.Enrollment, error) {
 		if _, ok := s.Config.Worker.Pools[m.Pool]; !ok {
 			return store.Enrollment{}, fmt.Errorf("pool %q of machine %s no longer exists: %w", m.Pool, m.ID, store.ErrJoinRefused)
 		}

@@ -15,12 +15,14 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/levers9/levers9/internal/clock"
 	"github.com/levers9/levers9/internal/errdefs"
 )
 
 // Bus is a Redis client. Safe for concurrent use.
 type Bus struct {
-	rdb *redis.Client
+	rdb   *redis.Client
+	clock clock.Clock
 }
 
 // Options says how to reach Redis.
@@ -28,6 +30,8 @@ type Options struct {
 	Addr     string
 	Password string
 	DB       int
+	// Clock stamps published events (default the wall clock).
+	Clock clock.Clock
 }
 
 // New makes a client; it connects lazily and reconnects by itself.
@@ -40,7 +44,7 @@ func New(o Options) *Bus {
 		ReadTimeout:  2 * time.Second,
 		WriteTimeout: 2 * time.Second,
 		MaxRetries:   1,
-	})}
+	}), clock: clock.OrReal(o.Clock)}
 }
 
 // Close closes the client.
@@ -67,7 +71,7 @@ func (b *Bus) Publish(ctx context.Context, e Event) error {
 		Stream: EventStream,
 		MaxLen: EventStreamMaxLen,
 		Approx: true,
-		Values: map[string]any{"workspace": e.Workspace, "kind": e.Kind, "object": e.Object, "at": time.Now().UTC().Format(time.RFC3339Nano)},
+		Values: map[string]any{"workspace": e.Workspace, "kind": e.Kind, "object": e.Object, "at": b.clock.Now().UTC().Format(time.RFC3339Nano)},
 	}).Err()
 	if err != nil {
 		return fmt.Errorf("publish %s: %v: %w", e.Kind, err, errdefs.ErrUnavailable)

@@ -122,10 +122,11 @@ type Enrollment struct {
 }
 
 // Enroll consumes join token tokenID (single use) in one transaction: it
-// checks the hash with match, that the token is unused and unexpired and the
-// machine not deleted, calls issue to sign the certificate, and records the
-// enrollment. Two concurrent uses of one token enroll at most once.
-func (s *Store) Enroll(ctx context.Context, tokenID string, match func(hash []byte) bool, issue func(Machine) (Enrollment, error)) (Machine, error) {
+// checks the hash with match, that the token is unused and unexpired at now
+// (the caller's clock, the one that set the expiry) and the machine not
+// deleted, calls issue to sign the certificate, and records the enrollment.
+// Two concurrent uses of one token enroll at most once.
+func (s *Store) Enroll(ctx context.Context, tokenID string, now time.Time, match func(hash []byte) bool, issue func(Machine) (Enrollment, error)) (Machine, error) {
 	var out Machine
 	err := s.tx(ctx, func(tx pgx.Tx) error {
 		var (
@@ -148,7 +149,7 @@ func (s *Store) Enroll(ctx context.Context, tokenID string, match func(hash []by
 		if usedAt != nil {
 			return fmt.Errorf("join token %s was already used at %s: create a new one with `levers9 machine create`: %w", tokenID, usedAt.UTC().Format(time.RFC3339), ErrJoinRefused)
 		}
-		if time.Now().After(expiresAt) {
+		if now.After(expiresAt) {
 			return fmt.Errorf("join token %s expired at %s: create a new one with `levers9 machine create`: %w", tokenID, expiresAt.UTC().Format(time.RFC3339), ErrJoinRefused)
 		}
 		m, err := scanMachine(tx.QueryRow(ctx, `SELECT `+machineColumns+` FROM machines m WHERE m.id = $1 FOR UPDATE`, machineID))

@@ -19,6 +19,9 @@ type Clock interface {
 	After(d time.Duration) <-chan time.Time
 	NewTimer(d time.Duration) Timer
 	NewTicker(d time.Duration) Ticker
+	// AfterFunc calls f in its own goroutine once d has passed, as
+	// time.AfterFunc. The Timer's C is nil; Stop and Reset work.
+	AfterFunc(d time.Duration, f func()) Timer
 }
 
 // Timer is a time.Timer of some Clock.
@@ -56,6 +59,9 @@ func (real) Since(t time.Time) time.Duration        { return time.Since(t) }
 func (real) After(d time.Duration) <-chan time.Time { return time.After(d) }
 func (real) NewTimer(d time.Duration) Timer         { return realTimer{time.NewTimer(d)} }
 func (real) NewTicker(d time.Duration) Ticker       { return realTicker{time.NewTicker(d)} }
+func (real) AfterFunc(d time.Duration, f func()) Timer {
+	return realTimer{time.AfterFunc(d, f)}
+}
 
 type realTimer struct{ t *time.Timer }
 

@@ -101,6 +101,38 @@ func TestFakeBlockUntil(t *testing.T) {
 	}
 }
 
+func TestFakeAfterFunc(t *testing.T) {
+	f := NewFake(time.Unix(0, 0))
+	called := make(chan struct{}, 2)
+	tm := f.AfterFunc(time.Second, func() { called <- struct{}{} })
+	if tm.C() != nil {
+		t.Fatal("AfterFunc's timer has a channel")
+	}
+	f.Advance(999 * time.Millisecond)
+	select {
+	case <-called:
+		t.Fatal("called early")
+	default:
+	}
+	f.Advance(time.Millisecond)
+	<-called
+	if tm.Reset(time.Second) {
+		t.Fatal("Reset of a fired AfterFunc reported it armed")
+	}
+	if !tm.Stop() {
+		t.Fatal("Stop of a reset AfterFunc reported it not armed")
+	}
+	f.Advance(time.Hour)
+	select {
+	case <-called:
+		t.Fatal("a stopped AfterFunc was called")
+	default:
+	}
+	if n := f.Waiters(); n != 0 {
+		t.Fatalf("%d waiters after the AfterFunc stopped", n)
+	}
+}
+
 func TestReal(t *testing.T) {
 	c := OrReal(nil)
 	if d := c.Since(c.Now()); d < 0 || d > time.Minute {
@@ -108,4 +140,7 @@ func TestReal(t *testing.T) {
 	}
 	tm := c.NewTimer(time.Millisecond)
 	<-tm.C()
+	called := make(chan struct{})
+	c.AfterFunc(time.Millisecond, func() { close(called) })
+	<-called
 }

@@ -50,6 +50,16 @@ func (f *Fake) NewTimer(d time.Duration) Timer {
 	return t
 }
 
+// AfterFunc makes a timer that calls f in its own goroutine once Advance
+// has moved d past now.
+func (f *Fake) AfterFunc(d time.Duration, fn func()) Timer {
+	t := &fakeTimer{f: f, fn: fn}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.addLocked(t, d)
+	return t
+}
+
 // NewTicker makes a ticker that fires every d of fake time.
 func (f *Fake) NewTicker(d time.Duration) Ticker {
 	if d <= 0 {
@@ -114,9 +124,13 @@ func (f *Fake) setLocked(end time.Time) {
 		}
 		t := f.waiters[0]
 		f.now = t.at
-		select {
-		case t.c <- t.at:
-		default: // a reader that missed a tick loses it, as with time.Ticker
+		if t.fn != nil {
+			go t.fn()
+		} else {
+			select {
+			case t.c <- t.at:
+			default: // a reader that missed a tick loses it, as with time.Ticker
+			}
 		}
 		if t.period > 0 {
 			t.at = t.at.Add(t.period)
@@ -154,9 +168,10 @@ func (f *Fake) notifyLocked() {
 
 type fakeTimer struct {
 	f      *Fake
-	c      chan time.Time
-	period time.Duration // >0 for a ticker
-	at     time.Time     // guarded by f.mu
+	c      chan time.Time // nil for AfterFunc
+	fn     func()         // AfterFunc's, called instead of sending on c
+	period time.Duration  // >0 for a ticker
+	at     time.Time      // guarded by f.mu
 }
 
 func (t *fakeTimer) C() <-chan time.Time { return t.c }

@@ -13,6 +13,8 @@ import (
 
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/levers9/levers9/internal/clock"
 )
 
 // Config configures a Store. Zero values get the defaults of withDefaults.
@@ -67,8 +69,8 @@ type Config struct {
 
 	Logger     *slog.Logger
 	Registerer prometheus.Registerer
-	// Now is the clock used for last-use times (default time.Now).
-	Now func() time.Time
+	// Clock stamps last-use and pull times (default the wall clock).
+	Clock clock.Clock
 }
 
 var mountSourceRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$`)
@@ -101,9 +103,7 @@ func (c Config) withDefaults() Config {
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
-	if c.Now == nil {
-		c.Now = time.Now
-	}
+	c.Clock = clock.OrReal(c.Clock)
 	return c
 }
 

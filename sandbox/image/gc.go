@@ -55,7 +55,7 @@ func (s *Store) gc(ctx context.Context, keep string) (GCResult, error) {
 		if err := ctx.Err(); err != nil {
 			return res, err
 		}
-		if c.hex == keep || s.cfg.Now().Sub(c.lastUse) < s.cfg.GCGrace {
+		if c.hex == keep || s.cfg.Clock.Since(c.lastUse) < s.cfg.GCGrace {
 			continue
 		}
 		evicted, err := s.evict(c.hex)

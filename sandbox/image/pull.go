@@ -224,7 +224,7 @@ func (s *Store) fetchAndUnpack(ctx context.Context, c *registryClient, digest v1
 	}
 	rec := record{
 		Digest: digest.String(), Config: m.Config.Digest.String(),
-		UnpackedBytes: unpacked, PulledAt: s.cfg.Now().UTC(),
+		UnpackedBytes: unpacked, PulledAt: s.cfg.Clock.Now().UTC(),
 		Blobs: []blobRecord{{Digest: digest.String(), Size: int64(len(body))}, {Digest: m.Config.Digest.String(), Size: m.Config.Size}},
 	}
 	for _, l := range m.Layers {

@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"os"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -15,6 +14,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/levers9/levers9/internal/clock"
 	"github.com/levers9/levers9/sandbox/image"
 	"github.com/levers9/levers9/sandbox/image/build"
 	"github.com/levers9/levers9/sandbox/image/imagetest"
@@ -38,7 +38,7 @@ type bundle struct {
 	root    string
 	metrics *prometheus.Registry
 	logs    *syncBuffer
-	clock   *fakeClock
+	clock   *clock.Fake
 	store   *image.Store
 }
 
@@ -55,7 +55,7 @@ func setup(t *testing.T, o setupOpts) *bundle {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = os.RemoveAll(root) })
-	b := &bundle{reg: reg, root: root, logs: &syncBuffer{}, clock: newFakeClock()}
+	b := &bundle{reg: reg, root: root, logs: &syncBuffer{}, clock: clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))}
 	b.store, b.metrics = b.newStore(t, o.cfg)
 	return b
 }
@@ -72,7 +72,7 @@ func (b *bundle) newStore(t *testing.T, mutate func(*image.Config)) (*image.Stor
 		MountSource:        mountSource,
 		Logger:             slog.New(slog.NewTextHandler(b.logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 		Registerer:         pr,
-		Now:                b.clock.Now,
+		Clock:              b.clock,
 	}
 	if mutate != nil {
 		mutate(&cfg)
@@ -142,17 +142,6 @@ func metricValue(t *testing.T, reg *prometheus.Registry, name string, want map[s
 	}
 	return sum
 }
-
-type fakeClock struct{ nanos atomic.Int64 }
-
-func newFakeClock() *fakeClock {
-	c := &fakeClock{}
-	c.nanos.Store(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano())
-	return c
-}
-
-func (c *fakeClock) Now() time.Time          { return time.Unix(0, c.nanos.Load()) }
-func (c *fakeClock) Advance(d time.Duration) { c.nanos.Add(int64(d)) }
 
 type syncBuffer struct {
 	mu  sync.Mutex

@@ -210,7 +210,7 @@ func (s *Store) image(hex, ref string) (Image, error) {
 }
 
 func (s *Store) touch(hex string) {
-	now := s.cfg.Now()
+	now := s.cfg.Clock.Now()
 	if err := os.Chtimes(s.recordPath(hex), now, now); err != nil {
 		s.log.Warn("mark image used", "digest", "sha256:"+hex, "err", err)
 	}
