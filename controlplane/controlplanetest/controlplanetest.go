@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"go.uber.org/goleak"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
@@ -41,6 +42,7 @@ type Env struct {
 	dbs   atomic.Int64
 	// redisDBs numbers each Config's Redis database.
 	redisDBs atomic.Int64
+	tmpl     template
 }
 
 // StartEnv starts Postgres and Redis for a test binary (call from
@@ -68,8 +70,10 @@ func StartEnv(ctx context.Context) (*Env, error) {
 	return e, nil
 }
 
-// Main is a TestMain body: start the env, run, stop. When the services
-// cannot start it fails under CI and skips the package elsewhere.
+// Main is a TestMain body: start the env, run, stop, then fail if a
+// goroutine outlived the tests (every test stops what it started in
+// t.Cleanup, so none should). When the services cannot start it fails
+// under CI and skips the package elsewhere.
 func Main(m *testing.M, envOut **Env) int {
 	// A fuzzing run (and each of its worker processes) runs no tests that
 	// need the services; starting Postgres per worker would stall it.
@@ -92,6 +96,12 @@ func Main(m *testing.M, envOut **Env) int {
 	*envOut = e
 	code := m.Run()
 	e.Stop()
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "controlplanetest: goroutines outlived the tests:", err)
+			return 1
+		}
+	}
 	return code
 }
 
