@@ -81,7 +81,11 @@ func TestAgentOnlineWithInventoryAndPush(t *testing.T) {
 		return !online
 	})
 	t.Logf("offline %v after delete", time.Since(start))
-	time.Sleep(time.Second) // let the agent try to come back a few times
+	// The agent dials again at once; wait until the controlplane has
+	// refused it rather than for a guessed while.
+	controlplanetest.Eventually(t, 10*time.Second, "the agent's comeback refused", func() bool {
+		return len(b.in.Logs.Find("tunnel refused: machine deleted")) > 0
+	})
 	if _, online := b.in.Server.Agents().Online(a.MachineID()); online {
 		t.Error("a deleted machine's certificate connected again")
 	}
