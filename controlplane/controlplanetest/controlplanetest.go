@@ -74,7 +74,13 @@ func StartEnv(ctx context.Context) (*Env, error) {
 // goroutine outlived the tests (every test stops what it started in
 // t.Cleanup, so none should). When the services cannot start it fails
 // under CI and skips the package elsewhere.
-func Main(m *testing.M, envOut **Env) int {
+func Main(m *testing.M, envOut **Env) int { return run(m, envOut, testenv.InCI()) }
+
+// MainNoSkip is Main for packages whose tests never skip (the store's):
+// when the services cannot start it fails everywhere, not only under CI.
+func MainNoSkip(m *testing.M, envOut **Env) int { return run(m, envOut, true) }
+
+func run(m *testing.M, envOut **Env, failWithoutServices bool) int {
 	// A fuzzing run (and each of its worker processes) runs no tests that
 	// need the services; starting Postgres per worker would stall it.
 	flag.Parse()
@@ -86,7 +92,7 @@ func Main(m *testing.M, envOut **Env) int {
 	}
 	e, err := StartEnv(context.Background())
 	if err != nil {
-		if testenv.InCI() {
+		if failWithoutServices {
 			fmt.Fprintln(os.Stderr, "controlplanetest:", err)
 			return 1
 		}

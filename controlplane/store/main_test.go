@@ -11,6 +11,6 @@ import (
 // freshly migrated database of its own from it (env.NewStore).
 var env *controlplanetest.Env
 
-// TestMain starts the services and, after the tests, checks that no
-// goroutine outlived them (controlplanetest.Main runs goleak).
-func TestMain(m *testing.M) { os.Exit(controlplanetest.Main(m, &env)) }
+// TestMain starts the services (failing, never skipping, when they cannot
+// start) and, after the tests, checks that no goroutine outlived them.
+func TestMain(m *testing.M) { os.Exit(controlplanetest.MainNoSkip(m, &env)) }
