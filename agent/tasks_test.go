@@ -676,7 +676,9 @@ func TestReportsSurviveATunnelRestart(t *testing.T) {
 	b.cp.mu.Lock()
 	b.cp.heartbeats = nil
 	b.cp.mu.Unlock()
-	time.Sleep(500 * time.Millisecond) // the task prints on while the controlplane is away
+	// The outage is the scenario, not a wait for something: the task
+	// prints on for half a second while the controlplane is away.
+	<-time.After(500 * time.Millisecond)
 	b.tunnel = b.startTunnel(addr)
 	testenv.Eventually(t, 10*time.Second, "a heartbeat listing the attempt after the reconnect", func() bool { return b.cp.heartbeatListing(k) })
 	conn, err := b.hub.Conn(b.machineID)

@@ -328,7 +328,9 @@ func TestKilledMidApplyConverges(t *testing.T) {
 			_ = cmd.Wait()
 			t.Fatalf("child: %q %v", line, err)
 		}
-		time.Sleep(time.Duration(rand.IntN(400)) * time.Millisecond) // land the kill somewhere in the apply loop
+		// A random delay is the scenario: it lands the kill somewhere in
+		// the child's apply loop.
+		<-time.After(time.Duration(rand.IntN(400)) * time.Millisecond)
 		_ = cmd.Process.Kill()
 		_ = cmd.Wait()
 

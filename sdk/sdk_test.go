@@ -222,8 +222,13 @@ func TestMapOrderAndBound(t *testing.T) {
 				break
 			}
 		}
-		// Later inputs finish first, so order comes from the indexes.
-		time.Sleep(time.Duration(40-len(args[0])) * time.Millisecond / 4)
+		// Later inputs finish first, so order comes from the indexes: the
+		// fake call's duration is the scenario.
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(time.Duration(40-len(args[0])) * time.Millisecond / 4):
+		}
 		if args[0] == "7" {
 			return &Result{Stdout: "7\n"}, errors.New("seven failed")
 		}

@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"go.uber.org/goleak"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
@@ -41,6 +42,7 @@ type Env struct {
 	dbs   atomic.Int64
 	// redisDBs numbers each Config's Redis database.
 	redisDBs atomic.Int64
+	tmpl     template
 }
 
 // StartEnv starts Postgres and Redis for a test binary (call from
@@ -68,9 +70,17 @@ func StartEnv(ctx context.Context) (*Env, error) {
 	return e, nil
 }
 
-// Main is a TestMain body: start the env, run, stop. When the services
-// cannot start it fails under CI and skips the package elsewhere.
-func Main(m *testing.M, envOut **Env) int {
+// Main is a TestMain body: start the env, run, stop, then fail if a
+// goroutine outlived the tests (every test stops what it started in
+// t.Cleanup, so none should). When the services cannot start it fails
+// under CI and skips the package elsewhere.
+func Main(m *testing.M, envOut **Env) int { return run(m, envOut, testenv.InCI()) }
+
+// MainNoSkip is Main for packages whose tests never skip (the store's):
+// when the services cannot start it fails everywhere, not only under CI.
+func MainNoSkip(m *testing.M, envOut **Env) int { return run(m, envOut, true) }
+
+func run(m *testing.M, envOut **Env, failWithoutServices bool) int {
 	// A fuzzing run (and each of its worker processes) runs no tests that
 	// need the services; starting Postgres per worker would stall it.
 	flag.Parse()
@@ -82,7 +92,7 @@ func Main(m *testing.M, envOut **Env) int {
 	}
 	e, err := StartEnv(context.Background())
 	if err != nil {
-		if testenv.InCI() {
+		if failWithoutServices {
 			fmt.Fprintln(os.Stderr, "controlplanetest:", err)
 			return 1
 		}
@@ -92,6 +102,12 @@ func Main(m *testing.M, envOut **Env) int {
 	*envOut = e
 	code := m.Run()
 	e.Stop()
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "controlplanetest: goroutines outlived the tests:", err)
+			return 1
+		}
+	}
 	return code
 }
 

@@ -28,6 +28,10 @@ func (s *Server) restHandler(ctx context.Context) (http.Handler, error) {
 	if err != nil {
 		return nil, fmt.Errorf("gateway connection: %w", err)
 	}
+	// The connection lives as long as the in-memory server it dials:
+	// stopping that server closes the listener, and the listener closes the
+	// connection (its resolver and balancer goroutines leaked otherwise).
+	s.memLn.onClose = func() { _ = conn.Close() }
 	gw := runtime.NewServeMux(runtime.WithIncomingHeaderMatcher(headerMatcher))
 	for _, reg := range []func(context.Context, *runtime.ServeMux, *grpc.ClientConn) error{
 		v1.RegisterAuthServiceHandler,
@@ -41,6 +45,7 @@ func (s *Server) restHandler(ctx context.Context) (http.Handler, error) {
 		v1.RegisterTaskServiceHandler,
 	} {
 		if err := reg(ctx, gw, conn); err != nil {
+			_ = s.memLn.Close()
 			return nil, fmt.Errorf("register REST gateway: %w", err)
 		}
 	}
@@ -82,6 +87,9 @@ type memListener struct {
 	conns chan net.Conn
 	once  sync.Once
 	done  chan struct{}
+	// onClose, if set before serving starts, runs once when the listener
+	// closes (it closes the gateway's connection).
+	onClose func()
 }
 
 func newMemListener() *memListener {
@@ -98,7 +106,12 @@ func (l *memListener) Accept() (net.Conn, error) {
 }
 
 func (l *memListener) Close() error {
-	l.once.Do(func() { close(l.done) })
+	l.once.Do(func() {
+		close(l.done)
+		if l.onClose != nil {
+			l.onClose()
+		}
+	})
 	return nil
 }
 

@@ -1,0 +1,10 @@
+package auth
+
+import (
+	"testing"
+
+	"go.uber.org/goleak"
+)
+
+// TestMain fails the package when a goroutine outlives its tests.
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

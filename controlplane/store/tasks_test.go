@@ -1,0 +1,429 @@
+package store_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/levers9/levers9/controlplane/store"
+	"github.com/levers9/levers9/internal/errdefs"
+	"github.com/levers9/levers9/internal/ids"
+)
+
+// room is a machine of 1 CPU and 1 GiB.
+var room = store.Capacity{CPUMillis: 1000, MemoryBytes: 1 << 30}
+
+// noGPUs is an empty device list: PlaceAttempt stores nil as NULL, which
+// the gpu_devices column refuses (the scheduler always passes a slice).
+var noGPUs = []string{}
+
+// taskBundle is a store with a workspace and an enrolled machine.
+type taskBundle struct {
+	ctx context.Context
+	st  *store.Store
+	ws  store.Workspace
+	m   store.Machine
+}
+
+func setupTasks(t *testing.T) *taskBundle {
+	t.Helper()
+	st := newStore(t)
+	ws := newWorkspace(t, st)
+	return &taskBundle{ctx: context.Background(), st: st, ws: ws, m: newMachine(t, st, ws.ID, "default")}
+}
+
+// place puts task id on the bundle's machine and fails the test if it is
+// not placed.
+func (b *taskBundle) place(t *testing.T, id string) store.Attempt {
+	t.Helper()
+	a, err := b.st.PlaceAttempt(b.ctx, id, b.m.ID, room, 100, 1<<20, noGPUs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
+func (b *taskBundle) task(t *testing.T, id string) (store.Task, []store.Attempt) {
+	t.Helper()
+	tk, atts, err := b.st.GetTask(b.ctx, b.ws.ID, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tk, atts
+}
+
+func TestInsertTaskIdempotency(t *testing.T) {
+	t.Parallel()
+	b := setupTasks(t)
+	other := newWorkspace(t, b.st)
+	withKey := func(key string) func(*store.Task) { return func(tk *store.Task) { tk.IdempotencyKey = key } }
+
+	first := newTask(t, b.st, b.ws.ID, "default", withKey("k1"))
+	if first.State != store.TaskPending || first.Attempts != 0 || first.IdempotencyKey != "k1" {
+		t.Fatalf("inserted task = %+v", first)
+	}
+	for _, tc := range []struct {
+		name         string
+		ws, key      string
+		wantExisting bool
+	}{
+		{"same key, same workspace", b.ws.ID, "k1", true},
+		{"same key, another workspace", other.ID, "k1", false},
+		{"another key", b.ws.ID, "k2", false},
+		{"no key", b.ws.ID, "", false},
+		{"no key again", b.ws.ID, "", false},
+	} {
+		got, existing, err := b.st.InsertTask(b.ctx, store.Task{ID: ids.New("task"), WorkspaceID: tc.ws, Pool: "default", Spec: []byte(`{}`),
+			IdempotencyKey: tc.key, CreatedAt: time.Now()})
+		if err != nil || existing != tc.wantExisting || (got.ID == first.ID) != tc.wantExisting {
+			t.Errorf("%s: InsertTask = %s existing=%v (%v); want existing=%v", tc.name, got.ID, existing, err, tc.wantExisting)
+		}
+	}
+	if _, _, err := b.st.InsertTask(b.ctx, store.Task{ID: first.ID, WorkspaceID: b.ws.ID, Spec: []byte(`{}`), CreatedAt: time.Now()}); !errors.Is(err, errdefs.ErrAlreadyExists) {
+		t.Errorf("a duplicate task ID: %v", err)
+	}
+}
+
+func TestPlaceAttempt(t *testing.T) {
+	t.Parallel()
+	b := setupTasks(t)
+	tk := newTask(t, b.st, b.ws.ID, "default", nil)
+	a := b.place(t, tk.ID)
+	if a.Number != 1 || a.State != store.TaskScheduled || a.MachineID != b.m.ID || a.CPUMillis != 100 {
+		t.Errorf("attempt = %+v", a)
+	}
+	got, atts := b.task(t, tk.ID)
+	if got.State != store.TaskScheduled || got.Attempts != 1 || len(atts) != 1 {
+		t.Errorf("placed task = %+v with %d attempts", got, len(atts))
+	}
+	if used, err := b.st.ActiveByWorkspace(b.ctx, "default"); err != nil || used[b.ws.ID] != 1 {
+		t.Errorf("ActiveByWorkspace = %v, %v", used, err)
+	}
+	pm, err := b.st.PoolMachines(b.ctx, "default")
+	if err != nil || len(pm) != 1 || pm[0].ID != b.m.ID || pm[0].UsedCPU != 100 || pm[0].UsedMem != 1<<20 {
+		t.Errorf("PoolMachines = %+v, %v", pm, err)
+	}
+
+	deleted := newMachine(t, b.st, b.ws.ID, "default")
+	if _, err := b.st.DeleteMachine(b.ctx, b.ws.ID, deleted.ID); err != nil {
+		t.Fatal(err)
+	}
+	cancelled := newTask(t, b.st, b.ws.ID, "default", nil)
+	if _, err := b.st.RequestCancel(b.ctx, b.ws.ID, cancelled.ID); err != nil {
+		t.Fatal(err)
+	}
+	gpu := newMachine(t, b.st, b.ws.ID, "gpu")
+	gpuTask := newTask(t, b.st, b.ws.ID, "gpu", nil)
+	if _, err := b.st.PlaceAttempt(b.ctx, gpuTask.ID, gpu.ID, room, 100, 1, []string{"GPU-0"}); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name     string
+		task     string
+		machine  string
+		cpu, mem int64
+		gpus     []string
+	}{
+		{"placed twice", tk.ID, b.m.ID, 100, 1, noGPUs},
+		{"more CPU than is left", newTask(t, b.st, b.ws.ID, "default", nil).ID, b.m.ID, 901, 1, noGPUs},
+		{"more memory than is left", newTask(t, b.st, b.ws.ID, "default", nil).ID, b.m.ID, 1, 1<<30 - 1<<20 + 1, noGPUs},
+		{"a GPU already held", newTask(t, b.st, b.ws.ID, "gpu", nil).ID, gpu.ID, 1, 1, []string{"GPU-1", "GPU-0"}},
+		{"deleted machine", newTask(t, b.st, b.ws.ID, "default", nil).ID, deleted.ID, 1, 1, noGPUs},
+		{"cancelled task", cancelled.ID, b.m.ID, 1, 1, noGPUs},
+	} {
+		if _, err := b.st.PlaceAttempt(b.ctx, tc.task, tc.machine, room, tc.cpu, tc.mem, tc.gpus); !errors.Is(err, store.ErrNotPlaced) {
+			t.Errorf("%s: %v, want ErrNotPlaced", tc.name, err)
+		}
+	}
+	// Exactly what is left fits.
+	if _, err := b.st.PlaceAttempt(b.ctx, newTask(t, b.st, b.ws.ID, "default", nil).ID, b.m.ID, room, 900, 1<<30-1<<20, noGPUs); err != nil {
+		t.Errorf("placing into exactly the room left: %v", err)
+	}
+	if _, err := b.st.PlaceAttempt(b.ctx, tk.ID, "m_nope", room, 1, 1, noGPUs); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("unknown machine: %v", err)
+	}
+}
+
+// TestPlaceAttemptConcurrently places from many goroutines at once, as
+// replicas do: no task is placed twice and no machine is overbooked.
+func TestPlaceAttemptConcurrently(t *testing.T) {
+	t.Parallel()
+	b := setupTasks(t)
+	machines := []store.Machine{b.m, newMachine(t, b.st, b.ws.ID, "default"), newMachine(t, b.st, b.ws.ID, "default")}
+	const tasks = 12
+	var ids []string
+	for range tasks {
+		ids = append(ids, newTask(t, b.st, b.ws.ID, "default", nil).ID)
+	}
+	// Each task asks for 300 mCPU: a machine of 1000 holds three.
+	var placed atomic.Int32
+	var wg sync.WaitGroup
+	for _, id := range ids {
+		for _, m := range machines {
+			wg.Go(func() {
+				_, err := b.st.PlaceAttempt(b.ctx, id, m.ID, room, 300, 1<<20, noGPUs)
+				switch {
+				case err == nil:
+					placed.Add(1)
+				case !errors.Is(err, store.ErrNotPlaced):
+					t.Errorf("place %s on %s: %v", id, m.ID, err)
+				}
+			})
+		}
+	}
+	wg.Wait()
+	if placed.Load() != 9 {
+		t.Errorf("%d placements, want 9 (three machines of three)", placed.Load())
+	}
+	pm, err := b.st.PoolMachines(b.ctx, "default")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range pm {
+		if m.UsedCPU != 900 {
+			t.Errorf("machine %s holds %d mCPU, want 900", m.ID, m.UsedCPU)
+		}
+	}
+	for _, id := range ids {
+		if _, atts := b.task(t, id); len(atts) > 1 {
+			t.Errorf("task %s placed %d times", id, len(atts))
+		}
+	}
+	active, err := b.st.ActiveAttempts(b.ctx, "")
+	if err != nil || len(active) != 9 {
+		t.Errorf("ActiveAttempts = %d, %v; want 9", len(active), err)
+	}
+}
+
+func TestAttemptLifecycle(t *testing.T) {
+	t.Parallel()
+	b := setupTasks(t)
+	exit := func(n int) *int { return &n }
+	at := time.Now().UTC().Truncate(time.Microsecond)
+
+	t.Run("run and succeed", func(t *testing.T) {
+		tk := newTask(t, b.st, b.ws.ID, "default", nil)
+		a := b.place(t, tk.ID)
+		for _, tc := range []struct {
+			n    int
+			want bool
+		}{{a.Number + 1, false}, {a.Number, true}, {a.Number, false}} {
+			if changed, err := b.st.MarkRunning(b.ctx, tk.ID, tc.n, at); err != nil || changed != tc.want {
+				t.Errorf("MarkRunning(attempt %d) = %v, %v; want %v", tc.n, changed, err, tc.want)
+			}
+		}
+		got, atts := b.task(t, tk.ID)
+		if got.State != store.TaskRunning || atts[0].State != store.TaskRunning || !atts[0].StartedAt.Equal(at) {
+			t.Errorf("running task %+v, attempt %+v", got, atts[0])
+		}
+		if owner, err := b.st.AttemptOwner(b.ctx, b.m.ID, tk.ID, a.Number); err != nil || owner != b.ws.ID {
+			t.Errorf("AttemptOwner = %q, %v", owner, err)
+		}
+		if _, err := b.st.AttemptOwner(b.ctx, "m_other", tk.ID, a.Number); !errors.Is(err, errdefs.ErrNotFound) {
+			t.Errorf("AttemptOwner from another machine: %v", err)
+		}
+
+		if _, err := b.st.FinishAttempt(b.ctx, tk.ID, a.Number, store.AttemptEnd{State: store.TaskRunning, At: at}); !errors.Is(err, errdefs.ErrInvalidArgument) {
+			t.Errorf("finishing as RUNNING: %v", err)
+		}
+		end := store.AttemptEnd{State: store.TaskSucceeded, ExitCode: exit(0), Message: "done", DroppedLines: 3, ImageDigest: "sha256:x", At: at.Add(time.Second)}
+		for i, want := range []bool{true, false} {
+			if changed, err := b.st.FinishAttempt(b.ctx, tk.ID, a.Number, end); err != nil || changed != want {
+				t.Errorf("FinishAttempt #%d = %v, %v; want %v", i+1, changed, err, want)
+			}
+		}
+		got, atts = b.task(t, tk.ID)
+		if got.State != store.TaskSucceeded || *got.ExitCode != 0 || got.FinishedAt == nil || got.Message != "done" {
+			t.Errorf("finished task = %+v", got)
+		}
+		if atts[0].State != store.TaskSucceeded || atts[0].DroppedLines != 3 || atts[0].ImageDigest != "sha256:x" {
+			t.Errorf("finished attempt = %+v", atts[0])
+		}
+		if changed, err := b.st.MarkRunning(b.ctx, tk.ID, a.Number, at); err != nil || changed {
+			t.Errorf("MarkRunning after the end = %v, %v", changed, err)
+		}
+		if _, changed, err := b.st.LoseAttempt(b.ctx, tk.ID, a.Number, "late"); err != nil || changed {
+			t.Errorf("LoseAttempt after the end = %v, %v", changed, err)
+		}
+	})
+	t.Run("finish straight from scheduled", func(t *testing.T) {
+		tk := newTask(t, b.st, b.ws.ID, "default", nil)
+		a := b.place(t, tk.ID)
+		if changed, err := b.st.FinishAttempt(b.ctx, tk.ID, a.Number, store.AttemptEnd{State: store.TaskFailed, ExitCode: exit(2), At: at}); err != nil || !changed {
+			t.Fatalf("FinishAttempt = %v, %v", changed, err)
+		}
+		got, atts := b.task(t, tk.ID)
+		if got.State != store.TaskFailed || *got.ExitCode != 2 || atts[0].StartedAt == nil {
+			t.Errorf("task %+v, attempt %+v", got, atts[0])
+		}
+	})
+}
+
+func TestLoseAttempt(t *testing.T) {
+	t.Parallel()
+	b := setupTasks(t)
+	for _, tc := range []struct {
+		name    string
+		retries int
+		cancel  bool
+		// want is the task's state after each loss, one attempt per loss.
+		want []string
+	}{
+		{"no retries", 0, false, []string{store.TaskFailed}},
+		{"one retry", 1, false, []string{store.TaskPending, store.TaskFailed}},
+		{"two retries", 2, false, []string{store.TaskPending, store.TaskPending, store.TaskFailed}},
+		{"cancel asked", 3, true, []string{store.TaskCancelled}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tk := newTask(t, b.st, b.ws.ID, "default", func(tk *store.Task) { tk.Retries = tc.retries })
+			for i, want := range tc.want {
+				a := b.place(t, tk.ID)
+				if a.Number != i+1 {
+					t.Fatalf("attempt number %d, want %d", a.Number, i+1)
+				}
+				if tc.cancel {
+					if _, err := b.st.RequestCancel(b.ctx, b.ws.ID, tk.ID); err != nil {
+						t.Fatal(err)
+					}
+				}
+				state, changed, err := b.st.LoseAttempt(b.ctx, tk.ID, a.Number, "machine gone")
+				if err != nil || !changed || state != want {
+					t.Fatalf("loss %d: LoseAttempt = %q changed=%v (%v), want %q", i+1, state, changed, err, want)
+				}
+				if _, changed, _ := b.st.LoseAttempt(b.ctx, tk.ID, a.Number, "again"); changed {
+					t.Errorf("loss %d: losing the same attempt again changed it", i+1)
+				}
+			}
+			got, atts := b.task(t, tk.ID)
+			if len(atts) != len(tc.want) {
+				t.Fatalf("%d attempts, want %d", len(atts), len(tc.want))
+			}
+			for _, a := range atts {
+				if a.State != store.AttemptLost || a.Message != "machine gone" || a.FinishedAt == nil {
+					t.Errorf("attempt %+v, want LOST", a)
+				}
+			}
+			if got.FinishedAt == nil {
+				t.Errorf("task %+v ended without finished_at", got)
+			}
+			if got.State == store.TaskFailed && !strings.Contains(got.Message, "no retries left") {
+				t.Errorf("message %q does not say why it failed", got.Message)
+			}
+			// A lost attempt's late report changes nothing.
+			if changed, err := b.st.FinishAttempt(b.ctx, tk.ID, len(atts), store.AttemptEnd{State: store.TaskSucceeded, At: time.Now()}); err != nil || changed {
+				t.Errorf("finishing a lost attempt = %v, %v", changed, err)
+			}
+		})
+	}
+}
+
+func TestRequestCancel(t *testing.T) {
+	t.Parallel()
+	b := setupTasks(t)
+	other := newWorkspace(t, b.st)
+
+	pending := newTask(t, b.st, b.ws.ID, "default", nil)
+	got, err := b.st.RequestCancel(b.ctx, b.ws.ID, pending.ID)
+	if err != nil || got.State != store.TaskCancelled || !got.CancelRequested || got.FinishedAt == nil {
+		t.Errorf("cancel a pending task = %+v, %v", got, err)
+	}
+
+	placed := newTask(t, b.st, b.ws.ID, "default", nil)
+	a := b.place(t, placed.ID)
+	if wanted, err := b.st.AttemptWanted(b.ctx, b.m.ID, placed.ID, a.Number); err != nil || !wanted {
+		t.Errorf("AttemptWanted before the cancel = %v, %v", wanted, err)
+	}
+	got, err = b.st.RequestCancel(b.ctx, b.ws.ID, placed.ID)
+	if err != nil || got.State != store.TaskScheduled || !got.CancelRequested || got.FinishedAt != nil {
+		t.Errorf("cancel a placed task = %+v, %v; want it SCHEDULED until its machine reports", got, err)
+	}
+	for _, tc := range []struct {
+		machine, task string
+		n             int
+	}{{b.m.ID, placed.ID, a.Number}, {"m_other", placed.ID, a.Number}, {b.m.ID, placed.ID, a.Number + 1}} {
+		if wanted, err := b.st.AttemptWanted(b.ctx, tc.machine, tc.task, tc.n); err != nil || wanted {
+			t.Errorf("AttemptWanted(%s, %s/%d) = %v, %v; want false", tc.machine, tc.task, tc.n, wanted, err)
+		}
+	}
+	active, err := b.st.ActiveAttempts(b.ctx, b.m.ID)
+	if err != nil || len(active) != 1 || !active[0].CancelRequested {
+		t.Errorf("ActiveAttempts = %+v, %v", active, err)
+	}
+
+	done := newTask(t, b.st, b.ws.ID, "default", nil)
+	da := b.place(t, done.ID)
+	if _, err := b.st.FinishAttempt(b.ctx, done.ID, da.Number, store.AttemptEnd{State: store.TaskSucceeded, At: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := b.st.RequestCancel(b.ctx, b.ws.ID, done.ID); err != nil || got.State != store.TaskSucceeded || got.CancelRequested {
+		t.Errorf("cancel a finished task = %+v, %v; want it unchanged", got, err)
+	}
+	if _, err := b.st.RequestCancel(b.ctx, other.ID, placed.ID); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("cancel from another workspace: %v", err)
+	}
+}
+
+func TestListTasksPaging(t *testing.T) {
+	t.Parallel()
+	b := setupTasks(t)
+	other := newWorkspace(t, b.st)
+	newTask(t, b.st, other.ID, "default", nil)
+	base := time.Now().UTC().Truncate(time.Microsecond)
+	// Five tasks, two sharing a creation time so the ID breaks the tie;
+	// newest first is e, d, c|b (by ID), a.
+	var want []string
+	for i, d := range []time.Duration{0, time.Second, time.Second, 2 * time.Second, 3 * time.Second} {
+		tk := newTask(t, b.st, b.ws.ID, "default", func(tk *store.Task) {
+			tk.ID = "task_" + string(rune('a'+i))
+			tk.CreatedAt = base.Add(d)
+		})
+		want = append([]string{tk.ID}, want...)
+	}
+	want[2], want[3] = "task_c", "task_b"
+	b.place(t, "task_d")
+
+	var got []string
+	var beforeAt time.Time
+	beforeID := ""
+	for page := 0; ; page++ {
+		tasks, atts, err := b.st.ListTasks(b.ctx, b.ws.ID, nil, 2, beforeAt, beforeID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(tasks) == 0 {
+			break
+		}
+		if page > 3 {
+			t.Fatal("paging does not end")
+		}
+		for _, tk := range tasks {
+			got = append(got, tk.ID)
+			if n := len(atts[tk.ID]); (tk.ID == "task_d") != (n == 1) {
+				t.Errorf("task %s listed with %d attempts", tk.ID, n)
+			}
+		}
+		last := tasks[len(tasks)-1]
+		beforeAt, beforeID = last.CreatedAt, last.ID
+	}
+	if strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Errorf("pages = %v, want %v", got, want)
+	}
+
+	for _, tc := range []struct {
+		states []string
+		want   int
+	}{{[]string{store.TaskPending}, 4}, {[]string{store.TaskScheduled}, 1}, {[]string{store.TaskPending, store.TaskScheduled}, 5}, {[]string{store.TaskFailed}, 0}} {
+		tasks, _, err := b.st.ListTasks(b.ctx, b.ws.ID, tc.states, 100, time.Time{}, "")
+		if err != nil || len(tasks) != tc.want {
+			t.Errorf("ListTasks(%v) = %d tasks (%v), want %d", tc.states, len(tasks), err, tc.want)
+		}
+	}
+	pending, err := b.st.PendingTasks(b.ctx, 100)
+	if err != nil || len(pending) != 5 || pending[0].ID == "task_d" {
+		t.Errorf("PendingTasks = %+v, %v; want the 4 pending here and the other workspace's, oldest first", pending, err)
+	}
+}
