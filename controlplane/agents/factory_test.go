@@ -93,7 +93,7 @@ func (b *bundle) machine(t *testing.T, certTTL time.Duration) (string, tls.Certi
 		t.Fatal(err)
 	}
 	var certPEM []byte
-	_, err = b.st.Enroll(ctx, jt.ID, jt.Matches, func(m store.Machine) (store.Enrollment, error) {
+	_, err = b.st.Enroll(ctx, jt.ID, time.Now(), jt.Matches, func(m store.Machine) (store.Enrollment, error) {
 		var notAfter time.Time
 		var err error
 		if certPEM, notAfter, err = b.ca.Sign(csr, m.ID, certTTL); err != nil {

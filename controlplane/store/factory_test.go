@@ -72,7 +72,7 @@ func newMachine(t *testing.T, st *store.Store, wsID, pool string) store.Machine 
 	t.Helper()
 	ctx := context.Background()
 	m, jt := newPendingMachine(t, st, wsID, pool)
-	if _, err := st.Enroll(ctx, jt.ID, jt.Matches, issueFor(time.Now().Add(24*time.Hour))); err != nil {
+	if _, err := st.Enroll(ctx, jt.ID, time.Now(), jt.Matches, issueFor(time.Now().Add(24*time.Hour))); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := st.Heartbeat(ctx, m.ID, "quic", "test", []byte(`{"cpus":4}`)); err != nil {

@@ -26,7 +26,7 @@ func TestMachineLifecycle(t *testing.T) {
 		t.Fatalf("pending machine = %+v, %v", got, err)
 	}
 	notAfter := time.Now().Add(24 * time.Hour).UTC().Truncate(time.Microsecond)
-	enrolled, err := st.Enroll(ctx, jt.ID, jt.Matches, issueFor(notAfter))
+	enrolled, err := st.Enroll(ctx, jt.ID, time.Now(), jt.Matches, issueFor(notAfter))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -133,7 +133,7 @@ func TestEnrollRefusals(t *testing.T) {
 		}, nil, "forged"},
 		{"used token", func(t *testing.T) (string, func([]byte) bool) {
 			_, jt := newPendingMachine(t, st, ws.ID, "default")
-			if _, err := st.Enroll(ctx, jt.ID, jt.Matches, issueFor(notAfter)); err != nil {
+			if _, err := st.Enroll(ctx, jt.ID, time.Now(), jt.Matches, issueFor(notAfter)); err != nil {
 				t.Fatal(err)
 			}
 			return jt.ID, jt.Matches
@@ -160,7 +160,7 @@ func TestEnrollRefusals(t *testing.T) {
 			if issue == nil {
 				issue = issueFor(notAfter)
 			}
-			_, err := st.Enroll(ctx, id, match, issue)
+			_, err := st.Enroll(ctx, id, time.Now(), match, issue)
 			if !errors.Is(err, store.ErrJoinRefused) || !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("Enroll = %v, want a refusal saying %q", err, tc.want)
 			}
@@ -170,10 +170,10 @@ func TestEnrollRefusals(t *testing.T) {
 	t.Run("a failed issue leaves the token unused", func(t *testing.T) {
 		m, jt := newPendingMachine(t, st, ws.ID, "default")
 		boom := errors.New("CA unavailable")
-		if _, err := st.Enroll(ctx, jt.ID, jt.Matches, func(store.Machine) (store.Enrollment, error) { return store.Enrollment{}, boom }); !errors.Is(err, boom) {
+		if _, err := st.Enroll(ctx, jt.ID, time.Now(), jt.Matches, func(store.Machine) (store.Enrollment, error) { return store.Enrollment{}, boom }); !errors.Is(err, boom) {
 			t.Fatalf("Enroll with a failing issue: %v", err)
 		}
-		if got, err := st.Enroll(ctx, jt.ID, jt.Matches, issueFor(notAfter)); err != nil || got.ID != m.ID {
+		if got, err := st.Enroll(ctx, jt.ID, time.Now(), jt.Matches, issueFor(notAfter)); err != nil || got.ID != m.ID {
 			t.Errorf("retry after a failed issue = %+v, %v", got, err)
 		}
 	})
@@ -183,7 +183,7 @@ func TestEnrollRefusals(t *testing.T) {
 		var ok, issued atomic.Int32
 		for range 6 {
 			wg.Go(func() {
-				_, err := st.Enroll(ctx, jt.ID, jt.Matches, func(m store.Machine) (store.Enrollment, error) {
+				_, err := st.Enroll(ctx, jt.ID, time.Now(), jt.Matches, func(m store.Machine) (store.Enrollment, error) {
 					issued.Add(1)
 					return issueFor(notAfter)(m)
 				})

@@ -22,6 +22,9 @@ type Secret struct {
 // the stored row (an existing secret keeps its ID and creation time).
 func (s *Store) PutSecret(ctx context.Context, sec Secret) (Secret, error) {
 	var out Secret
+	if sec.Keys == nil {
+		sec.Keys = []string{} // NULL would break value_keys' NOT NULL
+	}
 	err := s.pool.QueryRow(ctx, `INSERT INTO secrets (id, workspace_id, name, value_keys, key_id, sealed)
 		VALUES ($1, $2, $3, $4, $5, $6)
 		ON CONFLICT (workspace_id, name) DO UPDATE

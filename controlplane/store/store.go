@@ -123,7 +123,7 @@ func wrap(op string, err error) error {
 		switch pgErr.Code {
 		case "23505":
 			return fmt.Errorf("%s: %w", op, errdefs.ErrAlreadyExists)
-		case "23503", "23514", "22P02":
+		case "23502", "23503", "23514", "22P02":
 			return fmt.Errorf("%s: %s: %w", op, pgErr.Message, errdefs.ErrInvalidArgument)
 		case "57P01", "57P02", "57P03", "53300":
 			return fmt.Errorf("%s: postgres is shutting down or full: %w", op, errdefs.ErrUnavailable)
@@ -138,7 +138,8 @@ func wrap(op string, err error) error {
 func (s *Store) QueryStringsForTest(ctx context.Context, q string) ([]string, error) {
 	rows, err := s.pool.Query(ctx, q)
 	if err != nil {
-		return nil, err
+		return nil, wrap("test query", err)
 	}
-	return pgx.CollectRows(rows, pgx.RowTo[string])
+	out, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	return out, wrap("test query", err)
 }

@@ -255,6 +255,9 @@ type Capacity struct {
 // task twice; ErrNotPlaced means another placement won.
 func (s *Store) PlaceAttempt(ctx context.Context, taskID, machineID string, capacity Capacity, cpu, mem int64, gpuDevices []string) (Attempt, error) {
 	var a Attempt
+	if gpuDevices == nil {
+		gpuDevices = []string{} // NULL would break gpu_devices' NOT NULL
+	}
 	err := s.tx(ctx, func(tx pgx.Tx) error {
 		var deleted bool
 		if err := tx.QueryRow(ctx, `SELECT deleted_at IS NOT NULL FROM machines WHERE id = $1 FOR UPDATE`, machineID).Scan(&deleted); err != nil {

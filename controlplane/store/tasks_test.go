@@ -17,10 +17,6 @@ import (
 // room is a machine of 1 CPU and 1 GiB.
 var room = store.Capacity{CPUMillis: 1000, MemoryBytes: 1 << 30}
 
-// noGPUs is an empty device list: PlaceAttempt stores nil as NULL, which
-// the gpu_devices column refuses (the scheduler always passes a slice).
-var noGPUs = []string{}
-
 // taskBundle is a store with a workspace and an enrolled machine.
 type taskBundle struct {
 	ctx context.Context
@@ -40,7 +36,7 @@ func setupTasks(t *testing.T) *taskBundle {
 // not placed.
 func (b *taskBundle) place(t *testing.T, id string) store.Attempt {
 	t.Helper()
-	a, err := b.st.PlaceAttempt(b.ctx, id, b.m.ID, room, 100, 1<<20, noGPUs)
+	a, err := b.st.PlaceAttempt(b.ctx, id, b.m.ID, room, 100, 1<<20, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,7 +89,7 @@ func TestPlaceAttempt(t *testing.T) {
 	b := setupTasks(t)
 	tk := newTask(t, b.st, b.ws.ID, "default", nil)
 	a := b.place(t, tk.ID)
-	if a.Number != 1 || a.State != store.TaskScheduled || a.MachineID != b.m.ID || a.CPUMillis != 100 {
+	if a.Number != 1 || a.State != store.AttemptScheduled || a.MachineID != b.m.ID || a.CPUMillis != 100 {
 		t.Errorf("attempt = %+v", a)
 	}
 	got, atts := b.task(t, tk.ID)
@@ -128,22 +124,22 @@ func TestPlaceAttempt(t *testing.T) {
 		cpu, mem int64
 		gpus     []string
 	}{
-		{"placed twice", tk.ID, b.m.ID, 100, 1, noGPUs},
-		{"more CPU than is left", newTask(t, b.st, b.ws.ID, "default", nil).ID, b.m.ID, 901, 1, noGPUs},
-		{"more memory than is left", newTask(t, b.st, b.ws.ID, "default", nil).ID, b.m.ID, 1, 1<<30 - 1<<20 + 1, noGPUs},
+		{"placed twice", tk.ID, b.m.ID, 100, 1, nil},
+		{"more CPU than is left", newTask(t, b.st, b.ws.ID, "default", nil).ID, b.m.ID, 901, 1, nil},
+		{"more memory than is left", newTask(t, b.st, b.ws.ID, "default", nil).ID, b.m.ID, 1, 1<<30 - 1<<20 + 1, nil},
 		{"a GPU already held", newTask(t, b.st, b.ws.ID, "gpu", nil).ID, gpu.ID, 1, 1, []string{"GPU-1", "GPU-0"}},
-		{"deleted machine", newTask(t, b.st, b.ws.ID, "default", nil).ID, deleted.ID, 1, 1, noGPUs},
-		{"cancelled task", cancelled.ID, b.m.ID, 1, 1, noGPUs},
+		{"deleted machine", newTask(t, b.st, b.ws.ID, "default", nil).ID, deleted.ID, 1, 1, nil},
+		{"cancelled task", cancelled.ID, b.m.ID, 1, 1, nil},
 	} {
 		if _, err := b.st.PlaceAttempt(b.ctx, tc.task, tc.machine, room, tc.cpu, tc.mem, tc.gpus); !errors.Is(err, store.ErrNotPlaced) {
 			t.Errorf("%s: %v, want ErrNotPlaced", tc.name, err)
 		}
 	}
 	// Exactly what is left fits.
-	if _, err := b.st.PlaceAttempt(b.ctx, newTask(t, b.st, b.ws.ID, "default", nil).ID, b.m.ID, room, 900, 1<<30-1<<20, noGPUs); err != nil {
+	if _, err := b.st.PlaceAttempt(b.ctx, newTask(t, b.st, b.ws.ID, "default", nil).ID, b.m.ID, room, 900, 1<<30-1<<20, nil); err != nil {
 		t.Errorf("placing into exactly the room left: %v", err)
 	}
-	if _, err := b.st.PlaceAttempt(b.ctx, tk.ID, "m_nope", room, 1, 1, noGPUs); !errors.Is(err, errdefs.ErrNotFound) {
+	if _, err := b.st.PlaceAttempt(b.ctx, tk.ID, "m_nope", room, 1, 1, nil); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Errorf("unknown machine: %v", err)
 	}
 }
@@ -165,7 +161,7 @@ func TestPlaceAttemptConcurrently(t *testing.T) {
 	for _, id := range ids {
 		for _, m := range machines {
 			wg.Go(func() {
-				_, err := b.st.PlaceAttempt(b.ctx, id, m.ID, room, 300, 1<<20, noGPUs)
+				_, err := b.st.PlaceAttempt(b.ctx, id, m.ID, room, 300, 1<<20, nil)
 				switch {
 				case err == nil:
 					placed.Add(1)
@@ -217,7 +213,7 @@ func TestAttemptLifecycle(t *testing.T) {
 			}
 		}
 		got, atts := b.task(t, tk.ID)
-		if got.State != store.TaskRunning || atts[0].State != store.TaskRunning || !atts[0].StartedAt.Equal(at) {
+		if got.State != store.TaskRunning || atts[0].State != store.AttemptRunning || !atts[0].StartedAt.Equal(at) {
 			t.Errorf("running task %+v, attempt %+v", got, atts[0])
 		}
 		if owner, err := b.st.AttemptOwner(b.ctx, b.m.ID, tk.ID, a.Number); err != nil || owner != b.ws.ID {
@@ -227,10 +223,10 @@ func TestAttemptLifecycle(t *testing.T) {
 			t.Errorf("AttemptOwner from another machine: %v", err)
 		}
 
-		if _, err := b.st.FinishAttempt(b.ctx, tk.ID, a.Number, store.AttemptEnd{State: store.TaskRunning, At: at}); !errors.Is(err, errdefs.ErrInvalidArgument) {
+		if _, err := b.st.FinishAttempt(b.ctx, tk.ID, a.Number, store.AttemptEnd{State: store.AttemptRunning, At: at}); !errors.Is(err, errdefs.ErrInvalidArgument) {
 			t.Errorf("finishing as RUNNING: %v", err)
 		}
-		end := store.AttemptEnd{State: store.TaskSucceeded, ExitCode: exit(0), Message: "done", DroppedLines: 3, ImageDigest: "sha256:x", At: at.Add(time.Second)}
+		end := store.AttemptEnd{State: store.AttemptSucceeded, ExitCode: exit(0), Message: "done", DroppedLines: 3, ImageDigest: "sha256:x", At: at.Add(time.Second)}
 		for i, want := range []bool{true, false} {
 			if changed, err := b.st.FinishAttempt(b.ctx, tk.ID, a.Number, end); err != nil || changed != want {
 				t.Errorf("FinishAttempt #%d = %v, %v; want %v", i+1, changed, err, want)
@@ -240,7 +236,7 @@ func TestAttemptLifecycle(t *testing.T) {
 		if got.State != store.TaskSucceeded || *got.ExitCode != 0 || got.FinishedAt == nil || got.Message != "done" {
 			t.Errorf("finished task = %+v", got)
 		}
-		if atts[0].State != store.TaskSucceeded || atts[0].DroppedLines != 3 || atts[0].ImageDigest != "sha256:x" {
+		if atts[0].State != store.AttemptSucceeded || atts[0].DroppedLines != 3 || atts[0].ImageDigest != "sha256:x" {
 			t.Errorf("finished attempt = %+v", atts[0])
 		}
 		if changed, err := b.st.MarkRunning(b.ctx, tk.ID, a.Number, at); err != nil || changed {
@@ -253,7 +249,7 @@ func TestAttemptLifecycle(t *testing.T) {
 	t.Run("finish straight from scheduled", func(t *testing.T) {
 		tk := newTask(t, b.st, b.ws.ID, "default", nil)
 		a := b.place(t, tk.ID)
-		if changed, err := b.st.FinishAttempt(b.ctx, tk.ID, a.Number, store.AttemptEnd{State: store.TaskFailed, ExitCode: exit(2), At: at}); err != nil || !changed {
+		if changed, err := b.st.FinishAttempt(b.ctx, tk.ID, a.Number, store.AttemptEnd{State: store.AttemptFailed, ExitCode: exit(2), At: at}); err != nil || !changed {
 			t.Fatalf("FinishAttempt = %v, %v", changed, err)
 		}
 		got, atts := b.task(t, tk.ID)
@@ -271,12 +267,12 @@ func TestLoseAttempt(t *testing.T) {
 		retries int
 		cancel  bool
 		// want is the task's state after each loss, one attempt per loss.
-		want []string
+		want []store.TaskState
 	}{
-		{"no retries", 0, false, []string{store.TaskFailed}},
-		{"one retry", 1, false, []string{store.TaskPending, store.TaskFailed}},
-		{"two retries", 2, false, []string{store.TaskPending, store.TaskPending, store.TaskFailed}},
-		{"cancel asked", 3, true, []string{store.TaskCancelled}},
+		{"no retries", 0, false, []store.TaskState{store.TaskFailed}},
+		{"one retry", 1, false, []store.TaskState{store.TaskPending, store.TaskFailed}},
+		{"two retries", 2, false, []store.TaskState{store.TaskPending, store.TaskPending, store.TaskFailed}},
+		{"cancel asked", 3, true, []store.TaskState{store.TaskCancelled}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tk := newTask(t, b.st, b.ws.ID, "default", func(tk *store.Task) { tk.Retries = tc.retries })
@@ -314,7 +310,7 @@ func TestLoseAttempt(t *testing.T) {
 				t.Errorf("message %q does not say why it failed", got.Message)
 			}
 			// A lost attempt's late report changes nothing.
-			if changed, err := b.st.FinishAttempt(b.ctx, tk.ID, len(atts), store.AttemptEnd{State: store.TaskSucceeded, At: time.Now()}); err != nil || changed {
+			if changed, err := b.st.FinishAttempt(b.ctx, tk.ID, len(atts), store.AttemptEnd{State: store.AttemptSucceeded, At: time.Now()}); err != nil || changed {
 				t.Errorf("finishing a lost attempt = %v, %v", changed, err)
 			}
 		})
@@ -356,7 +352,7 @@ func TestRequestCancel(t *testing.T) {
 
 	done := newTask(t, b.st, b.ws.ID, "default", nil)
 	da := b.place(t, done.ID)
-	if _, err := b.st.FinishAttempt(b.ctx, done.ID, da.Number, store.AttemptEnd{State: store.TaskSucceeded, At: time.Now()}); err != nil {
+	if _, err := b.st.FinishAttempt(b.ctx, done.ID, da.Number, store.AttemptEnd{State: store.AttemptSucceeded, At: time.Now()}); err != nil {
 		t.Fatal(err)
 	}
 	if got, err := b.st.RequestCancel(b.ctx, b.ws.ID, done.ID); err != nil || got.State != store.TaskSucceeded || got.CancelRequested {
@@ -414,9 +410,9 @@ func TestListTasksPaging(t *testing.T) {
 	}
 
 	for _, tc := range []struct {
-		states []string
+		states []store.TaskState
 		want   int
-	}{{[]string{store.TaskPending}, 4}, {[]string{store.TaskScheduled}, 1}, {[]string{store.TaskPending, store.TaskScheduled}, 5}, {[]string{store.TaskFailed}, 0}} {
+	}{{[]store.TaskState{store.TaskPending}, 4}, {[]store.TaskState{store.TaskScheduled}, 1}, {[]store.TaskState{store.TaskPending, store.TaskScheduled}, 5}, {[]store.TaskState{store.TaskFailed}, 0}} {
 		tasks, _, err := b.st.ListTasks(b.ctx, b.ws.ID, tc.states, 100, time.Time{}, "")
 		if err != nil || len(tasks) != tc.want {
 			t.Errorf("ListTasks(%v) = %d tasks (%v), want %d", tc.states, len(tasks), err, tc.want)

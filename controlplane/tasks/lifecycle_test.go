@@ -53,7 +53,7 @@ func setupLife(t *testing.T) *lifeBundle {
 	if err := st.CreateMachine(ctx, m, jt); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := st.Enroll(ctx, jt.ID, func([]byte) bool { return true }, func(store.Machine) (store.Enrollment, error) {
+	if _, err := st.Enroll(ctx, jt.ID, time.Now(), func([]byte) bool { return true }, func(store.Machine) (store.Enrollment, error) {
 		return store.Enrollment{Serial: "1", NotAfter: time.Now().Add(time.Hour)}, nil
 	}); err != nil {
 		t.Fatal(err)

@@ -7,7 +7,7 @@
 ALTER TABLE tasks ADD CONSTRAINT tasks_state_known
     CHECK (state IN ('PENDING', 'SCHEDULED', 'RUNNING', 'SUCCEEDED', 'FAILED', 'CANCELLED', 'TIMED_OUT'));
 ALTER TABLE tasks ADD CONSTRAINT tasks_counts_sane
-    CHECK (attempts >= 0 AND retries >= 0 AND cpu_millis > 0 AND memory_bytes > 0 AND gpus >= 0);
+    CHECK (attempts >= 0 AND retries >= 0 AND cpu_millis >= 0 AND memory_bytes >= 0 AND gpus >= 0);
 ALTER TABLE task_attempts ADD CONSTRAINT task_attempts_state_known
     CHECK (state IN ('SCHEDULED', 'RUNNING', 'SUCCEEDED', 'FAILED', 'CANCELLED', 'TIMED_OUT', 'LOST'));
 ALTER TABLE task_attempts ADD CONSTRAINT task_attempts_number_positive CHECK (number >= 1);
