@@ -3,6 +3,8 @@ package egress
 import (
 	"sync"
 	"time"
+
+	"github.com/levers9/levers9/internal/clock"
 )
 
 // logLimiter bounds match log lines per (container, class) on top of the
@@ -11,7 +13,7 @@ import (
 // counted and reported with the next line let through.
 type logLimiter struct {
 	perMinute, burst int
-	now              func() time.Time
+	clock            clock.Clock
 
 	// mu guards buckets.
 	mu      sync.Mutex
@@ -24,8 +26,8 @@ type logBucket struct {
 	suppressed uint64
 }
 
-func newLogLimiter(perMinute, burst int, now func() time.Time) *logLimiter {
-	return &logLimiter{perMinute: perMinute, burst: burst, now: now, buckets: map[counterKey]*logBucket{}}
+func newLogLimiter(perMinute, burst int, c clock.Clock) *logLimiter {
+	return &logLimiter{perMinute: perMinute, burst: burst, clock: clock.OrReal(c), buckets: map[counterKey]*logBucket{}}
 }
 
 // allow reports whether a line for k may be logged, and how many were
@@ -33,7 +35,7 @@ func newLogLimiter(perMinute, burst int, now func() time.Time) *logLimiter {
 func (l *logLimiter) allow(k counterKey) (bool, uint64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	now := l.now()
+	now := l.clock.Now()
 	b := l.buckets[k]
 	if b == nil {
 		b = &logBucket{tokens: float64(l.burst), last: now}

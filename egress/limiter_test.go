@@ -3,12 +3,14 @@ package egress
 import (
 	"testing"
 	"time"
+
+	"github.com/levers9/levers9/internal/clock"
 )
 
 func TestLogLimiter(t *testing.T) {
 	t.Parallel()
-	clk := &fakeClock{t: time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)}
-	l := newLogLimiter(6, 2, clk.now) // one token every 10s, burst 2
+	clk := clock.NewFake(time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC))
+	l := newLogLimiter(6, 2, clk) // one token every 10s, burst 2
 	k := counterKey{key: "00c0ffee", class: ClassMetadata}
 	other := counterKey{key: "00c0ffee", class: ClassPrivate}
 	for i, want := range []bool{true, true, false, false} {
@@ -19,7 +21,7 @@ func TestLogLimiter(t *testing.T) {
 	if ok, _ := l.allow(other); !ok {
 		t.Error("another class shares the bucket")
 	}
-	clk.advance(10 * time.Second)
+	clk.Advance(10 * time.Second)
 	ok, suppressed := l.allow(k)
 	if !ok || suppressed != 2 {
 		t.Errorf("after refill: allow = %v suppressed = %d, want true 2", ok, suppressed)
@@ -27,7 +29,7 @@ func TestLogLimiter(t *testing.T) {
 	if ok, _ := l.allow(k); ok {
 		t.Error("bucket not emptied")
 	}
-	clk.advance(time.Hour) // refill caps at the burst
+	clk.Advance(time.Hour) // refill caps at the burst
 	n := 0
 	for i := 0; i < 10; i++ {
 		if ok, _ := l.allow(k); ok {

@@ -12,12 +12,12 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
+	"github.com/levers9/levers9/internal/clock"
 	"github.com/levers9/levers9/internal/errdefs"
 )
 
@@ -56,7 +56,7 @@ type container struct {
 type Option func(*Node)
 
 // WithClock injects the clock the readiness report uses.
-func WithClock(now func() time.Time) Option { return func(n *Node) { n.now = now } }
+func WithClock(c clock.Clock) Option { return func(n *Node) { n.clock = clock.OrReal(c) } }
 
 // Node owns one node's container network. All methods are safe for
 // concurrent use; Setup, AddContainer, RemoveContainer, Reconcile, Collect
@@ -65,7 +65,7 @@ type Node struct {
 	plan      *plan
 	log       *slog.Logger
 	ns        netNS
-	now       func() time.Time
+	clock     clock.Clock
 	matches   *prometheus.CounterVec
 	readiness *Readiness
 	logLimit  *logLimiter
@@ -100,15 +100,15 @@ func NewNode(cfg Config, logger *slog.Logger, reg prometheus.Registerer, opts ..
 		logger = slog.New(slog.DiscardHandler)
 	}
 	n := &Node{
-		plan: p, log: logger.With("component", "egress"), ns: netNS{path: p.cfg.NodeNetns}, now: time.Now,
+		plan: p, log: logger.With("component", "egress"), ns: netNS{path: p.cfg.NodeNetns}, clock: clock.Real(),
 		ctrs: map[string]*container{}, byAddr: map[netip.Addr]string{}, labels: map[string]ContainerNet{},
 		base: map[counterKey]uint64{}, exported: map[counterKey]uint64{}, poolModes: map[string]Mode{},
 	}
 	for _, o := range opts {
 		o(n)
 	}
-	n.readiness = NewReadiness(p.cfg.ReportWindow, n.now)
-	n.logLimit = newLogLimiter(p.cfg.LogPerMinute, p.cfg.LogBurst, n.now)
+	n.readiness = NewReadiness(p.cfg.ReportWindow, n.clock)
+	n.logLimit = newLogLimiter(p.cfg.LogPerMinute, p.cfg.LogBurst, n.clock)
 	n.matches = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "worker_container_egress_matches_total",
 		Help: "Packets from containers that matched a blocked egress class (refused in enforce mode, counted only in observe mode).",

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"text/tabwriter"
 	"time"
+
+	"github.com/levers9/levers9/internal/clock"
 )
 
 // Readiness aggregates, per pool, what the egress chains refused or (in
@@ -16,7 +18,7 @@ import (
 // rate-limited log. It is safe for concurrent use.
 type Readiness struct {
 	window time.Duration
-	now    func() time.Time
+	clock  clock.Clock
 
 	// mu guards buckets.
 	mu      sync.Mutex
@@ -31,16 +33,14 @@ type readinessBucket struct {
 type countKey struct{ pool, task, class string }
 type sampleKey struct{ pool, task, class, dest string }
 
-// NewReadiness returns an aggregator over window; now is the clock.
-func NewReadiness(window time.Duration, now func() time.Time) *Readiness {
-	if now == nil {
-		now = time.Now
-	}
-	return &Readiness{window: window, now: now, buckets: map[int64]*readinessBucket{}}
+// NewReadiness returns an aggregator over window on clock c (nil: the
+// wall clock).
+func NewReadiness(window time.Duration, c clock.Clock) *Readiness {
+	return &Readiness{window: window, clock: clock.OrReal(c), buckets: map[int64]*readinessBucket{}}
 }
 
 func (r *Readiness) bucketLocked() *readinessBucket {
-	t := r.now()
+	t := r.clock.Now()
 	m := t.Unix() / 60
 	b := r.buckets[m]
 	if b == nil {
@@ -112,7 +112,7 @@ type Report struct {
 func (r *Readiness) Report(pool string, mode Mode) Report {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	now := r.now()
+	now := r.clock.Now()
 	oldest := now.Add(-r.window).Unix() / 60
 	classes := map[string]uint64{}
 	tasks := map[countKey]uint64{}

@@ -3,31 +3,20 @@ package egress
 import (
 	"encoding/json"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/levers9/levers9/internal/clock"
 )
-
-type fakeClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *fakeClock) now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
-func (c *fakeClock) advance(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
 
 func TestReadinessWindow(t *testing.T) {
 	t.Parallel()
-	clk := &fakeClock{t: time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)}
-	r := NewReadiness(time.Hour, clk.now)
+	clk := clock.NewFake(time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC))
+	r := NewReadiness(time.Hour, clk)
 	r.AddCount("gpu", "task-1", ClassMetadata, 3)
 	r.AddSample("gpu", "task-1", ClassMetadata, "169.254.169.254:80/tcp")
 	r.AddCount("cpu", "task-9", ClassPrivate, 7)
-	clk.advance(30 * time.Minute)
+	clk.Advance(30 * time.Minute)
 	r.AddCount("gpu", "task-2", ClassPrivate, 5)
 	r.AddSample("gpu", "task-2", ClassPrivate, "10.1.2.3:5432/tcp")
 	r.AddSample("gpu", "task-2", ClassPrivate, "10.1.2.3:5432/tcp")
@@ -64,11 +53,11 @@ func TestReadinessWindow(t *testing.T) {
 	}
 
 	// The first minute falls out of the window.
-	clk.advance(45 * time.Minute)
+	clk.Advance(45 * time.Minute)
 	if rep := r.Report("gpu", ModeObserve); rep.Total != 5 || len(rep.Destinations) != 1 {
 		t.Errorf("after 75m: total = %d dests = %+v, want 5 and one", rep.Total, rep.Destinations)
 	}
-	clk.advance(2 * time.Hour)
+	clk.Advance(2 * time.Hour)
 	r.AddCount("gpu", "x", ClassDNS, 0) // zero counts record nothing
 	if rep := r.Report("gpu", ModeObserve); !rep.SafeToEnforce || !strings.Contains(rep.Text(), "enforce is safe") {
 		t.Errorf("empty window not safe: %+v", rep)

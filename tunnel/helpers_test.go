@@ -17,6 +17,7 @@ import (
 
 	"github.com/levers9/levers9/internal/clock"
 	"github.com/levers9/levers9/internal/errdefs"
+	"github.com/levers9/levers9/internal/testenv"
 	"github.com/levers9/levers9/tunnel"
 	"github.com/levers9/levers9/tunnel/tunneltest"
 )
@@ -26,18 +27,6 @@ var fast = tunnel.Liveness{HeartbeatInterval: 100 * time.Millisecond, HeartbeatT
 
 func testLogger(t testing.TB) *slog.Logger {
 	return slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))
-}
-
-// waitFor polls cond until it holds or the deadline passes.
-func waitFor(t testing.TB, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", d, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }
 
 type cpEnv struct {
@@ -259,7 +248,7 @@ func (e *cpEnv) waitPush(t testing.TB, d time.Duration, identity, msg string) {
 	t.Helper()
 	want := "agent:" + identity + ":" + msg
 	var last error
-	waitFor(t, d, "push to "+identity, func() bool {
+	testenv.Eventually(t, d, "push to "+identity, func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
 		got, err := e.push(ctx, identity, msg)

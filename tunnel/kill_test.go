@@ -16,6 +16,7 @@ import (
 
 	"google.golang.org/grpc"
 
+	"github.com/levers9/levers9/internal/testenv"
 	"github.com/levers9/levers9/tunnel"
 	"github.com/levers9/levers9/tunnel/tunneltest"
 )
@@ -119,7 +120,7 @@ func TestServerSIGKILLedAndRestarted(t *testing.T) {
 				}
 				return err
 			}
-			waitFor(t, 10*time.Second, "first call", func() bool { return call("before") == nil })
+			testenv.Eventually(t, 10*time.Second, "first call", func() bool { return call("before") == nil })
 			first := a.last()
 			_ = cmd.Process.Signal(syscall.SIGKILL)
 			_ = cmd.Wait()
@@ -131,7 +132,7 @@ func TestServerSIGKILLedAndRestarted(t *testing.T) {
 			// doubling timer, so under load the packet that would draw the
 			// reset can come late, and then the 12 s heartbeat timeout plus
 			// one backoff step decide.
-			waitFor(t, 20*time.Second, "calls work after the restart", func() bool { return a.last() != first && call("after") == nil })
+			testenv.Eventually(t, 20*time.Second, "calls work after the restart", func() bool { return a.last() != first && call("after") == nil })
 			t.Logf("%s: back %s after the restart", tr.name, time.Since(start))
 		})
 	}

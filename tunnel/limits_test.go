@@ -22,6 +22,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/levers9/levers9/internal/testenv"
 	"github.com/levers9/levers9/tunnel"
 )
 
@@ -169,7 +170,7 @@ func TestBadClientsCloseOnlyTheirSession(t *testing.T) {
 			if d := time.Since(start); d > 2*time.Second {
 				t.Fatalf("closing took %s", d)
 			}
-			waitFor(t, 2*time.Second, "failed handshake counted", func() bool {
+			testenv.Eventually(t, 2*time.Second, "failed handshake counted", func() bool {
 				return e.counter("levers9_tunnel_handshakes_total", "side", "server", "result", "failed") > before
 			})
 			if good.Err() != nil || a.last() != good {
@@ -216,7 +217,7 @@ func TestHandshakeHungUpIsAbandonedNotFailed(t *testing.T) {
 		if err := hangUp.close(c.(*net.TCPConn)); err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, 2*time.Second, hangUp.name+": abandoned handshake counted", func() bool {
+		testenv.Eventually(t, 2*time.Second, hangUp.name+": abandoned handshake counted", func() bool {
 			return e.counter("levers9_tunnel_handshakes_total", "side", "server", "result", "abandoned") > before
 		})
 	}
@@ -313,7 +314,7 @@ func TestAutoStartStopStress(t *testing.T) {
 	}
 	srv.Stop()
 	srv.Stop()
-	waitFor(t, 5*time.Second, "server sessions gone", func() bool { return e.srv.SessionsForTest() == 0 })
+	testenv.Eventually(t, 5*time.Second, "server sessions gone", func() bool { return e.srv.SessionsForTest() == 0 })
 }
 
 func mustServerTLS(t *testing.T, e *cpEnv) *tls.Config {
@@ -388,8 +389,8 @@ func TestChurn(t *testing.T) {
 		if pushes.Load() == 0 {
 			t.Fatalf("no push worked during churn (%d failed)", fails.Load())
 		}
-		waitFor(t, 5*time.Second, "sessions drained", func() bool { return e.srv.SessionsForTest() == 0 })
-		waitFor(t, 5*time.Second, "server streams balance", func() bool {
+		testenv.Eventually(t, 5*time.Second, "sessions drained", func() bool { return e.srv.SessionsForTest() == 0 })
+		testenv.Eventually(t, 5*time.Second, "server streams balance", func() bool {
 			return e.counter("levers9_tunnel_streams_opened_total") == e.counter("levers9_tunnel_streams_closed_total")
 		})
 		if e.counter("levers9_tunnel_streams_opened_total") == 0 {
@@ -398,11 +399,11 @@ func TestChurn(t *testing.T) {
 		t.Logf("churn: %d pushes ok, %d failed, %v streams", pushes.Load(), fails.Load(), e.counter("levers9_tunnel_streams_opened_total"))
 		e.srv.Stop()
 	}()
-	waitFor(t, 10*time.Second, "goroutines back to baseline", func() bool { return runtime.NumGoroutine() <= base+2 })
+	testenv.Eventually(t, 10*time.Second, "goroutines back to baseline", func() bool { return runtime.NumGoroutine() <= base+2 })
 	// Some growth is the runtime's own (pools, metrics, TLS session
 	// caches); a leak of what every session holds grows with the churn.
 	var after uint64
-	waitFor(t, 10*time.Second, "heap back near its start", func() bool {
+	testenv.Eventually(t, 10*time.Second, "heap back near its start", func() bool {
 		after = heapInUse()
 		return after < baseHeap+4<<20
 	})
@@ -456,7 +457,7 @@ func TestHandshakeConcurrencyCap(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	waitFor(t, 2*time.Second, "slowloris holds the slot", func() bool { return e.srv.InflightHandshakesForTest() == 1 })
+	testenv.Eventually(t, 2*time.Second, "slowloris holds the slot", func() bool { return e.srv.InflightHandshakesForTest() == 1 })
 	ctls, err := e.ca.ClientTLS("m-cap")
 	if err != nil {
 		t.Fatal(err)

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/levers9/levers9/internal/testenv"
 	"github.com/levers9/levers9/tunnel"
 	"github.com/levers9/levers9/tunnel/tunneltest"
 )
@@ -30,7 +31,7 @@ func TestNetnsUDPBlockedFallsBackToTCPAndMovesBack(t *testing.T) {
 		c.QUICHeadStart, c.DialTimeout = 0, 0
 		c.ReprobeInterval = time.Second
 	})
-	waitFor(t, 10*time.Second, "agent on TCP", func() bool {
+	testenv.Eventually(t, 10*time.Second, "agent on TCP", func() bool {
 		s := a.last()
 		return s != nil && s.Transport() == tunnel.TransportTCP
 	})
@@ -38,11 +39,11 @@ func TestNetnsUDPBlockedFallsBackToTCPAndMovesBack(t *testing.T) {
 	e.waitPush(t, 2*time.Second, "m-udp", "over tcp")
 
 	p.iptables(t, p.srv, "-D", "INPUT", "-p", "udp", "-j", "DROP")
-	waitFor(t, 10*time.Second, "agent back on QUIC", func() bool {
+	testenv.Eventually(t, 10*time.Second, "agent back on QUIC", func() bool {
 		s := a.last()
 		return s != nil && s.Transport() == tunnel.TransportQUIC && s.Err() == nil
 	})
-	waitFor(t, 5*time.Second, "hub sees QUIC", func() bool {
+	testenv.Eventually(t, 5*time.Second, "hub sees QUIC", func() bool {
 		ag := e.hub.Agents()
 		return len(ag) == 1 && ag[0].Transport == tunnel.TransportQUIC
 	})
@@ -127,9 +128,9 @@ func TestNetnsBlackholeDetectedAtDefaults(t *testing.T) {
 				pushErr <- err
 			}()
 			const limit = 15 * time.Second
-			waitFor(t, limit, "agent detects the blackhole", func() bool { return s.Err() != nil })
+			testenv.Eventually(t, limit, "agent detects the blackhole", func() bool { return s.Err() != nil })
 			t.Logf("agent detected after %s: %v", time.Since(start), s.Err())
-			waitFor(t, limit-time.Since(start), "controlplane detects the blackhole", func() bool { return e.srv.SessionsForTest() == 0 })
+			testenv.Eventually(t, limit-time.Since(start), "controlplane detects the blackhole", func() bool { return e.srv.SessionsForTest() == 0 })
 			t.Logf("controlplane detected after %s", time.Since(start))
 			select {
 			case err := <-pushErr:

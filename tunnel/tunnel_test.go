@@ -13,6 +13,7 @@ import (
 
 	"github.com/levers9/levers9/internal/clock"
 	"github.com/levers9/levers9/internal/errdefs"
+	"github.com/levers9/levers9/internal/testenv"
 	"github.com/levers9/levers9/tunnel"
 	"github.com/levers9/levers9/tunnel/tunneltest"
 )
@@ -66,7 +67,7 @@ func TestRaceQUICWinsAndLoserIsClosed(t *testing.T) {
 	e.waitPush(t, 5*time.Second, "m-race", "x")
 	// Whichever won, the server admitted exactly one session: the loser
 	// never got past TLS.
-	waitFor(t, 3*time.Second, "one session", func() bool { return e.srv.SessionsForTest() == 1 })
+	testenv.Eventually(t, 3*time.Second, "one session", func() bool { return e.srv.SessionsForTest() == 1 })
 	if a.last() == nil {
 		t.Fatal("no session")
 	}
@@ -178,7 +179,7 @@ func TestAdmissionLimitRefusesWithRetryAfter(t *testing.T) {
 	for i := range n {
 		setupAgent(t, e, "m-adm-"+string(rune('a'+i)), nil)
 	}
-	waitFor(t, 10*time.Second, "all agents admitted", func() bool { return len(e.hub.Agents()) == n })
+	testenv.Eventually(t, 10*time.Second, "all agents admitted", func() bool { return len(e.hub.Agents()) == n })
 }
 
 func TestServerRestartAgentReconnects(t *testing.T) {
@@ -228,7 +229,7 @@ func TestBlackholeDetectedByBothSides(t *testing.T) {
 			_, perr := e.push(context.Background(), "m-bh", "lost")
 			pushTook := time.Since(start)
 			limit := fast.HeartbeatTimeout + fast.HeartbeatInterval*3
-			waitFor(t, 2*limit, "agent notices", func() bool {
+			testenv.Eventually(t, 2*limit, "agent notices", func() bool {
 				select {
 				case <-s.Done():
 					return true
@@ -237,7 +238,7 @@ func TestBlackholeDetectedByBothSides(t *testing.T) {
 				}
 			})
 			agentTook := time.Since(start)
-			waitFor(t, 2*limit, "server notices", func() bool { return e.srv.SessionsForTest() == 0 })
+			testenv.Eventually(t, 2*limit, "server notices", func() bool { return e.srv.SessionsForTest() == 0 })
 			serverTook := time.Since(start)
 			if perr == nil {
 				t.Fatal("push into a blackhole succeeded")
@@ -266,7 +267,7 @@ func TestIdleTunnelSurvivesNATExpiry(t *testing.T) {
 			e.waitPush(t, 5*time.Second, "m-idle", "x")
 			s := a.last()
 			deadline := time.Now().Add(3500 * time.Millisecond)
-			waitFor(t, 5*time.Second, "idle period", func() bool { return time.Now().After(deadline) })
+			testenv.Eventually(t, 5*time.Second, "idle period", func() bool { return time.Now().After(deadline) })
 			if got := r.expired.Load(); got != 0 {
 				t.Fatalf("relay expired %d idle flows", got)
 			}
@@ -285,7 +286,7 @@ func TestIdleTunnelSurvivesNATExpiry(t *testing.T) {
 		r := newRelay(t, e.addr, time.Second)
 		setupAgent(t, e, "m-idle", func(c *tunnel.ClientConfig) { c.DisableQUIC = true; c.Addrs = []string{r.addr}; c.Liveness = slow })
 		e.waitPush(t, 5*time.Second, "m-idle", "x")
-		waitFor(t, 5*time.Second, "relay expires the flow", func() bool { return r.expired.Load() > 0 })
+		testenv.Eventually(t, 5*time.Second, "relay expires the flow", func() bool { return r.expired.Load() > 0 })
 	})
 }
 
@@ -347,7 +348,7 @@ func TestHubPushConnClosesWhenIdleAndEndsWithTheSession(t *testing.T) {
 		t.Fatal("push ClientConn closed under a stream in flight")
 	}
 	// Idle for longer than the timeout: closed; the next push makes a new one.
-	waitFor(t, 5*time.Second, "idle push ClientConn closed", func() bool {
+	testenv.Eventually(t, 5*time.Second, "idle push ClientConn closed", func() bool {
 		clk.Advance(idle)
 		return cc1.GetState() == connectivity.Shutdown
 	})
@@ -356,7 +357,7 @@ func TestHubPushConnClosesWhenIdleAndEndsWithTheSession(t *testing.T) {
 		t.Fatalf("Conn after the idle close: %p %v, want a new ClientConn", cc3, err)
 	}
 	a.auto.Stop()
-	waitFor(t, 5*time.Second, "agent gone from the hub", func() bool {
+	testenv.Eventually(t, 5*time.Second, "agent gone from the hub", func() bool {
 		_, ok := e.hub.Agent("m-lazy")
 		return !ok
 	})

@@ -234,9 +234,27 @@ func TestIdempotencyKeyRunsOnce(t *testing.T) {
 		t.Errorf("%d submits claim to have created the task", fresh)
 	}
 	waitState(t, b, ids[0], v1.TaskState_TASK_STATE_SUCCEEDED)
-	time.Sleep(300 * time.Millisecond)
-	if got := a.Started(); len(got) != 1 {
-		t.Errorf("agent started %v", got)
+	// A second start would come from a later scheduling pass (one a tick).
+	holds(t, 1500*time.Millisecond, "the agent started the task once", func() bool { return len(a.Started()) == 1 })
+}
+
+// holds checks cond for the whole of d, failing the test the first time
+// it is false: for what must not happen, where waiting is the test.
+func holds(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	end := time.NewTimer(d)
+	defer end.Stop()
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		if !cond() {
+			t.Fatalf("no longer true: %s", what)
+		}
+		select {
+		case <-end.C:
+			return
+		case <-tick.C:
+		}
 	}
 }
 
@@ -396,10 +414,10 @@ func TestGPUsAreWholeAndNeverShared(t *testing.T) {
 	three := b.submit(t, &v1.TaskSpec{Command: []string{"sleep"}, Gpus: 1}, "")
 	waitState(t, b, one.Id, v1.TaskState_TASK_STATE_RUNNING)
 	waitState(t, b, two.Id, v1.TaskState_TASK_STATE_RUNNING)
-	time.Sleep(500 * time.Millisecond)
-	if r, _ := b.tasks.GetTask(b.ctx, &v1.GetTaskRequest{Id: three.Id}); r.Task.State != v1.TaskState_TASK_STATE_PENDING {
-		t.Errorf("third 1-GPU task on a 2-GPU machine is %v", r.Task.State)
-	}
+	holds(t, 1500*time.Millisecond, "the third 1-GPU task on a 2-GPU machine stays pending", func() bool {
+		r, err := b.tasks.GetTask(b.ctx, &v1.GetTaskRequest{Id: three.Id})
+		return err == nil && r.Task.State == v1.TaskState_TASK_STATE_PENDING
+	})
 	if _, err := b.tasks.CancelTask(b.ctx, &v1.CancelTaskRequest{Id: one.Id}); err != nil {
 		t.Fatal(err)
 	}
