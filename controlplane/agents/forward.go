@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -55,24 +56,14 @@ func (f *forwarder) start(ctx context.Context, wg *sync.WaitGroup) error {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		defer sub.Close()
-		ch := sub.Channel()
-		for {
-			select {
-			case <-ctx.Done():
+		bus.Deliver(ctx, sub, func(m *redis.Message) {
+			var msg forwardMsg
+			if err := json.Unmarshal([]byte(m.Payload), &msg); err != nil {
+				f.r.cfg.Log.Warn("garbage on the replica channel", "err", err)
 				return
-			case m, ok := <-ch:
-				if !ok {
-					return
-				}
-				var msg forwardMsg
-				if err := json.Unmarshal([]byte(m.Payload), &msg); err != nil {
-					f.r.cfg.Log.Warn("garbage on the replica channel", "err", err)
-					continue
-				}
-				f.handle(ctx, wg, msg)
 			}
-		}
+			f.handle(ctx, wg, msg)
+		})
 	}()
 	return nil
 }

@@ -113,3 +113,22 @@ func (b *Bus) EgressReports(ctx context.Context, machineIDs []string) (map[strin
 	}
 	return out, nil
 }
+
+// Deliver hands each message of sub to handle, in order, until ctx ends or
+// the subscription closes, then closes sub. It blocks: run it in the
+// goroutine that owns the subscription.
+func Deliver(ctx context.Context, sub *redis.PubSub, handle func(*redis.Message)) {
+	defer sub.Close()
+	ch := sub.Channel()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case m, ok := <-ch:
+			if !ok {
+				return
+			}
+			handle(m)
+		}
+	}
+}

@@ -44,20 +44,7 @@ func (e *Events) Start(ctx context.Context) error {
 		return err
 	}
 	e.life.goRun(func(ctx context.Context) {
-		sub := e.d.redis.Subscribe(ctx, bus.TaskEventsChannel)
-		defer sub.Close()
-		ch := sub.Channel()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case msg, ok := <-ch:
-				if !ok {
-					return
-				}
-				e.grew(msg.Payload)
-			}
-		}
+		bus.Deliver(ctx, e.d.redis.Subscribe(ctx, bus.TaskEventsChannel), func(m *redis.Message) { e.grew(m.Payload) })
 	})
 	return nil
 }

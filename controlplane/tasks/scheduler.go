@@ -84,22 +84,11 @@ func (s *Scheduler) nudge() {
 
 // listen turns other replicas' wake-ups into local ones.
 func (s *Scheduler) listen(ctx context.Context) {
-	sub := s.d.redis.Subscribe(ctx, bus.SchedulerWakeChannel)
-	defer sub.Close()
-	ch := sub.Channel()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case msg, ok := <-ch:
-			if !ok {
-				return
-			}
-			if msg.Payload != s.replica {
-				s.nudge()
-			}
+	bus.Deliver(ctx, s.d.redis.Subscribe(ctx, bus.SchedulerWakeChannel), func(m *redis.Message) {
+		if m.Payload != s.replica {
+			s.nudge()
 		}
-	}
+	})
 }
 
 // loop runs a pass over every pool when woken and every tick.
