@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/proto"
+
 	v1 "github.com/levers9/levers9/api/levers9/v1"
 	"github.com/levers9/levers9/sdk/sdktest"
 )
@@ -162,11 +164,11 @@ func TestExitFor(t *testing.T) {
 		msg  string
 	}{
 		{&v1.Task{Id: "t1", State: v1.TaskState_TASK_STATE_SUCCEEDED}, 0, ""},
-		{&v1.Task{Id: "t1", State: v1.TaskState_TASK_STATE_FAILED, ExitCode: 3}, 3, ""},
-		{&v1.Task{Id: "t1", State: v1.TaskState_TASK_STATE_FAILED, ExitCode: 137}, 137, ""},
-		{&v1.Task{Id: "t1", State: v1.TaskState_TASK_STATE_FAILED, ExitCode: 300}, 1, "exited with code 300"},
-		{&v1.Task{Id: "t1", State: v1.TaskState_TASK_STATE_FAILED, ExitCode: -1}, 1, "exited with code -1"},
-		{&v1.Task{Id: "t1", State: v1.TaskState_TASK_STATE_TIMED_OUT, ExitCode: 137}, 124, "timed out"},
+		{&v1.Task{Id: "t1", State: v1.TaskState_TASK_STATE_FAILED, ExitCode: proto.Int32(3)}, 3, ""},
+		{&v1.Task{Id: "t1", State: v1.TaskState_TASK_STATE_FAILED, ExitCode: proto.Int32(137)}, 137, ""},
+		{&v1.Task{Id: "t1", State: v1.TaskState_TASK_STATE_FAILED, ExitCode: proto.Int32(300)}, 1, "exited with code 300"},
+		{&v1.Task{Id: "t1", State: v1.TaskState_TASK_STATE_FAILED, ExitCode: proto.Int32(-1)}, 1, "exited with code -1"},
+		{&v1.Task{Id: "t1", State: v1.TaskState_TASK_STATE_TIMED_OUT, ExitCode: proto.Int32(137)}, 124, "timed out"},
 		{&v1.Task{Id: "t1", State: v1.TaskState_TASK_STATE_CANCELLED}, 1, "task t1 was cancelled"},
 		{&v1.Task{Id: "t1", State: v1.TaskState_TASK_STATE_FAILED, Attempts: lost}, 1, "lost its machine on attempt 1 with no retries left: tunnel gone"},
 		{&v1.Task{Id: "t1", State: v1.TaskState_TASK_STATE_FAILED, Message: "image not found"}, 1, "failed: image not found"},
@@ -359,6 +361,34 @@ func TestTaskCommandsScripted(t *testing.T) {
 	srv.Finish(done, v1.TaskState_TASK_STATE_SUCCEEDED, 0, "")
 	if out, _, _ = c.run(t, "task", "cancel", done); out != "task "+done+" had already finished: succeeded\n" {
 		t.Errorf("cancel of a finished task: %q", out)
+	}
+	// An exit code shows as such, 0 included; a task that ended without
+	// one shows "-", in the table and (absent) in JSON.
+	if out, _, _ = c.run(t, "task", "show", done); !regexp.MustCompile(`(?m)^Exit code:\s+0$`).MatchString(out) {
+		t.Errorf("show of a succeeded task: %q", out)
+	}
+	out, _, _ = c.run(t, "run", "--detach", "--", "true")
+	lost := strings.TrimSpace(out)
+	srv.StartAttempt(lost, "m_a")
+	srv.LoseAttempt(lost, "machine m_a went away", true)
+	out, _, _ = c.run(t, "task", "show", lost)
+	if !regexp.MustCompile(`(?m)^Exit code:\s+-$`).MatchString(out) || !regexp.MustCompile(`(?m)^1\s+lost\s+m_a\s.*\s-\s+0\s+machine m_a went away$`).MatchString(out) {
+		t.Errorf("show of a task lost without an exit code: %q", out)
+	}
+	for id, want := range map[string]bool{done: true, lost: false} {
+		out, _, _ = c.run(t, "task", "show", id, "-o", "json")
+		var shown struct {
+			Task struct {
+				ExitCode *int `json:"exitCode"`
+				Attempts []struct {
+					ExitCode *int `json:"exitCode"`
+				}
+			}
+		}
+		err := json.Unmarshal([]byte(out), &shown)
+		if tk := shown.Task; err != nil || (tk.ExitCode != nil) != want || len(tk.Attempts) != 1 || (tk.Attempts[0].ExitCode != nil) != want {
+			t.Errorf("show -o json of %s: has an exit code %v, want %v: %s", id, tk.ExitCode != nil, want, out)
+		}
 	}
 	_, errOut, code = c.run(t, "task", "show", "t_nope")
 	if code != 1 || !strings.Contains(errOut, "task t_nope not found") {

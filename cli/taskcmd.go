@@ -196,8 +196,8 @@ func (a *app) printTask(t *v1.Task) {
 	fmt.Fprintln(w, "ATTEMPT\tSTATE\tMACHINE\tSCHEDULED\tSTARTED\tFINISHED\tEXIT\tDROPPED\tMESSAGE")
 	for _, at := range t.Attempts {
 		exit := "-"
-		if at.FinishedAt != nil {
-			exit = fmt.Sprint(at.ExitCode)
+		if at.ExitCode != nil {
+			exit = fmt.Sprint(at.GetExitCode())
 		}
 		fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\n", at.Number, sdk.AttemptStateName(at.State), dash(at.MachineId),
 			when(at.ScheduledAt), when(at.StartedAt), when(at.FinishedAt), exit, at.DroppedLines, dash(at.Message))
@@ -215,11 +215,13 @@ func envNames(env map[string]string) []string {
 	return names
 }
 
+// exitText is the task's exit code, or "-" when it has none (not ended,
+// cancelled, or its last attempt ended without its program's code).
 func exitText(t *v1.Task) string {
-	if !sdk.IsTerminal(t.State) || t.State == v1.TaskState_TASK_STATE_CANCELLED {
+	if !sdk.IsTerminal(t.State) || t.State == v1.TaskState_TASK_STATE_CANCELLED || t.ExitCode == nil {
 		return "-"
 	}
-	return fmt.Sprint(t.ExitCode)
+	return fmt.Sprint(t.GetExitCode())
 }
 
 // commandText quotes argv for display, cut to max runes (0: no limit).

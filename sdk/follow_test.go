@@ -170,7 +170,7 @@ func TestRemote(t *testing.T) {
 		srv.Finish(id, v1.TaskState_TASK_STATE_FAILED, 2, "")
 	})
 	var te *TaskError
-	if !errors.As(o.err, &te) || te.ExitCode != 2 || o.res.ExitCode != 2 || o.err.Error() != "function train: task "+o.id+" exited with code 2" {
+	if !errors.As(o.err, &te) || te.ExitCode != 2 || o.res.ExitCode == nil || *o.res.ExitCode != 2 || o.err.Error() != "function train: task "+o.id+" exited with code 2" {
 		t.Errorf("exit 2: %+v, %v", o.res, o.err)
 	}
 
@@ -182,6 +182,9 @@ func TestRemote(t *testing.T) {
 	})
 	if !errors.As(o.err, &te) || !te.Lost || !strings.Contains(o.err.Error(), "lost its machine on attempt 2 with no retries left") {
 		t.Errorf("lost: %v", o.err)
+	}
+	if o.res.ExitCode != nil {
+		t.Errorf("a task lost without an exit code has exit code %d", *o.res.ExitCode)
 	}
 
 	// A submit whose replies are lost is retried with the same key: the

@@ -339,6 +339,10 @@ func (c *Client) wait(ctx context.Context, taskID string, maxOutput int) (*Resul
 		return partial, err
 	}
 	res := partial
-	res.State, res.ExitCode, res.Message, res.Attempts = t.GetState(), int(t.GetExitCode()), t.GetMessage(), len(t.GetAttempts())
+	res.State, res.Message, res.Attempts = t.GetState(), t.GetMessage(), len(t.GetAttempts())
+	if t.ExitCode != nil {
+		code := int(t.GetExitCode())
+		res.ExitCode = &code
+	}
 	return res, ErrorOf(t)
 }

@@ -113,7 +113,7 @@ func TestRemoteEndToEnd(t *testing.T) {
 	}
 	res, err = c.Function("exit", Command("exit")).Remote(ctx, "3")
 	var te *TaskError
-	if !errors.As(err, &te) || te.ExitCode != 3 || res.ExitCode != 3 || !strings.Contains(err.Error(), "exited with code 3") {
+	if !errors.As(err, &te) || te.ExitCode != 3 || res.ExitCode == nil || *res.ExitCode != 3 || !strings.Contains(err.Error(), "exited with code 3") {
 		t.Errorf("exit 3: %+v %v", res, err)
 	}
 
@@ -243,7 +243,7 @@ func TestMapOnRealControlplane(t *testing.T) {
 	res, errs := c.Function("map").Map(ctx, inputs, Concurrency(2))
 	for i := range inputs {
 		if i == 3 {
-			if res[i] == nil || res[i].ExitCode != 4 || errs[i] == nil {
+			if res[i] == nil || res[i].ExitCode == nil || *res[i].ExitCode != 4 || errs[i] == nil {
 				t.Errorf("input 3: %+v %v", res[i], errs[i])
 			}
 			continue

@@ -12,8 +12,9 @@ import (
 type Result struct {
 	TaskID string
 	State  v1.TaskState
-	// ExitCode is the final attempt's exit code (0 when it has none).
-	ExitCode int
+	// ExitCode is the final attempt's exit code; nil when it ended without
+	// one (lost, refused, cancelled before its program ran).
+	ExitCode *int
 	// Stdout and Stderr are the task's output lines, each ending in "\n",
 	// bounded to their last MaxOutput bytes; the Truncated flags say when
 	// earlier output was left out.

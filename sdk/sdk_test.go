@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	v1 "github.com/levers9/levers9/api/levers9/v1"
@@ -191,7 +192,7 @@ func TestErrorOf(t *testing.T) {
 		want string // "" for no error
 	}{
 		{&v1.Task{Id: "t1", State: v1.TaskState_TASK_STATE_SUCCEEDED}, ""},
-		{&v1.Task{Id: "t1", State: v1.TaskState_TASK_STATE_FAILED, ExitCode: 3}, "task t1 exited with code 3"},
+		{&v1.Task{Id: "t1", State: v1.TaskState_TASK_STATE_FAILED, ExitCode: proto.Int32(3)}, "task t1 exited with code 3"},
 		{&v1.Task{Id: "t1", State: v1.TaskState_TASK_STATE_CANCELLED}, "task t1 was cancelled"},
 		{&v1.Task{Id: "t1", State: v1.TaskState_TASK_STATE_TIMED_OUT, Spec: &v1.TaskSpec{Timeout: durationpb.New(time.Minute)}}, "task t1 timed out after 1m0s"},
 		{&v1.Task{Id: "t1", State: v1.TaskState_TASK_STATE_FAILED, Attempts: []*v1.Attempt{{Number: 1}, lost}},

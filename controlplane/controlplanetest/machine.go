@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -42,11 +43,15 @@ type ScriptedMachine struct {
 	// mu guards everything below.
 	mu      sync.Mutex
 	cp      agentv1.ControlplaneClient
-	held    map[string]context.CancelFunc
-	started []string // "task/attempt" in start order
-	running int
-	peak    int
-	stopped bool
+	session tunnel.Session
+	// dropRuns is how many RunTask calls still drop the session instead
+	// of answering (DropSessionOnRun).
+	dropRuns int
+	held     map[string]context.CancelFunc
+	started  []string // "task/attempt" in start order
+	running  int
+	peak     int
+	stopped  bool
 }
 
 // StartScriptedMachine creates a machine in pool with the admin context,
@@ -104,6 +109,15 @@ func (m *ScriptedMachine) Stop() {
 	}
 }
 
+// DropSessionOnRun makes the next n RunTask calls close the tunnel
+// session they arrive on instead of answering, as an agent that restarts
+// just as a push reaches it; the machine then redials at once.
+func (m *ScriptedMachine) DropSessionOnRun(n int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.dropRuns = n
+}
+
 // Started lists the attempts it started ("task/attempt"), in order.
 func (m *ScriptedMachine) Started() []string {
 	m.mu.Lock()
@@ -127,6 +141,7 @@ func (m *ScriptedMachine) onSession(ctx context.Context, s tunnel.Session) {
 	cp := agentv1.NewControlplaneClient(conn)
 	m.mu.Lock()
 	m.cp = cp
+	m.session = s
 	m.mu.Unlock()
 	// Served once reports have somewhere to go.
 	srv := grpc.NewServer(tunnel.ServerOptions(tunnel.Limits{})...)
@@ -185,6 +200,11 @@ func (s *scriptedService) RunTask(_ context.Context, req *agentv1.RunTaskRequest
 	key := fmt.Sprintf("%s/%d", ta.TaskId, ta.Attempt)
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if m.dropRuns > 0 {
+		m.dropRuns--
+		_ = m.session.Close()
+		return nil, errors.New("scripted: session dropped before the attempt was taken")
+	}
 	if _, ok := m.held[key]; ok {
 		return &agentv1.RunTaskResponse{AlreadyRunning: true}, nil
 	}

@@ -71,11 +71,13 @@ func tsp(t *time.Time) *timestamppb.Timestamp {
 	return timestamppb.New(*t)
 }
 
-func deref(p *int) int32 {
+// exitCodePB is an exit code as the API carries it: absent when none.
+func exitCodePB(p *int) *int32 {
 	if p == nil {
-		return 0
+		return nil
 	}
-	return int32(*p)
+	c := int32(*p)
+	return &c
 }
 
 // taskPB is a task with its attempts as the API shows it.
@@ -83,11 +85,11 @@ func taskPB(t store.Task, atts []store.Attempt) *v1.Task {
 	spec := &v1.TaskSpec{}
 	_ = protojson.Unmarshal(t.Spec, spec) // written by Submit
 	pb := &v1.Task{Id: t.ID, Spec: spec, State: taskStatePB(t.State), CreatedAt: timestamppb.New(t.CreatedAt), FinishedAt: tsp(t.FinishedAt),
-		ExitCode: deref(t.ExitCode), Message: t.Message, IdempotencyKey: t.IdempotencyKey}
+		ExitCode: exitCodePB(t.ExitCode), Message: t.Message, IdempotencyKey: t.IdempotencyKey}
 	for _, a := range atts {
 		pb.Attempts = append(pb.Attempts, &v1.Attempt{Number: int32(a.Number), State: attemptStatePB(a.State), MachineId: a.MachineID,
 			ScheduledAt: timestamppb.New(a.ScheduledAt), StartedAt: tsp(a.StartedAt), FinishedAt: tsp(a.FinishedAt),
-			ExitCode: deref(a.ExitCode), Message: a.Message, DroppedLines: uint64(a.DroppedLines), ImageDigest: a.ImageDigest})
+			ExitCode: exitCodePB(a.ExitCode), Message: a.Message, DroppedLines: uint64(a.DroppedLines), ImageDigest: a.ImageDigest})
 	}
 	return pb
 }

@@ -134,7 +134,7 @@ func (in *intake) store(ctx context.Context, machineID string, req *agentv1.Repo
 // applyUpdate moves the attempt and task in Postgres (idempotent) and
 // returns the event to publish and whether the attempt ended.
 func (in *intake) applyUpdate(ctx context.Context, machineID, taskID string, n int, u *agentv1.AttemptUpdate, at time.Time) (*v1.StateChange, bool, error) {
-	sc := &v1.StateChange{AttemptState: u.GetState(), MachineId: machineID, ExitCode: u.GetExitCode(), Message: u.GetMessage()}
+	sc := &v1.StateChange{AttemptState: u.GetState(), MachineId: machineID, Message: u.GetMessage()}
 	st, ok := attemptStateOf(u.GetState())
 	switch {
 	case !ok || st == store.AttemptScheduled:
@@ -162,7 +162,7 @@ func (in *intake) applyUpdate(ctx context.Context, machineID, taskID string, n i
 		return nil, false, err
 	}
 	end, _ := st.TaskEnd()
-	sc.TaskState = taskStatePB(end)
+	sc.TaskState, sc.ExitCode = taskStatePB(end), exitCodePB(&code)
 	return sc, true, nil
 }
 

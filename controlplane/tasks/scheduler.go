@@ -8,10 +8,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
-	agentv1 "github.com/levers9/levers9/api/levers9/agent/v1"
 	v1 "github.com/levers9/levers9/api/levers9/v1"
 	"github.com/levers9/levers9/controlplane/bus"
 	"github.com/levers9/levers9/controlplane/store"
@@ -257,49 +254,4 @@ func bestRoom(t store.Task, atts []store.Attempt, rooms []*machineRoom) (*machin
 		devs[i] = g.id
 	}
 	return best, devs
-}
-
-// dispatch pushes a placed attempt to its agent; an agent that cannot be
-// reached loses the attempt at once rather than after the grace period,
-// and one that refuses it fails the task (another machine would refuse it
-// too).
-func (s *Scheduler) dispatch(ctx context.Context, t store.Task, a store.Attempt) {
-	pctx, cancel := context.WithTimeout(ctx, pushTimeout)
-	defer cancel()
-	err := func() error {
-		ta, err := attemptFor(s.d.config, t, a)
-		if err != nil {
-			return err
-		}
-		c, err := s.d.conn(pctx, a.MachineID)
-		if err != nil {
-			return err
-		}
-		_, err = c.RunTask(pctx, &agentv1.RunTaskRequest{Attempt: ta})
-		return err
-	}()
-	if err == nil {
-		return
-	}
-	if stopping(ctx) {
-		s.d.log.Debug("push of an attempt cut by shutdown", "task_id", t.ID, "attempt", a.Number, "machine_id", a.MachineID)
-		return
-	}
-	s.d.log.Warn("could not start an attempt on its machine", "task_id", t.ID, "attempt", a.Number, "machine_id", a.MachineID, "err", err)
-	// The verdict is recorded even if the push's own time ran out.
-	vctx, vcancel := context.WithTimeout(context.WithoutCancel(ctx), pushTimeout)
-	defer vcancel()
-	switch status.Code(err) {
-	case codes.InvalidArgument, codes.FailedPrecondition, codes.PermissionDenied:
-		msg := "refused by machine " + a.MachineID + ": " + status.Convert(err).Message()
-		code := -1
-		if ok, ferr := s.d.store.FinishAttempt(vctx, t.ID, a.Number, store.AttemptEnd{State: store.AttemptFailed, ExitCode: &code,
-			Message: msg, At: s.d.now()}); ferr == nil && ok {
-			s.events.publishState(vctx, t.ID, a.Number, &v1.StateChange{TaskState: v1.TaskState_TASK_STATE_FAILED,
-				AttemptState: v1.AttemptState_ATTEMPT_STATE_FAILED, MachineId: a.MachineID, ExitCode: int32(code), Message: msg})
-			s.Wake()
-		}
-	default:
-		s.lose(vctx, t.ID, a.Number, a.MachineID, "could not be started on machine "+a.MachineID+": "+err.Error())
-	}
 }

@@ -148,7 +148,7 @@ func TestTaskRunsAndIsFollowed(t *testing.T) {
 	failed := b.submit(t, &v1.TaskSpec{Command: []string{"exit", "3"}}, "")
 	evs = follow(t, b, failed.Id, "", 0)
 	last := evs[len(evs)-1].GetState()
-	if last.TaskState != v1.TaskState_TASK_STATE_FAILED || last.ExitCode != 3 {
+	if last.TaskState != v1.TaskState_TASK_STATE_FAILED || last.GetExitCode() != 3 {
 		t.Errorf("final event %v", last)
 	}
 	if _, err := b.tasks.FollowTask(b.ctx, &v1.FollowTaskRequest{Id: task.Id, Cursor: "garbage"}); err == nil {
@@ -544,6 +544,41 @@ func TestListPagesNewestFirst(t *testing.T) {
 	for _, bad := range []*v1.ListTasksRequest{{PageToken: "nope"}, {PageSize: 501}, {States: []v1.TaskState{42}}} {
 		if _, err := b.tasks.ListTasks(b.ctx, bad); status.Code(err) != codes.InvalidArgument {
 			t.Errorf("%v: %v", bad, err)
+		}
+	}
+}
+
+// A push that meets the machine's session closing (the agent restarting
+// just as the task reaches it) is sent again on its next session: with no
+// retries the task still runs, once, as attempt 1. A machine that keeps
+// dropping it loses the attempt after a bounded number of re-sends.
+func TestPushRacingAReconnectIsSentAgain(t *testing.T) {
+	t.Parallel()
+	cfg := config1s(t)
+	cfg.Controlplane.LostAgentGrace = "10s"
+	b := start(t, cfg)
+	m := controlplanetest.StartScriptedMachine(t, b.in, b.ctx, "default", 2, 0)
+	for i, drops := range []int{1, 2, 1, 3, 1} {
+		m.DropSessionOnRun(drops)
+		task := b.submit(t, &v1.TaskSpec{Command: []string{"echo", fmt.Sprint(i)}}, "")
+		done := waitState(t, b, task.Id, v1.TaskState_TASK_STATE_SUCCEEDED)
+		if len(done.Attempts) != 1 || done.Attempts[0].State != v1.AttemptState_ATTEMPT_STATE_SUCCEEDED {
+			t.Fatalf("task %d (%d dropped pushes): attempts %v", i, drops, done.Attempts)
+		}
+	}
+	if n := len(b.in.Logs.Find("push met a closing session")); n != 8 {
+		t.Errorf("%d re-sends logged, want 8", n)
+	}
+	m.DropSessionOnRun(100)
+	task := b.submit(t, &v1.TaskSpec{Command: []string{"echo", "never"}}, "")
+	failed := waitState(t, b, task.Id, v1.TaskState_TASK_STATE_FAILED)
+	if len(failed.Attempts) != 1 || failed.Attempts[0].State != v1.AttemptState_ATTEMPT_STATE_LOST ||
+		!strings.Contains(failed.Attempts[0].Message, "could not be started") {
+		t.Fatalf("a machine that always drops the push: attempts %v", failed.Attempts)
+	}
+	for _, s := range m.Started() {
+		if strings.HasPrefix(s, task.Id) {
+			t.Fatalf("the dropped task started: %v", m.Started())
 		}
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	v1 "github.com/levers9/levers9/api/levers9/v1"
+	"github.com/levers9/levers9/sdk"
 	"github.com/levers9/levers9/internal/devstack"
 	"github.com/levers9/levers9/sandbox/image/build"
 )
@@ -55,7 +56,8 @@ func runDemo(ctx context.Context, p Paths, st *State, out io.Writer, say func(st
 	ctx, cancel := context.WithTimeout(metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+st.AdminToken), 3*time.Minute)
 	defer cancel()
 	tasks := v1.NewTaskServiceClient(conn)
-	sub, err := tasks.SubmitTask(ctx, &v1.SubmitTaskRequest{Spec: &v1.TaskSpec{
+	// The CLI's defaults (retries included), as `levers9 run` would send.
+	sub, err := tasks.SubmitTask(ctx, &v1.SubmitTaskRequest{Spec: &v1.TaskSpec{Retries: sdk.DefaultRetries,
 		Command: []string{"sh", "-c", `echo "hello from a levers9 task on $(uname -n), in a hardened container"; id`}}})
 	if err != nil {
 		return fmt.Errorf("submit the demo task: %w", err)

@@ -122,9 +122,28 @@ func fileExists(path string) bool {
 	return err == nil
 }
 
+// pidAlive reports whether the process in pidFile runs. A process that
+// exited but was not reaped yet (a zombie: make up started it and released
+// it, and its parent lives on) is not alive, though signal 0 still reaches
+// it: without this, an agent that died at start looked alive for a minute.
 func pidAlive(pidFile string) bool {
 	pid, err := readPid(pidFile)
-	return err == nil && syscall.Kill(pid, 0) == nil
+	if err != nil || syscall.Kill(pid, 0) != nil {
+		return false
+	}
+	return !zombie(pid)
+}
+
+// zombie reports whether pid has exited and waits to be reaped.
+func zombie(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	// The state follows the command name, which is in parentheses and may
+	// hold spaces or parentheses itself.
+	i := strings.LastIndexByte(string(b), ')')
+	return i >= 0 && i+2 < len(b) && b[i+2] == 'Z'
 }
 
 func readPid(pidFile string) (int, error) {

@@ -165,7 +165,7 @@ func (s *Server) CancelTask(_ context.Context, req *v1.CancelTaskRequest) (*v1.C
 		if s.onCancel != nil {
 			s.onCancel(req.Id)
 		} else {
-			s.endLocked(tk, v1.TaskState_TASK_STATE_CANCELLED, v1.AttemptState_ATTEMPT_STATE_CANCELLED, 0, "cancelled by a user")
+			s.endLocked(tk, v1.TaskState_TASK_STATE_CANCELLED, v1.AttemptState_ATTEMPT_STATE_CANCELLED, nil, "cancelled by a user")
 		}
 	}
 	return &v1.CancelTaskResponse{Task: proto.Clone(tk.t).(*v1.Task)}, nil
@@ -298,7 +298,7 @@ func (s *Server) LoseAttempt(id, msg string, final bool) {
 	at.State, at.Message, at.FinishedAt = v1.AttemptState_ATTEMPT_STATE_LOST, msg, timestamppb.Now()
 	if final {
 		tk.t.Message = "attempt " + strconv.Itoa(int(at.Number)) + " lost and no retries left"
-		s.endLocked(tk, v1.TaskState_TASK_STATE_FAILED, v1.AttemptState_ATTEMPT_STATE_LOST, 0, msg)
+		s.endLocked(tk, v1.TaskState_TASK_STATE_FAILED, v1.AttemptState_ATTEMPT_STATE_LOST, nil, msg)
 		return
 	}
 	tk.t.State = v1.TaskState_TASK_STATE_PENDING
@@ -316,10 +316,10 @@ func (s *Server) Finish(id string, state v1.TaskState, exitCode int32, msg strin
 		v1.TaskState_TASK_STATE_CANCELLED: v1.AttemptState_ATTEMPT_STATE_CANCELLED,
 		v1.TaskState_TASK_STATE_TIMED_OUT: v1.AttemptState_ATTEMPT_STATE_TIMED_OUT,
 	}[state]
-	s.endLocked(s.get(id), state, as, exitCode, msg)
+	s.endLocked(s.get(id), state, as, &exitCode, msg)
 }
 
-func (s *Server) endLocked(tk *task, state v1.TaskState, as v1.AttemptState, exitCode int32, msg string) {
+func (s *Server) endLocked(tk *task, state v1.TaskState, as v1.AttemptState, exitCode *int32, msg string) {
 	n := int32(len(tk.t.Attempts))
 	if n > 0 {
 		at := tk.t.Attempts[n-1]
@@ -332,7 +332,7 @@ func (s *Server) endLocked(tk *task, state v1.TaskState, as v1.AttemptState, exi
 		}
 	}
 	tk.t.State, tk.t.ExitCode, tk.t.FinishedAt = state, exitCode, timestamppb.Now()
-	if tk.t.Message == "" && exitCode == 0 {
+	if tk.t.Message == "" && (exitCode == nil || *exitCode == 0) {
 		tk.t.Message = msg
 	}
 	s.appendLocked(tk, n, &v1.TaskEvent_State{State: &v1.StateChange{TaskState: state, AttemptState: as, ExitCode: exitCode, Message: msg}})

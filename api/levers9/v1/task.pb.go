@@ -347,17 +347,19 @@ func (x *TaskSpec) GetCwd() string {
 }
 
 type Attempt struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Number        int32                  `protobuf:"varint,1,opt,name=number,proto3" json:"number,omitempty"`
-	State         AttemptState           `protobuf:"varint,2,opt,name=state,proto3,enum=levers9.v1.AttemptState" json:"state,omitempty"`
-	MachineId     string                 `protobuf:"bytes,3,opt,name=machine_id,json=machineId,proto3" json:"machine_id,omitempty"`
-	ScheduledAt   *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=scheduled_at,json=scheduledAt,proto3" json:"scheduled_at,omitempty"`
-	StartedAt     *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=started_at,json=startedAt,proto3" json:"started_at,omitempty"`
-	FinishedAt    *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=finished_at,json=finishedAt,proto3" json:"finished_at,omitempty"`
-	ExitCode      int32                  `protobuf:"varint,7,opt,name=exit_code,json=exitCode,proto3" json:"exit_code,omitempty"`
-	Message       string                 `protobuf:"bytes,8,opt,name=message,proto3" json:"message,omitempty"`
-	DroppedLines  uint64                 `protobuf:"varint,9,opt,name=dropped_lines,json=droppedLines,proto3" json:"dropped_lines,omitempty"`
-	ImageDigest   string                 `protobuf:"bytes,10,opt,name=image_digest,json=imageDigest,proto3" json:"image_digest,omitempty"`
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Number      int32                  `protobuf:"varint,1,opt,name=number,proto3" json:"number,omitempty"`
+	State       AttemptState           `protobuf:"varint,2,opt,name=state,proto3,enum=levers9.v1.AttemptState" json:"state,omitempty"`
+	MachineId   string                 `protobuf:"bytes,3,opt,name=machine_id,json=machineId,proto3" json:"machine_id,omitempty"`
+	ScheduledAt *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=scheduled_at,json=scheduledAt,proto3" json:"scheduled_at,omitempty"`
+	StartedAt   *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=started_at,json=startedAt,proto3" json:"started_at,omitempty"`
+	FinishedAt  *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=finished_at,json=finishedAt,proto3" json:"finished_at,omitempty"`
+	// Absent when the attempt has not ended or ended without one (lost,
+	// refused, cancelled before its program ran).
+	ExitCode      *int32 `protobuf:"varint,7,opt,name=exit_code,json=exitCode,proto3,oneof" json:"exit_code,omitempty"`
+	Message       string `protobuf:"bytes,8,opt,name=message,proto3" json:"message,omitempty"`
+	DroppedLines  uint64 `protobuf:"varint,9,opt,name=dropped_lines,json=droppedLines,proto3" json:"dropped_lines,omitempty"`
+	ImageDigest   string `protobuf:"bytes,10,opt,name=image_digest,json=imageDigest,proto3" json:"image_digest,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -435,8 +437,8 @@ func (x *Attempt) GetFinishedAt() *timestamppb.Timestamp {
 }
 
 func (x *Attempt) GetExitCode() int32 {
-	if x != nil {
-		return x.ExitCode
+	if x != nil && x.ExitCode != nil {
+		return *x.ExitCode
 	}
 	return 0
 }
@@ -469,8 +471,9 @@ type Task struct {
 	State      TaskState              `protobuf:"varint,3,opt,name=state,proto3,enum=levers9.v1.TaskState" json:"state,omitempty"`
 	CreatedAt  *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
 	FinishedAt *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=finished_at,json=finishedAt,proto3" json:"finished_at,omitempty"`
-	// The exit code of the final attempt, once the task is terminal.
-	ExitCode int32 `protobuf:"varint,6,opt,name=exit_code,json=exitCode,proto3" json:"exit_code,omitempty"`
+	// The exit code of the final attempt, once the task is terminal; absent
+	// when that attempt ended without one.
+	ExitCode *int32 `protobuf:"varint,6,opt,name=exit_code,json=exitCode,proto3,oneof" json:"exit_code,omitempty"`
 	// Why the task ended as it did, for failures that are not an exit code.
 	Message        string     `protobuf:"bytes,7,opt,name=message,proto3" json:"message,omitempty"`
 	Attempts       []*Attempt `protobuf:"bytes,8,rep,name=attempts,proto3" json:"attempts,omitempty"`
@@ -545,8 +548,8 @@ func (x *Task) GetFinishedAt() *timestamppb.Timestamp {
 }
 
 func (x *Task) GetExitCode() int32 {
-	if x != nil {
-		return x.ExitCode
+	if x != nil && x.ExitCode != nil {
+		return *x.ExitCode
 	}
 	return 0
 }
@@ -1099,8 +1102,8 @@ type StateChange struct {
 	TaskState    TaskState              `protobuf:"varint,1,opt,name=task_state,json=taskState,proto3,enum=levers9.v1.TaskState" json:"task_state,omitempty"`
 	AttemptState AttemptState           `protobuf:"varint,2,opt,name=attempt_state,json=attemptState,proto3,enum=levers9.v1.AttemptState" json:"attempt_state,omitempty"`
 	MachineId    string                 `protobuf:"bytes,3,opt,name=machine_id,json=machineId,proto3" json:"machine_id,omitempty"`
-	// Set when the attempt ended with an exit code.
-	ExitCode int32  `protobuf:"varint,4,opt,name=exit_code,json=exitCode,proto3" json:"exit_code,omitempty"`
+	// Present only when the attempt ended with an exit code.
+	ExitCode *int32 `protobuf:"varint,4,opt,name=exit_code,json=exitCode,proto3,oneof" json:"exit_code,omitempty"`
 	Message  string `protobuf:"bytes,5,opt,name=message,proto3" json:"message,omitempty"`
 	// True on the first event of a new attempt after the first.
 	NewAttempt    bool `protobuf:"varint,6,opt,name=new_attempt,json=newAttempt,proto3" json:"new_attempt,omitempty"`
@@ -1160,8 +1163,8 @@ func (x *StateChange) GetMachineId() string {
 }
 
 func (x *StateChange) GetExitCode() int32 {
-	if x != nil {
-		return x.ExitCode
+	if x != nil && x.ExitCode != nil {
+		return *x.ExitCode
 	}
 	return 0
 }
@@ -1310,7 +1313,7 @@ const file_api_levers9_v1_task_proto_rawDesc = "" +
 	"\x03cwd\x18\f \x01(\tR\x03cwd\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xa6\x03\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xb9\x03\n" +
 	"\aAttempt\x12\x16\n" +
 	"\x06number\x18\x01 \x01(\x05R\x06number\x12.\n" +
 	"\x05state\x18\x02 \x01(\x0e2\x18.levers9.v1.AttemptStateR\x05state\x12\x1d\n" +
@@ -1320,12 +1323,14 @@ const file_api_levers9_v1_task_proto_rawDesc = "" +
 	"\n" +
 	"started_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\tstartedAt\x12;\n" +
 	"\vfinished_at\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"finishedAt\x12\x1b\n" +
-	"\texit_code\x18\a \x01(\x05R\bexitCode\x12\x18\n" +
+	"finishedAt\x12 \n" +
+	"\texit_code\x18\a \x01(\x05H\x00R\bexitCode\x88\x01\x01\x12\x18\n" +
 	"\amessage\x18\b \x01(\tR\amessage\x12#\n" +
 	"\rdropped_lines\x18\t \x01(\x04R\fdroppedLines\x12!\n" +
 	"\fimage_digest\x18\n" +
-	" \x01(\tR\vimageDigest\"\xf6\x02\n" +
+	" \x01(\tR\vimageDigestB\f\n" +
+	"\n" +
+	"_exit_code\"\x89\x03\n" +
 	"\x04Task\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12(\n" +
 	"\x04spec\x18\x02 \x01(\v2\x14.levers9.v1.TaskSpecR\x04spec\x12+\n" +
@@ -1333,11 +1338,13 @@ const file_api_levers9_v1_task_proto_rawDesc = "" +
 	"\n" +
 	"created_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12;\n" +
 	"\vfinished_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"finishedAt\x12\x1b\n" +
-	"\texit_code\x18\x06 \x01(\x05R\bexitCode\x12\x18\n" +
+	"finishedAt\x12 \n" +
+	"\texit_code\x18\x06 \x01(\x05H\x00R\bexitCode\x88\x01\x01\x12\x18\n" +
 	"\amessage\x18\a \x01(\tR\amessage\x12/\n" +
 	"\battempts\x18\b \x03(\v2\x13.levers9.v1.AttemptR\battempts\x12'\n" +
-	"\x0fidempotency_key\x18\t \x01(\tR\x0eidempotencyKey\"f\n" +
+	"\x0fidempotency_key\x18\t \x01(\tR\x0eidempotencyKeyB\f\n" +
+	"\n" +
+	"_exit_code\"f\n" +
 	"\x11SubmitTaskRequest\x12(\n" +
 	"\x04spec\x18\x01 \x01(\v2\x14.levers9.v1.TaskSpecR\x04spec\x12'\n" +
 	"\x0fidempotency_key\x18\x02 \x01(\tR\x0eidempotencyKey\"V\n" +
@@ -1367,17 +1374,19 @@ const file_api_levers9_v1_task_proto_rawDesc = "" +
 	"\aLogLine\x12-\n" +
 	"\x06stream\x18\x01 \x01(\x0e2\x15.levers9.v1.LogStreamR\x06stream\x12\x12\n" +
 	"\x04text\x18\x02 \x01(\tR\x04text\x12%\n" +
-	"\x0edropped_before\x18\x03 \x01(\x04R\rdroppedBefore\"\xf9\x01\n" +
+	"\x0edropped_before\x18\x03 \x01(\x04R\rdroppedBefore\"\x8c\x02\n" +
 	"\vStateChange\x124\n" +
 	"\n" +
 	"task_state\x18\x01 \x01(\x0e2\x15.levers9.v1.TaskStateR\ttaskState\x12=\n" +
 	"\rattempt_state\x18\x02 \x01(\x0e2\x18.levers9.v1.AttemptStateR\fattemptState\x12\x1d\n" +
 	"\n" +
-	"machine_id\x18\x03 \x01(\tR\tmachineId\x12\x1b\n" +
-	"\texit_code\x18\x04 \x01(\x05R\bexitCode\x12\x18\n" +
+	"machine_id\x18\x03 \x01(\tR\tmachineId\x12 \n" +
+	"\texit_code\x18\x04 \x01(\x05H\x00R\bexitCode\x88\x01\x01\x12\x18\n" +
 	"\amessage\x18\x05 \x01(\tR\amessage\x12\x1f\n" +
 	"\vnew_attempt\x18\x06 \x01(\bR\n" +
-	"newAttempt\"\xd0\x01\n" +
+	"newAttemptB\f\n" +
+	"\n" +
+	"_exit_code\"\xd0\x01\n" +
 	"\tTaskEvent\x12\x16\n" +
 	"\x06cursor\x18\x01 \x01(\tR\x06cursor\x12.\n" +
 	"\x04time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12\x18\n" +
@@ -1500,6 +1509,9 @@ func file_api_levers9_v1_task_proto_init() {
 	if File_api_levers9_v1_task_proto != nil {
 		return
 	}
+	file_api_levers9_v1_task_proto_msgTypes[1].OneofWrappers = []any{}
+	file_api_levers9_v1_task_proto_msgTypes[2].OneofWrappers = []any{}
+	file_api_levers9_v1_task_proto_msgTypes[13].OneofWrappers = []any{}
 	file_api_levers9_v1_task_proto_msgTypes[14].OneofWrappers = []any{
 		(*TaskEvent_Log)(nil),
 		(*TaskEvent_State)(nil),

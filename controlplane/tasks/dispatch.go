@@ -1,0 +1,113 @@
+package tasks
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	agentv1 "github.com/levers9/levers9/api/levers9/agent/v1"
+	v1 "github.com/levers9/levers9/api/levers9/v1"
+	"github.com/levers9/levers9/controlplane/store"
+	"github.com/levers9/levers9/internal/errdefs"
+)
+
+// maxResends is how often a push that found its machine's session closing
+// is sent again on the machine's next session. A re-send is not a retry:
+// RunTask is idempotent per attempt, and the attempt keeps its number.
+const maxResends = 3
+
+// resendBackoff is the first wait before a re-send (doubling after), long
+// enough for an agent that was cut mid-push to have redialled.
+const resendBackoff = 250 * time.Millisecond
+
+// dispatch pushes a placed attempt to its agent. A push that fails because
+// the machine's session went away (a reconnect racing the push: nothing
+// says the agent got it) is sent again on the machine's current session,
+// up to maxResends times within controlplane.lostAgentGrace. An agent that
+// stays unreachable loses the attempt (which then uses a retry, as any lost
+// attempt does), and one that refuses it fails the task (another machine
+// would refuse it too).
+func (s *Scheduler) dispatch(ctx context.Context, t store.Task, a store.Attempt) {
+	ta, err := attemptFor(s.d.config, t, a)
+	if err == nil {
+		err = s.pushWithResends(ctx, t, a, ta)
+	}
+	if err == nil {
+		return
+	}
+	if stopping(ctx) {
+		s.d.log.Debug("push of an attempt cut by shutdown", "task_id", t.ID, "attempt", a.Number, "machine_id", a.MachineID)
+		return
+	}
+	s.d.log.Warn("could not start an attempt on its machine", "task_id", t.ID, "attempt", a.Number, "machine_id", a.MachineID, "err", err)
+	// The verdict is recorded even if the push's own time ran out.
+	vctx, vcancel := context.WithTimeout(context.WithoutCancel(ctx), pushTimeout)
+	defer vcancel()
+	switch status.Code(err) {
+	case codes.InvalidArgument, codes.FailedPrecondition, codes.PermissionDenied:
+		msg := "refused by machine " + a.MachineID + ": " + status.Convert(err).Message()
+		code := -1
+		if ok, ferr := s.d.store.FinishAttempt(vctx, t.ID, a.Number, store.AttemptEnd{State: store.AttemptFailed, ExitCode: &code,
+			Message: msg, At: s.d.now()}); ferr == nil && ok {
+			s.events.publishState(vctx, t.ID, a.Number, &v1.StateChange{TaskState: v1.TaskState_TASK_STATE_FAILED,
+				AttemptState: v1.AttemptState_ATTEMPT_STATE_FAILED, MachineId: a.MachineID, ExitCode: exitCodePB(&code), Message: msg})
+			s.Wake()
+		}
+	default:
+		s.lose(vctx, t.ID, a.Number, a.MachineID, "could not be started on machine "+a.MachineID+": "+err.Error())
+	}
+}
+
+// pushWithResends sends RunTask, and again after a session loss while the
+// grace lasts and the attempt is still wanted on its machine.
+func (s *Scheduler) pushWithResends(ctx context.Context, t store.Task, a store.Attempt, ta *agentv1.TaskAttempt) error {
+	deadline := s.d.now().Add(s.d.config.Controlplane.LostGrace())
+	wait := resendBackoff
+	for sent := 0; ; sent++ {
+		err := s.push(ctx, a.MachineID, ta)
+		if err == nil || !sessionLost(err) || sent == maxResends || stopping(ctx) {
+			return err
+		}
+		if s.d.now().Add(wait).After(deadline) {
+			return err
+		}
+		s.d.log.Info("push met a closing session; sending again on the machine's next one", "task_id", t.ID, "attempt", a.Number,
+			"machine_id", a.MachineID, "resend", sent+1, "err", err)
+		timer := s.d.clock.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			return ctx.Err()
+		case <-timer.C():
+		}
+		wait *= 2
+		wanted, werr := s.d.store.AttemptWanted(ctx, a.MachineID, t.ID, a.Number)
+		if werr != nil {
+			return errors.Join(err, werr)
+		}
+		if !wanted {
+			return nil // cancelled or lost meanwhile: nothing to start
+		}
+	}
+}
+
+// push is one RunTask call on the machine's current session.
+func (s *Scheduler) push(ctx context.Context, machineID string, ta *agentv1.TaskAttempt) error {
+	pctx, cancel := context.WithTimeout(ctx, pushTimeout)
+	defer cancel()
+	c, err := s.d.conn(pctx, machineID)
+	if err != nil {
+		return err
+	}
+	_, err = c.RunTask(pctx, &agentv1.RunTaskRequest{Attempt: ta})
+	return err
+}
+
+// sessionLost reports whether a push failed because the machine's session
+// was gone or went away under it, so the agent may not have seen it.
+func sessionLost(err error) bool {
+	return status.Code(err) == codes.Unavailable || errdefs.IsUnavailable(err)
+}
