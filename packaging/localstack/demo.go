@@ -11,9 +11,9 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	v1 "github.com/levers9/levers9/api/levers9/v1"
-	"github.com/levers9/levers9/sdk"
 	"github.com/levers9/levers9/internal/devstack"
 	"github.com/levers9/levers9/sandbox/image/build"
+	"github.com/levers9/levers9/sdk"
 )
 
 // demoRepo is the demo image's repository in the local registry.
