@@ -7,8 +7,10 @@ import (
 type registryMetrics struct {
 	connected *prometheus.GaugeVec
 	refused   *prometheus.CounterVec
-	forwarded *prometheus.CounterVec
-	online    *prometheus.GaugeVec
+	// reauthClosed counts sessions closed by re-authorization, by reason.
+	reauthClosed *prometheus.CounterVec
+	forwarded    *prometheus.CounterVec
+	online       *prometheus.GaugeVec
 }
 
 func newRegistryMetrics(reg prometheus.Registerer) *registryMetrics {
@@ -19,6 +21,10 @@ func newRegistryMetrics(reg prometheus.Registerer) *registryMetrics {
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "controlplane_agent_tunnels_refused_total", Help: "Tunnels refused by the authorizer, by reason.",
 		}, []string{"reason"}),
+		reauthClosed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "controlplane_agent_tunnels_closed_total",
+			Help: "Tunnels closed by re-authorization, by reason (deleted, unknown, not_current, renewed).",
+		}, []string{"reason"}),
 		forwarded: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "controlplane_agent_calls_forwarded_total", Help: "Pushes forwarded between replicas (sent, served).",
 		}, []string{"direction"}),
@@ -27,7 +33,7 @@ func newRegistryMetrics(reg prometheus.Registerer) *registryMetrics {
 		Name: "controlplane_machines_online", Help: "Machines holding a tunnel to this replica, by pool.",
 	}, []string{"pool"})
 	if reg != nil {
-		reg.MustRegister(m.connected, m.refused, m.forwarded, m.online)
+		reg.MustRegister(m.connected, m.refused, m.reauthClosed, m.forwarded, m.online)
 	}
 	return m
 }

@@ -1,7 +1,10 @@
 // Package agents owns the controlplane's end of the agents' tunnels: the
 // tunnel listener (its server certificate signed by the agent CA), the
 // authorizer that maps a client certificate to a machine and refuses
-// unknown or deleted ones before any stream is served, the registry of
+// unknown or deleted machines and any certificate but the machine's current
+// one (or, until the agent has switched after a renewal, its previous one)
+// before any stream is served, the periodic re-authorization that closes
+// sessions whose machine or certificate no longer qualifies, the registry of
 // connected agents, presence in Redis (which replica holds which agent), and
 // pushes to an agent through whichever replica holds its tunnel (forwarded
 // over Redis when it is another replica). It serves the agent API
@@ -59,8 +62,13 @@ type Config struct {
 	// PresenceTTL is how long a replica's claim on an agent lives in Redis
 	// without a refresh (default 30 s; refreshed every third of it).
 	PresenceTTL time.Duration
-	// Clock times presence refreshes and certificate renewal (default the
-	// wall clock). The tunnel server keeps the wall clock: its heartbeats
+	// ReauthorizeInterval is how often every session this replica holds is
+	// checked again against Postgres (default 30 s): a session whose machine
+	// was deleted or whose certificate is no longer current is closed, even
+	// if the drop message meant for this replica was lost.
+	ReauthorizeInterval time.Duration
+	// Clock times presence refreshes, re-authorization and certificate
+	// renewal (default the wall clock). The tunnel server keeps the wall clock: its heartbeats
 	// meet connection deadlines, which are wall-clock instants.
 	Clock clock.Clock
 }
@@ -95,6 +103,12 @@ type Registry struct {
 	// pools maps each locally connected machine to its pool, for the
 	// machines-online metric.
 	pools map[string]string
+	// onPrev holds the local sessions that presented their machine's
+	// previous certificate at the last re-authorization (see reauthorize).
+	onPrev map[*tunnel.Agent]bool
+	// stale holds the local sessions admitted on the previous certificate:
+	// their agent reconnected without the new one, so it must renew again.
+	stale map[string]*tunnel.Agent
 }
 
 // New builds a registry; nothing listens until Start.
@@ -111,8 +125,12 @@ func New(cfg Config) (*Registry, error) {
 	if cfg.CertTTL == 0 {
 		cfg.CertTTL = 24 * time.Hour
 	}
+	if cfg.ReauthorizeInterval <= 0 {
+		cfg.ReauthorizeInterval = 30 * time.Second
+	}
 	cfg.Clock = clock.OrReal(cfg.Clock)
-	r := &Registry{cfg: cfg, replica: ids.New("rep"), pools: map[string]string{}}
+	r := &Registry{cfg: cfg, replica: ids.New("rep"), pools: map[string]string{}, onPrev: map[*tunnel.Agent]bool{},
+		stale: map[string]*tunnel.Agent{}}
 	r.metrics = newRegistryMetrics(cfg.Registerer)
 	var err error
 	if r.tm, err = tunnel.NewMetrics(cfg.Registerer); err != nil {
@@ -181,6 +199,8 @@ func (r *Registry) startLocked(ctx context.Context) error {
 	}
 	r.wg.Add(1)
 	go func() { defer r.wg.Done(); r.presenceLoop(loopCtx) }()
+	r.wg.Add(1)
+	go func() { defer r.wg.Done(); r.reauthorizeLoop(loopCtx) }()
 	r.cfg.Log.Info("listening for agent tunnels", "addr", r.server.Addr().String(), "replica", r.replica)
 	return nil
 }
@@ -211,7 +231,10 @@ func (r *Registry) Stop() {
 func (r *Registry) Addr() net.Addr { return r.server.Addr() }
 
 // authorize maps a client certificate to its machine; unknown and deleted
-// machines are refused before any stream is served.
+// machines, and certificates that are not the machine's current or (until
+// the agent has switched) previous one, are refused before any stream is
+// served. The first session on the current certificate retires the
+// previous one.
 func (r *Registry) authorize(ctx context.Context, cert *x509.Certificate) (string, error) {
 	id, err := enroll.MachineID(cert)
 	if err != nil {
@@ -231,7 +254,35 @@ func (r *Registry) authorize(ctx context.Context, cert *x509.Certificate) (strin
 		r.cfg.Log.Warn("tunnel refused: machine deleted", "machine_id", id, "audit", true)
 		return "", fmt.Errorf("machine %s was deleted; its certificate is revoked: %w", id, errdefs.ErrPermissionDenied)
 	}
+	serial := serialOf(cert)
+	switch {
+	case serial == m.CertSerial:
+		if m.PrevCertSerial == "" {
+			break
+		}
+		retired, err := r.cfg.Store.RetireCertificate(ctx, id, serial)
+		if err != nil {
+			return "", err
+		}
+		if retired {
+			r.cfg.Log.Info("previous agent certificate retired", "machine_id", id, "serial", serial, "prev_serial", m.PrevCertSerial, "audit", true)
+		}
+	case serial == m.PrevCertSerial:
+		r.cfg.Log.Info("tunnel admitted on the previous certificate", "machine_id", id, "serial", serial, "current_serial", m.CertSerial)
+	default:
+		r.metrics.refused.WithLabelValues("not_current").Inc()
+		r.cfg.Log.Warn("tunnel refused: certificate not current", "machine_id", id, "serial", serial, "current_serial", m.CertSerial, "audit", true)
+		return "", fmt.Errorf("machine %s: certificate %s was replaced; only the machine's current certificate is admitted: %w", id, serial, errdefs.ErrPermissionDenied)
+	}
 	return id, nil
+}
+
+// serialOf is a certificate's serial as machines.cert_serial records it.
+func serialOf(cert *x509.Certificate) string {
+	if cert == nil || cert.SerialNumber == nil {
+		return ""
+	}
+	return cert.SerialNumber.Text(16)
 }
 
 func (r *Registry) onConnect(a *tunnel.Agent) {
@@ -244,6 +295,9 @@ func (r *Registry) onConnect(a *tunnel.Agent) {
 		if _, seen := r.pools[a.Identity]; !seen {
 			r.pools[a.Identity] = m.Pool
 			r.metrics.online.WithLabelValues(m.Pool).Inc()
+		}
+		if s := serialOf(a.Session.PeerCertificate()); s != m.CertSerial && s == m.PrevCertSerial {
+			r.stale[a.Identity] = a
 		}
 		r.mu.Unlock()
 	}
@@ -263,6 +317,9 @@ func (r *Registry) onDisconnect(a *tunnel.Agent, err error) {
 	}
 	r.releasePresence(ctx, a.Identity)
 	r.mu.Lock()
+	if r.stale[a.Identity] == a {
+		delete(r.stale, a.Identity)
+	}
 	if pool, ok := r.pools[a.Identity]; ok {
 		delete(r.pools, a.Identity)
 		r.metrics.online.WithLabelValues(pool).Dec()

@@ -62,8 +62,10 @@ func (s *controlplaneService) Heartbeat(ctx context.Context, req *agentv1.Heartb
 		}
 		resp.Stop = stop
 	}
-	// Renew once two thirds of the certificate's life have passed.
-	if notAfter != nil && notAfter.Sub(s.r.cfg.Clock.Now()) < s.r.cfg.CertTTL/3 {
+	// Renew once two thirds of the certificate's life have passed, or when
+	// the agent came back on its previous certificate (it never installed
+	// the one it was issued).
+	if notAfter != nil && notAfter.Sub(s.r.cfg.Clock.Now()) < s.r.cfg.CertTTL/3 || s.r.needsRenewal(id) {
 		resp.RenewCertificate = true
 	}
 	return resp, nil
@@ -87,10 +89,19 @@ func (s *controlplaneService) RenewCertificate(ctx context.Context, req *agentv1
 	if err != nil {
 		return nil, errdefs.ToGRPC(err)
 	}
-	if err := s.r.cfg.Store.RenewCertificate(ctx, id, serial, notAfter); err != nil {
+	// The certificate the caller's session presented becomes the previous
+	// one, admitted until the agent reconnects with the new one; any older
+	// certificate stops working now.
+	presented := s.r.presentedSerial(id)
+	if err := s.r.cfg.Store.RenewCertificate(ctx, id, presented, serial, notAfter); err != nil {
+		if errdefs.IsPermissionDenied(err) {
+			s.r.cfg.Log.Warn("certificate renewal refused: the session's certificate is not current", "machine_id", id,
+				"serial", presented, "audit", true)
+		}
 		return nil, errdefs.ToGRPC(err)
 	}
-	s.r.cfg.Log.Info("agent certificate renewed", "machine_id", id, "expires", notAfter)
+	s.r.renewed(id)
+	s.r.cfg.Log.Info("agent certificate renewed", "machine_id", id, "serial", serial, "prev_serial", presented, "expires", notAfter, "audit", true)
 	return &agentv1.RenewCertificateResponse{CertificatePem: string(certPEM), ExpiresAt: timestamppb.New(notAfter)}, nil
 }
 

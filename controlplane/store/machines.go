@@ -13,19 +13,24 @@ import (
 
 // Machine is a row of machines.
 type Machine struct {
-	ID            string
-	WorkspaceID   string
-	Name          string
-	Pool          string
-	CreatedAt     time.Time
-	EnrolledAt    *time.Time
-	DeletedAt     *time.Time
-	CertSerial    string
-	CertNotAfter  *time.Time
-	AgentVersion  string
-	Hostname      string
-	LastHeartbeat *time.Time
-	Transport     string
+	ID          string
+	WorkspaceID string
+	Name        string
+	Pool        string
+	CreatedAt   time.Time
+	EnrolledAt  *time.Time
+	DeletedAt   *time.Time
+	// CertSerial is the serial of the machine's current certificate, the
+	// only one the tunnel admits once the agent has switched to it.
+	CertSerial string
+	// PrevCertSerial is the certificate a renewal replaced, still admitted
+	// until a session presents CertSerial ("" when there is none).
+	PrevCertSerial string
+	CertNotAfter   *time.Time
+	AgentVersion   string
+	Hostname       string
+	LastHeartbeat  *time.Time
+	Transport      string
 	// Inventory is the agent's last report, as JSON.
 	Inventory []byte
 	// JoinExpiresAt is the expiry of the machine's unused join token, if any.
@@ -33,13 +38,13 @@ type Machine struct {
 }
 
 const machineColumns = `m.id, m.workspace_id, m.name, m.pool, m.created_at, m.enrolled_at, m.deleted_at,
-	coalesce(m.cert_serial, ''), m.cert_not_after, m.agent_version, m.hostname, m.last_heartbeat, m.transport, m.inventory,
+	coalesce(m.cert_serial, ''), coalesce(m.prev_cert_serial, ''), m.cert_not_after, m.agent_version, m.hostname, m.last_heartbeat, m.transport, m.inventory,
 	(SELECT max(j.expires_at) FROM join_tokens j WHERE j.machine_id = m.id AND j.used_at IS NULL)`
 
 func scanMachine(row interface{ Scan(...any) error }) (Machine, error) {
 	var m Machine
 	err := row.Scan(&m.ID, &m.WorkspaceID, &m.Name, &m.Pool, &m.CreatedAt, &m.EnrolledAt, &m.DeletedAt,
-		&m.CertSerial, &m.CertNotAfter, &m.AgentVersion, &m.Hostname, &m.LastHeartbeat, &m.Transport, &m.Inventory, &m.JoinExpiresAt)
+		&m.CertSerial, &m.PrevCertSerial, &m.CertNotAfter, &m.AgentVersion, &m.Hostname, &m.LastHeartbeat, &m.Transport, &m.Inventory, &m.JoinExpiresAt)
 	return m, err
 }
 
@@ -166,7 +171,7 @@ func (s *Store) Enroll(ctx context.Context, tokenID string, now time.Time, match
 		if _, err := tx.Exec(ctx, `UPDATE join_tokens SET used_at = now() WHERE id = $1`, tokenID); err != nil {
 			return wrap("consume join token", err)
 		}
-		out, err = scanMachine(tx.QueryRow(ctx, `UPDATE machines m SET enrolled_at = coalesce(enrolled_at, now()), cert_serial = $2,
+		out, err = scanMachine(tx.QueryRow(ctx, `UPDATE machines m SET enrolled_at = coalesce(enrolled_at, now()), cert_serial = $2, prev_cert_serial = NULL,
 			cert_not_after = $3, agent_version = $4, hostname = $5 WHERE id = $1 RETURNING `+machineColumns,
 			m.ID, e.Serial, e.NotAfter, e.AgentVersion, e.Hostname))
 		return wrap("record enrollment of "+m.ID, err)
@@ -174,17 +179,71 @@ func (s *Store) Enroll(ctx context.Context, tokenID string, now time.Time, match
 	return out, err
 }
 
-// RenewCertificate records a machine's new certificate.
-func (s *Store) RenewCertificate(ctx context.Context, machineID, serial string, notAfter time.Time) error {
-	tag, err := s.pool.Exec(ctx, `UPDATE machines SET cert_serial = $2, cert_not_after = $3 WHERE id = $1 AND deleted_at IS NULL`,
-		machineID, serial, notAfter)
+// RenewCertificate records a machine's new certificate, issued to a session
+// that presented the certificate with serial presented, in one statement:
+// serial becomes the current certificate and presented the previous one
+// (admitted until the agent reconnects with the new one, see
+// RetireCertificate); any other certificate stops working at once. A
+// presented serial that is neither the current nor the previous one is
+// refused (PermissionDenied); a deleted or unknown machine is NotFound.
+func (s *Store) RenewCertificate(ctx context.Context, machineID, presented, serial string, notAfter time.Time) error {
+	tag, err := s.pool.Exec(ctx, `UPDATE machines SET cert_serial = $3, prev_cert_serial = $2, cert_not_after = $4
+		WHERE id = $1 AND deleted_at IS NULL AND $2 <> '' AND (cert_serial = $2 OR prev_cert_serial = $2)`,
+		machineID, presented, serial, notAfter)
 	if err != nil {
 		return wrap("renew certificate of "+machineID, err)
 	}
-	if tag.RowsAffected() == 0 {
+	if tag.RowsAffected() == 1 {
+		return nil
+	}
+	m, err := s.MachineByID(ctx, machineID)
+	if err != nil {
+		return err
+	}
+	if m.DeletedAt != nil {
 		return fmt.Errorf("machine %s: %w", machineID, errdefs.ErrNotFound)
 	}
-	return nil
+	return fmt.Errorf("machine %s: certificate %s is not the machine's current one: %w", machineID, presented, errdefs.ErrPermissionDenied)
+}
+
+// RetireCertificate forgets machineID's previous certificate once a session
+// presents serial, the current one; it reports whether there was one to
+// forget. It is a no-op when serial is not current.
+func (s *Store) RetireCertificate(ctx context.Context, machineID, serial string) (bool, error) {
+	tag, err := s.pool.Exec(ctx, `UPDATE machines SET prev_cert_serial = NULL
+		WHERE id = $1 AND cert_serial = $2 AND prev_cert_serial IS NOT NULL`, machineID, serial)
+	if err != nil {
+		return false, wrap("retire previous certificate of "+machineID, err)
+	}
+	return tag.RowsAffected() == 1, nil
+}
+
+// MachineCert is what re-authorizing a tunnel needs of a machine.
+type MachineCert struct {
+	Deleted        bool
+	CertSerial     string
+	PrevCertSerial string
+}
+
+// MachineCerts returns the certificate state of the machines in ids that
+// exist (deleted ones included, marked), in one query.
+func (s *Store) MachineCerts(ctx context.Context, ids []string) (map[string]MachineCert, error) {
+	rows, err := s.pool.Query(ctx, `SELECT id, deleted_at IS NOT NULL, coalesce(cert_serial, ''), coalesce(prev_cert_serial, '')
+		FROM machines WHERE id = ANY($1)`, ids)
+	if err != nil {
+		return nil, wrap("read machine certificates", err)
+	}
+	defer rows.Close()
+	out := make(map[string]MachineCert, len(ids))
+	for rows.Next() {
+		var id string
+		var c MachineCert
+		if err := rows.Scan(&id, &c.Deleted, &c.CertSerial, &c.PrevCertSerial); err != nil {
+			return nil, wrap("read machine certificates", err)
+		}
+		out[id] = c
+	}
+	return out, wrap("read machine certificates", rows.Err())
 }
 
 // Heartbeat records a heartbeat with the agent's inventory as JSON (nil

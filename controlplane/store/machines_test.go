@@ -53,13 +53,41 @@ func TestMachineLifecycle(t *testing.T) {
 		}
 	})
 	t.Run("renew certificate", func(t *testing.T) {
+		first := "serial-" + m.ID
 		later := notAfter.Add(time.Hour)
-		if err := st.RenewCertificate(ctx, m.ID, "serial-2", later); err != nil {
+		if err := st.RenewCertificate(ctx, m.ID, "serial-forged", "serial-x", later); !errors.Is(err, errdefs.ErrPermissionDenied) {
+			t.Errorf("renewal presenting a certificate that is not the machine's: %v, want permission denied", err)
+		}
+		if err := st.RenewCertificate(ctx, m.ID, first, "serial-2", later); err != nil {
 			t.Fatal(err)
 		}
 		got, err := st.MachineByID(ctx, m.ID)
-		if err != nil || got.CertSerial != "serial-2" || !got.CertNotAfter.Equal(later) {
+		if err != nil || got.CertSerial != "serial-2" || got.PrevCertSerial != first || !got.CertNotAfter.Equal(later) {
 			t.Errorf("after renewal: %+v, %v", got, err)
+		}
+		// The agent lost the answer and renews again with its old
+		// certificate: the one it holds stays the previous one.
+		if err := st.RenewCertificate(ctx, m.ID, first, "serial-3", later); err != nil {
+			t.Fatal(err)
+		}
+		if got, _ := st.MachineByID(ctx, m.ID); got.CertSerial != "serial-3" || got.PrevCertSerial != first {
+			t.Errorf("after a second renewal from the old certificate: %+v", got)
+		}
+		if retired, err := st.RetireCertificate(ctx, m.ID, first); retired || err != nil {
+			t.Errorf("the old certificate retired the previous one: %v, %v", retired, err)
+		}
+		if retired, err := st.RetireCertificate(ctx, m.ID, "serial-3"); !retired || err != nil {
+			t.Errorf("RetireCertificate with the current serial = %v, %v", retired, err)
+		}
+		if retired, err := st.RetireCertificate(ctx, m.ID, "serial-3"); retired || err != nil {
+			t.Errorf("RetireCertificate twice = %v, %v", retired, err)
+		}
+		if err := st.RenewCertificate(ctx, m.ID, first, "serial-4", later); !errors.Is(err, errdefs.ErrPermissionDenied) {
+			t.Errorf("renewal from a retired certificate: %v, want permission denied", err)
+		}
+		certs, err := st.MachineCerts(ctx, []string{m.ID, "m_nope"})
+		if err != nil || len(certs) != 1 || certs[m.ID] != (store.MachineCert{CertSerial: "serial-3"}) {
+			t.Errorf("MachineCerts = %+v, %v", certs, err)
 		}
 	})
 	t.Run("list", func(t *testing.T) {
@@ -93,13 +121,16 @@ func TestMachineLifecycle(t *testing.T) {
 			{"delete again", func() error { _, err := st.DeleteMachine(ctx, ws.ID, m.ID); return err }()},
 			{"get", func() error { _, err := st.GetMachine(ctx, ws.ID, m.ID); return err }()},
 			{"heartbeat", func() error { _, err := st.Heartbeat(ctx, m.ID, "tcp", "", nil); return err }()},
-			{"renew", st.RenewCertificate(ctx, m.ID, "serial-3", notAfter)},
+			{"renew", st.RenewCertificate(ctx, m.ID, "serial-3", "serial-5", notAfter)},
 		} {
 			if !errors.Is(tc.err, errdefs.ErrNotFound) {
 				t.Errorf("%s after delete: %v, want not found", tc.name, tc.err)
 			}
 		}
 		// Credential checks still see it, deleted.
+		if certs, err := st.MachineCerts(ctx, []string{m.ID}); err != nil || !certs[m.ID].Deleted {
+			t.Errorf("MachineCerts after delete = %+v, %v", certs, err)
+		}
 		if got, err := st.MachineByID(ctx, m.ID); err != nil || got.DeletedAt == nil {
 			t.Errorf("MachineByID after delete = %+v, %v", got, err)
 		}
