@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -30,16 +31,54 @@ func when(t *timestamppb.Timestamp) string {
 	return t.AsTime().Local().Format(time.DateTime)
 }
 
+// roleNames are the --role values, in the order help lists them.
+var roleNames = []struct {
+	name string
+	role v1.Role
+}{{"admin", v1.Role_ROLE_ADMIN}, {"member", v1.Role_ROLE_MEMBER}, {"machine-join", v1.Role_ROLE_MACHINE_JOIN}}
+
+func parseRole(s string) (v1.Role, error) {
+	var names []string
+	for _, r := range roleNames {
+		if r.name == s {
+			return r.role, nil
+		}
+		names = append(names, r.name)
+	}
+	return 0, fmt.Errorf("--role %q: must be one of %s", s, strings.Join(names, ", "))
+}
+
+func roleName(r v1.Role) string {
+	for _, n := range roleNames {
+		if n.role == r {
+			return n.name
+		}
+	}
+	return "-"
+}
+
 func (a *app) tokenCmd() *cobra.Command {
-	cmd := &cobra.Command{Use: "token", Short: "Manage API tokens of your workspace"}
-	var name string
+	cmd := &cobra.Command{Use: "token", Short: "Manage API tokens of your workspace (admin tokens only)"}
+	var name, role string
 	create := &cobra.Command{
-		Use:   "create [--name NAME]",
+		Use:   "create [--name NAME] [--role admin|member|machine-join]",
 		Short: "Create a token; its secret is printed once, so store it now",
-		Args:  cobra.NoArgs,
+		Long: `Create a token; its secret is printed once, so store it now.
+
+Roles (--role, default member):
+  admin         everything: tokens, machines, storage credentials, tasks, secrets
+  member        run, follow, cancel and read tasks; put, list and delete secrets
+                (values stay write-only); read the workspace and pools.
+                No tokens, no machines.
+  machine-join  only "levers9 machine create" (and whoami): for join scripts`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			r, err := parseRole(role)
+			if err != nil {
+				return err
+			}
 			resp, err := rpc(a, func(ctx context.Context, conn *grpc.ClientConn) (*v1.CreateTokenResponse, error) {
-				return v1.NewTokenServiceClient(conn).CreateToken(ctx, &v1.CreateTokenRequest{Name: name})
+				return v1.NewTokenServiceClient(conn).CreateToken(ctx, &v1.CreateTokenRequest{Name: name, Role: r})
 			})
 			if err != nil {
 				return err
@@ -47,12 +86,13 @@ func (a *app) tokenCmd() *cobra.Command {
 			if a.output == "json" {
 				return a.printJSON(resp)
 			}
-			fmt.Fprintf(a.io.Err, "token %s (%s) created. Its secret is shown this once:\n", resp.Token.Id, resp.Token.Name)
+			fmt.Fprintf(a.io.Err, "token %s (%s, role %s) created. Its secret is shown this once:\n", resp.Token.Id, resp.Token.Name, roleName(resp.Token.Role))
 			fmt.Fprintln(a.io.Out, resp.Secret)
 			return nil
 		},
 	}
 	create.Flags().StringVar(&name, "name", "token", "a name to recognise the token by")
+	create.Flags().StringVar(&role, "role", "member", "what the token may do: admin, member or machine-join")
 	var all bool
 	list := &cobra.Command{
 		Use:   "list [--all]",
@@ -69,9 +109,9 @@ func (a *app) tokenCmd() *cobra.Command {
 				return a.printJSON(resp)
 			}
 			w := newTab(a)
-			fmt.Fprintln(w, "ID\tNAME\tCREATED\tLAST USED\tREVOKED")
+			fmt.Fprintln(w, "ID\tNAME\tROLE\tCREATED\tLAST USED\tREVOKED")
 			for _, t := range resp.Tokens {
-				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", t.Id, t.Name, when(t.CreatedAt), when(t.LastUsedAt), when(t.RevokedAt))
+				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", t.Id, t.Name, roleName(t.Role), when(t.CreatedAt), when(t.LastUsedAt), when(t.RevokedAt))
 			}
 			return w.Flush()
 		},

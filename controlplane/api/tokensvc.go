@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"fmt"
 
 	v1 "github.com/levers9/levers9/api/levers9/v1"
 	"github.com/levers9/levers9/controlplane/auth"
@@ -18,10 +19,31 @@ type TokenService struct {
 
 func tokenPB(t store.Token) *v1.Token {
 	return &v1.Token{Id: t.ID, Name: t.Name, WorkspaceId: t.WorkspaceID, CreatedAt: ts(&t.CreatedAt),
-		LastUsedAt: ts(t.LastUsedAt), RevokedAt: ts(t.RevokedAt), Revoked: t.RevokedAt != nil}
+		LastUsedAt: ts(t.LastUsedAt), RevokedAt: ts(t.RevokedAt), Revoked: t.RevokedAt != nil, Role: rolePB[t.Role]}
 }
 
-// CreateToken mints a token in the caller's workspace.
+// rolePB maps the store's roles to the API's; roleFromPB is its inverse.
+var rolePB = map[store.Role]v1.Role{
+	store.RoleAdmin:       v1.Role_ROLE_ADMIN,
+	store.RoleMember:      v1.Role_ROLE_MEMBER,
+	store.RoleMachineJoin: v1.Role_ROLE_MACHINE_JOIN,
+}
+
+// roleFromPB reads a requested role; unspecified is member.
+func roleFromPB(r v1.Role) (store.Role, error) {
+	if r == v1.Role_ROLE_UNSPECIFIED {
+		return store.RoleMember, nil
+	}
+	for sr, pr := range rolePB {
+		if pr == r {
+			return sr, nil
+		}
+	}
+	return "", errInvalid("role", fmt.Sprintf("%d is unknown: use ROLE_ADMIN, ROLE_MEMBER or ROLE_MACHINE_JOIN", r))
+}
+
+// CreateToken mints a token in the caller's workspace, with the requested
+// role (member when none is given).
 func (s *TokenService) CreateToken(ctx context.Context, req *v1.CreateTokenRequest) (*v1.CreateTokenResponse, error) {
 	p, err := auth.MustPrincipal(ctx)
 	if err != nil {
@@ -34,12 +56,16 @@ func (s *TokenService) CreateToken(ctx context.Context, req *v1.CreateTokenReque
 	if err := checkName("name", name); err != nil {
 		return nil, errdefs.ToGRPC(err)
 	}
+	role, err := roleFromPB(req.GetRole())
+	if err != nil {
+		return nil, errdefs.ToGRPC(err)
+	}
 	id, secret, hash := auth.Mint()
-	t := store.Token{ID: id, WorkspaceID: p.WorkspaceID, Name: name, Hash: hash, CreatedAt: s.now()}
+	t := store.Token{ID: id, WorkspaceID: p.WorkspaceID, Name: name, Role: role, Hash: hash, CreatedAt: s.now()}
 	if err := s.Store.CreateToken(ctx, t); err != nil {
 		return nil, errdefs.ToGRPC(err)
 	}
-	s.Log.Info("token created", "workspace_id", p.WorkspaceID, "token_id", id, "by", p.TokenID)
+	s.Log.Info("token created", "workspace_id", p.WorkspaceID, "token_id", id, "role", string(role), "by", p.TokenID, "audit", true)
 	s.publish(ctx, bus.Event{Workspace: p.WorkspaceID, Kind: "token.created", Object: id})
 	return &v1.CreateTokenResponse{Token: tokenPB(t), Secret: secret}, nil
 }

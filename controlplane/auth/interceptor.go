@@ -2,13 +2,17 @@ package auth
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
+	"sync"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
 
 	"github.com/levers9/levers9/controlplane/store"
+	"github.com/levers9/levers9/internal/clock"
 	"github.com/levers9/levers9/internal/errdefs"
 )
 
@@ -20,6 +24,7 @@ const BootstrapHeader = "x-levers9-bootstrap-secret"
 type Principal struct {
 	WorkspaceID string
 	TokenID     string
+	Role        store.Role
 }
 
 type principalKey struct{}
@@ -49,12 +54,19 @@ type TokenStore interface {
 	UseToken(ctx context.Context, id string) (store.Token, error)
 }
 
-// Authenticator checks bearer tokens.
+// DefaultRecheck is how often an open stream's token is checked again.
+const DefaultRecheck = 2 * time.Second
+
+// Authenticator checks bearer tokens and their roles (roles.go) on every
+// call, and keeps checking during streams: a stream whose token is revoked,
+// or whose role no longer allows the call, ends within Recheck with
+// Unauthenticated or PermissionDenied.
 type Authenticator struct {
 	Store TokenStore
-	// Public lists full method names that need no token; they check
-	// credentials themselves if they need any.
-	Public map[string]bool
+	// Clock times the re-checks; nil is the wall clock.
+	Clock clock.Clock
+	// Recheck is the period of a stream's re-check; zero is DefaultRecheck.
+	Recheck time.Duration
 }
 
 // TokenFromMetadata returns the bearer token of an incoming call, or "".
@@ -108,24 +120,29 @@ func (a *Authenticator) Check(ctx context.Context, raw string) (Principal, error
 	if tok.RevokedAt != nil {
 		return Principal{}, fmt.Errorf("token %s was revoked: %w", pt.ID, errdefs.ErrUnauthenticated)
 	}
-	return Principal{WorkspaceID: tok.WorkspaceID, TokenID: tok.ID}, nil
+	return Principal{WorkspaceID: tok.WorkspaceID, TokenID: tok.ID, Role: tok.Role}, nil
 }
 
-func (a *Authenticator) authorize(ctx context.Context, method string) (context.Context, error) {
-	if a.Public[method] || strings.HasPrefix(method, "/grpc.health.v1.Health/") {
-		return ctx, nil
+// authorize authenticates a call to method and checks its role. public is
+// true for methods that need no token (ctx is then returned as is).
+func (a *Authenticator) authorize(ctx context.Context, method string) (_ context.Context, public bool, err error) {
+	if IsPublic(method) {
+		return ctx, true, nil
 	}
 	p, err := a.Authenticate(ctx)
-	if err != nil {
-		return ctx, errdefs.ToGRPC(err)
+	if err == nil {
+		err = Allowed(method, p.Role)
 	}
-	return WithPrincipal(ctx, p), nil
+	if err != nil {
+		return ctx, false, errdefs.ToGRPC(err)
+	}
+	return WithPrincipal(ctx, p), false, nil
 }
 
 // Unary is the unary server interceptor.
 func (a *Authenticator) Unary() grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
-		ctx, err := a.authorize(ctx, info.FullMethod)
+		ctx, _, err := a.authorize(ctx, info.FullMethod)
 		if err != nil {
 			return nil, err
 		}
@@ -133,14 +150,65 @@ func (a *Authenticator) Unary() grpc.UnaryServerInterceptor {
 	}
 }
 
-// Stream is the streaming server interceptor.
+// Stream is the streaming server interceptor. Besides the check at the
+// start, it re-checks the token every Recheck while the stream is open and
+// cancels the stream's context when the token was revoked or its role no
+// longer allows the call; the client then gets that refusal as the
+// stream's status.
 func (a *Authenticator) Stream() grpc.StreamServerInterceptor {
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
-		ctx, err := a.authorize(ss.Context(), info.FullMethod)
+		ctx, public, err := a.authorize(ss.Context(), info.FullMethod)
 		if err != nil {
 			return err
 		}
-		return h(srv, &wrappedStream{ServerStream: ss, ctx: ctx})
+		if public {
+			return h(srv, ss)
+		}
+		ctx, cancel := context.WithCancelCause(ctx)
+		var wg sync.WaitGroup
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			a.watch(ctx, cancel, TokenFromMetadata(ctx), info.FullMethod)
+		}()
+		err = h(srv, &wrappedStream{ServerStream: ss, ctx: ctx})
+		cancel(nil)
+		wg.Wait()
+		if cause := context.Cause(ctx); errors.Is(cause, errRefused) {
+			return errdefs.ToGRPC(cause)
+		}
+		return err
+	}
+}
+
+// errRefused marks a stream ended by a re-check, as the context's cause.
+var errRefused = errors.New("stream ended")
+
+// watch re-checks raw every Recheck until ctx ends, and cancels ctx with
+// the refusal when the token no longer authenticates or its role no longer
+// allows method. A check that fails for another reason (Postgres briefly
+// away) keeps the stream: it was allowed, and the next check decides.
+func (a *Authenticator) watch(ctx context.Context, cancel context.CancelCauseFunc, raw, method string) {
+	every := a.Recheck
+	if every <= 0 {
+		every = DefaultRecheck
+	}
+	tick := clock.OrReal(a.Clock).NewTicker(every)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C():
+		}
+		p, err := a.Check(ctx, raw)
+		if err == nil {
+			err = Allowed(method, p.Role)
+		}
+		if errors.Is(err, errdefs.ErrUnauthenticated) || errors.Is(err, errdefs.ErrPermissionDenied) {
+			cancel(fmt.Errorf("%w: %w", errRefused, err))
+			return
+		}
 	}
 }
 

@@ -1,8 +1,10 @@
-// Package auth owns who a caller is: the API token format (parse, mint,
-// hash), the gRPC interceptors that authenticate every RPC except health and
-// bootstrap and put the caller's Principal in the context, and the
-// bootstrap-secret check. It never logs or returns a token secret or the
-// bootstrap secret. API: internal to the controlplane.
+// Package auth owns who a caller is and what it may do: the API token
+// format (parse, mint, hash), the bootstrap-secret check, the one table of
+// which token role may call which RPC (roles.go), and the gRPC interceptors
+// that authenticate every RPC except health and the public ones, refuse a
+// role the table does not list, put the caller's Principal in the context,
+// and end open streams whose token is revoked. It never logs or returns a
+// token secret or the bootstrap secret. API: internal to the controlplane.
 package auth
 
 import (

@@ -30,7 +30,7 @@ func secondWorkspace(t *testing.T, in *controlplanetest.Instance, name string) (
 		t.Fatal(err)
 	}
 	id, tok, hash := auth.Mint()
-	if err := st.CreateToken(ctx, store.Token{ID: id, WorkspaceID: ws.ID, Name: "admin", Hash: hash, CreatedAt: time.Now()}); err != nil {
+	if err := st.CreateToken(ctx, store.Token{ID: id, WorkspaceID: ws.ID, Name: "admin", Role: store.RoleAdmin, Hash: hash, CreatedAt: time.Now()}); err != nil {
 		t.Fatal(err)
 	}
 	return ws.ID, tok
@@ -48,7 +48,7 @@ func TestCrossWorkspaceAccessDenied(t *testing.T) {
 	workspaces := v1.NewWorkspaceServiceClient(in.Conn)
 
 	// B's objects of every kind.
-	bTokResp, err := tokens.CreateToken(ctxB, &v1.CreateTokenRequest{Name: "b-ci"})
+	bTokResp, err := tokens.CreateToken(ctxB, &v1.CreateTokenRequest{Name: "b-ci", Role: v1.Role_ROLE_ADMIN})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -130,7 +130,7 @@ func TestTokens(t *testing.T) {
 	ctx := withToken(context.Background(), a.Token)
 	tokens := v1.NewTokenServiceClient(in.Conn)
 
-	created, err := tokens.CreateToken(ctx, &v1.CreateTokenRequest{Name: "ci"})
+	created, err := tokens.CreateToken(ctx, &v1.CreateTokenRequest{Name: "ci", Role: v1.Role_ROLE_ADMIN})
 	if err != nil {
 		t.Fatal(err)
 	}

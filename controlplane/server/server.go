@@ -142,7 +142,7 @@ func (s *Server) Start(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
-	authn := &auth.Authenticator{Store: s.store, Public: map[string]bool{api.AuthMethod: true, api.EnrollMethod: true}}
+	authn := &auth.Authenticator{Store: s.store}
 	s.health = health.NewServer()
 	s.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
 

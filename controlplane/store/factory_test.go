@@ -35,7 +35,7 @@ func newWorkspace(t *testing.T, st *store.Store) store.Workspace {
 func newToken(t *testing.T, st *store.Store, wsID string, createdAt time.Time) (store.Token, string) {
 	t.Helper()
 	id, secret, hash := auth.Mint()
-	tok := store.Token{ID: id, WorkspaceID: wsID, Name: "tok", Hash: hash, CreatedAt: createdAt}
+	tok := store.Token{ID: id, WorkspaceID: wsID, Name: "tok", Role: store.RoleMember, Hash: hash, CreatedAt: createdAt}
 	if err := st.CreateToken(context.Background(), tok); err != nil {
 		t.Fatal(err)
 	}

@@ -41,8 +41,9 @@ const bootstrapLock = 0x6c397273 // "l9rs"
 
 // Bootstrap creates the first workspace and its admin token in one
 // transaction, or returns ErrBootstrapOver if any workspace exists.
-// Concurrent calls yield exactly one workspace.
+// Concurrent calls yield exactly one workspace. tok's Role is set to admin.
 func (s *Store) Bootstrap(ctx context.Context, ws Workspace, tok Token) error {
+	tok.Role = RoleAdmin
 	return s.tx(ctx, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, bootstrapLock); err != nil {
 			return wrap("bootstrap lock", err)

@@ -495,7 +495,7 @@ func secondWorkspace(t *testing.T, b *bundle) *bundle {
 		t.Fatal(err)
 	}
 	id, tok, hash := auth.Mint()
-	if err := st.CreateToken(ctx, store.Token{ID: id, WorkspaceID: ws.ID, Name: "admin", Hash: hash, CreatedAt: time.Now()}); err != nil {
+	if err := st.CreateToken(ctx, store.Token{ID: id, WorkspaceID: ws.ID, Name: "admin", Role: store.RoleAdmin, Hash: hash, CreatedAt: time.Now()}); err != nil {
 		t.Fatal(err)
 	}
 	return &bundle{in: b.in, ctx: metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+tok), tasks: b.tasks}

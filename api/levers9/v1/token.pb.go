@@ -22,6 +22,69 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// Role is what a token may do. The table of which role may call which RPC
+// is controlplane/auth/roles.go; a call outside its token's role is
+// PermissionDenied.
+type Role int32
+
+const (
+	// In CreateTokenRequest: member. Never the role of a stored token.
+	Role_ROLE_UNSPECIFIED Role = 0
+	// Everything, including machines, storage credentials and tokens. The
+	// bootstrap token, and every token made before roles existed, is admin.
+	Role_ROLE_ADMIN Role = 1
+	// Run, follow, cancel and read tasks; put, list and delete secrets
+	// (values stay write-only); read the workspace and its pools. No tokens,
+	// no machines, no storage credentials.
+	Role_ROLE_MEMBER Role = 2
+	// Only MachineService.CreateMachine (and Authorize, to say who it is): for
+	// the scripts that join machines.
+	Role_ROLE_MACHINE_JOIN Role = 3
+)
+
+// Enum value maps for Role.
+var (
+	Role_name = map[int32]string{
+		0: "ROLE_UNSPECIFIED",
+		1: "ROLE_ADMIN",
+		2: "ROLE_MEMBER",
+		3: "ROLE_MACHINE_JOIN",
+	}
+	Role_value = map[string]int32{
+		"ROLE_UNSPECIFIED":  0,
+		"ROLE_ADMIN":        1,
+		"ROLE_MEMBER":       2,
+		"ROLE_MACHINE_JOIN": 3,
+	}
+)
+
+func (x Role) Enum() *Role {
+	p := new(Role)
+	*p = x
+	return p
+}
+
+func (x Role) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (Role) Descriptor() protoreflect.EnumDescriptor {
+	return file_api_levers9_v1_token_proto_enumTypes[0].Descriptor()
+}
+
+func (Role) Type() protoreflect.EnumType {
+	return &file_api_levers9_v1_token_proto_enumTypes[0]
+}
+
+func (x Role) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use Role.Descriptor instead.
+func (Role) EnumDescriptor() ([]byte, []int) {
+	return file_api_levers9_v1_token_proto_rawDescGZIP(), []int{0}
+}
+
 type Token struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -31,6 +94,7 @@ type Token struct {
 	LastUsedAt    *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=last_used_at,json=lastUsedAt,proto3" json:"last_used_at,omitempty"`
 	RevokedAt     *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=revoked_at,json=revokedAt,proto3" json:"revoked_at,omitempty"`
 	Revoked       bool                   `protobuf:"varint,7,opt,name=revoked,proto3" json:"revoked,omitempty"`
+	Role          Role                   `protobuf:"varint,8,opt,name=role,proto3,enum=levers9.v1.Role" json:"role,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -114,9 +178,18 @@ func (x *Token) GetRevoked() bool {
 	return false
 }
 
+func (x *Token) GetRole() Role {
+	if x != nil {
+		return x.Role
+	}
+	return Role_ROLE_UNSPECIFIED
+}
+
 type CreateTokenRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// The new token's role; unspecified means ROLE_MEMBER.
+	Role          Role `protobuf:"varint,2,opt,name=role,proto3,enum=levers9.v1.Role" json:"role,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -156,6 +229,13 @@ func (x *CreateTokenRequest) GetName() string {
 		return x.Name
 	}
 	return ""
+}
+
+func (x *CreateTokenRequest) GetRole() Role {
+	if x != nil {
+		return x.Role
+	}
+	return Role_ROLE_UNSPECIFIED
 }
 
 type CreateTokenResponse struct {
@@ -392,7 +472,7 @@ var File_api_levers9_v1_token_proto protoreflect.FileDescriptor
 const file_api_levers9_v1_token_proto_rawDesc = "" +
 	"\n" +
 	"\x1aapi/levers9/v1/token.proto\x12\n" +
-	"levers9.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\x9c\x02\n" +
+	"levers9.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xc2\x02\n" +
 	"\x05Token\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12!\n" +
@@ -403,9 +483,11 @@ const file_api_levers9_v1_token_proto_rawDesc = "" +
 	"lastUsedAt\x129\n" +
 	"\n" +
 	"revoked_at\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\trevokedAt\x12\x18\n" +
-	"\arevoked\x18\a \x01(\bR\arevoked\"(\n" +
+	"\arevoked\x18\a \x01(\bR\arevoked\x12$\n" +
+	"\x04role\x18\b \x01(\x0e2\x10.levers9.v1.RoleR\x04role\"N\n" +
 	"\x12CreateTokenRequest\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\"V\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12$\n" +
+	"\x04role\x18\x02 \x01(\x0e2\x10.levers9.v1.RoleR\x04role\"V\n" +
 	"\x13CreateTokenResponse\x12'\n" +
 	"\x05token\x18\x01 \x01(\v2\x11.levers9.v1.TokenR\x05token\x12\x16\n" +
 	"\x06secret\x18\x02 \x01(\tR\x06secret\"<\n" +
@@ -416,7 +498,13 @@ const file_api_levers9_v1_token_proto_rawDesc = "" +
 	"\x12RevokeTokenRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\">\n" +
 	"\x13RevokeTokenResponse\x12'\n" +
-	"\x05token\x18\x01 \x01(\v2\x11.levers9.v1.TokenR\x05token2\xfb\x01\n" +
+	"\x05token\x18\x01 \x01(\v2\x11.levers9.v1.TokenR\x05token*T\n" +
+	"\x04Role\x12\x14\n" +
+	"\x10ROLE_UNSPECIFIED\x10\x00\x12\x0e\n" +
+	"\n" +
+	"ROLE_ADMIN\x10\x01\x12\x0f\n" +
+	"\vROLE_MEMBER\x10\x02\x12\x15\n" +
+	"\x11ROLE_MACHINE_JOIN\x10\x032\xfb\x01\n" +
 	"\fTokenService\x12N\n" +
 	"\vCreateToken\x12\x1e.levers9.v1.CreateTokenRequest\x1a\x1f.levers9.v1.CreateTokenResponse\x12K\n" +
 	"\n" +
@@ -435,35 +523,39 @@ func file_api_levers9_v1_token_proto_rawDescGZIP() []byte {
 	return file_api_levers9_v1_token_proto_rawDescData
 }
 
+var file_api_levers9_v1_token_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
 var file_api_levers9_v1_token_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
 var file_api_levers9_v1_token_proto_goTypes = []any{
-	(*Token)(nil),                 // 0: levers9.v1.Token
-	(*CreateTokenRequest)(nil),    // 1: levers9.v1.CreateTokenRequest
-	(*CreateTokenResponse)(nil),   // 2: levers9.v1.CreateTokenResponse
-	(*ListTokensRequest)(nil),     // 3: levers9.v1.ListTokensRequest
-	(*ListTokensResponse)(nil),    // 4: levers9.v1.ListTokensResponse
-	(*RevokeTokenRequest)(nil),    // 5: levers9.v1.RevokeTokenRequest
-	(*RevokeTokenResponse)(nil),   // 6: levers9.v1.RevokeTokenResponse
-	(*timestamppb.Timestamp)(nil), // 7: google.protobuf.Timestamp
+	(Role)(0),                     // 0: levers9.v1.Role
+	(*Token)(nil),                 // 1: levers9.v1.Token
+	(*CreateTokenRequest)(nil),    // 2: levers9.v1.CreateTokenRequest
+	(*CreateTokenResponse)(nil),   // 3: levers9.v1.CreateTokenResponse
+	(*ListTokensRequest)(nil),     // 4: levers9.v1.ListTokensRequest
+	(*ListTokensResponse)(nil),    // 5: levers9.v1.ListTokensResponse
+	(*RevokeTokenRequest)(nil),    // 6: levers9.v1.RevokeTokenRequest
+	(*RevokeTokenResponse)(nil),   // 7: levers9.v1.RevokeTokenResponse
+	(*timestamppb.Timestamp)(nil), // 8: google.protobuf.Timestamp
 }
 var file_api_levers9_v1_token_proto_depIdxs = []int32{
-	7, // 0: levers9.v1.Token.created_at:type_name -> google.protobuf.Timestamp
-	7, // 1: levers9.v1.Token.last_used_at:type_name -> google.protobuf.Timestamp
-	7, // 2: levers9.v1.Token.revoked_at:type_name -> google.protobuf.Timestamp
-	0, // 3: levers9.v1.CreateTokenResponse.token:type_name -> levers9.v1.Token
-	0, // 4: levers9.v1.ListTokensResponse.tokens:type_name -> levers9.v1.Token
-	0, // 5: levers9.v1.RevokeTokenResponse.token:type_name -> levers9.v1.Token
-	1, // 6: levers9.v1.TokenService.CreateToken:input_type -> levers9.v1.CreateTokenRequest
-	3, // 7: levers9.v1.TokenService.ListTokens:input_type -> levers9.v1.ListTokensRequest
-	5, // 8: levers9.v1.TokenService.RevokeToken:input_type -> levers9.v1.RevokeTokenRequest
-	2, // 9: levers9.v1.TokenService.CreateToken:output_type -> levers9.v1.CreateTokenResponse
-	4, // 10: levers9.v1.TokenService.ListTokens:output_type -> levers9.v1.ListTokensResponse
-	6, // 11: levers9.v1.TokenService.RevokeToken:output_type -> levers9.v1.RevokeTokenResponse
-	9, // [9:12] is the sub-list for method output_type
-	6, // [6:9] is the sub-list for method input_type
-	6, // [6:6] is the sub-list for extension type_name
-	6, // [6:6] is the sub-list for extension extendee
-	0, // [0:6] is the sub-list for field type_name
+	8,  // 0: levers9.v1.Token.created_at:type_name -> google.protobuf.Timestamp
+	8,  // 1: levers9.v1.Token.last_used_at:type_name -> google.protobuf.Timestamp
+	8,  // 2: levers9.v1.Token.revoked_at:type_name -> google.protobuf.Timestamp
+	0,  // 3: levers9.v1.Token.role:type_name -> levers9.v1.Role
+	0,  // 4: levers9.v1.CreateTokenRequest.role:type_name -> levers9.v1.Role
+	1,  // 5: levers9.v1.CreateTokenResponse.token:type_name -> levers9.v1.Token
+	1,  // 6: levers9.v1.ListTokensResponse.tokens:type_name -> levers9.v1.Token
+	1,  // 7: levers9.v1.RevokeTokenResponse.token:type_name -> levers9.v1.Token
+	2,  // 8: levers9.v1.TokenService.CreateToken:input_type -> levers9.v1.CreateTokenRequest
+	4,  // 9: levers9.v1.TokenService.ListTokens:input_type -> levers9.v1.ListTokensRequest
+	6,  // 10: levers9.v1.TokenService.RevokeToken:input_type -> levers9.v1.RevokeTokenRequest
+	3,  // 11: levers9.v1.TokenService.CreateToken:output_type -> levers9.v1.CreateTokenResponse
+	5,  // 12: levers9.v1.TokenService.ListTokens:output_type -> levers9.v1.ListTokensResponse
+	7,  // 13: levers9.v1.TokenService.RevokeToken:output_type -> levers9.v1.RevokeTokenResponse
+	11, // [11:14] is the sub-list for method output_type
+	8,  // [8:11] is the sub-list for method input_type
+	8,  // [8:8] is the sub-list for extension type_name
+	8,  // [8:8] is the sub-list for extension extendee
+	0,  // [0:8] is the sub-list for field type_name
 }
 
 func init() { file_api_levers9_v1_token_proto_init() }
@@ -476,13 +568,14 @@ func file_api_levers9_v1_token_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_levers9_v1_token_proto_rawDesc), len(file_api_levers9_v1_token_proto_rawDesc)),
-			NumEnums:      0,
+			NumEnums:      1,
 			NumMessages:   7,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
 		GoTypes:           file_api_levers9_v1_token_proto_goTypes,
 		DependencyIndexes: file_api_levers9_v1_token_proto_depIdxs,
+		EnumInfos:         file_api_levers9_v1_token_proto_enumTypes,
 		MessageInfos:      file_api_levers9_v1_token_proto_msgTypes,
 	}.Build()
 	File_api_levers9_v1_token_proto = out.File

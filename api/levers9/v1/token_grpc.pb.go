@@ -29,7 +29,8 @@ const (
 // For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
 //
 // TokenService manages the API tokens of the caller's workspace. A token's
-// secret is returned once, by CreateToken, and stored only as a hash.
+// secret is returned once, by CreateToken, and stored only as a hash. Only
+// an admin token may call it.
 type TokenServiceClient interface {
 	CreateToken(ctx context.Context, in *CreateTokenRequest, opts ...grpc.CallOption) (*CreateTokenResponse, error)
 	ListTokens(ctx context.Context, in *ListTokensRequest, opts ...grpc.CallOption) (*ListTokensResponse, error)
@@ -79,7 +80,8 @@ func (c *tokenServiceClient) RevokeToken(ctx context.Context, in *RevokeTokenReq
 // for forward compatibility.
 //
 // TokenService manages the API tokens of the caller's workspace. A token's
-// secret is returned once, by CreateToken, and stored only as a hash.
+// secret is returned once, by CreateToken, and stored only as a hash. Only
+// an admin token may call it.
 type TokenServiceServer interface {
 	CreateToken(context.Context, *CreateTokenRequest) (*CreateTokenResponse, error)
 	ListTokens(context.Context, *ListTokensRequest) (*ListTokensResponse, error)
