@@ -11,8 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/grpc/metadata"
-
 	"github.com/levers9/levers9/agent/taskrun"
 	v1 "github.com/levers9/levers9/api/levers9/v1"
 	"github.com/levers9/levers9/controlplane/config"
@@ -122,18 +120,12 @@ func TestFloorRefusesADowngrade(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cert, key := controlplanetest.SelfSignedTLS(t)
-	cfg := env.Config(t)
-	cfg.Controlplane.TLS.CertFile, cfg.Controlplane.TLS.KeyFile = cert, key
-	cfg.Controlplane.AgentBinariesDir = t.TempDir()
-	if err := os.WriteFile(filepath.Join(cfg.Controlplane.AgentBinariesDir, "levers9-agent-linux-amd64"), []byte("x"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	cfg.Worker.DefaultImage = img.Ref
-	cfg.Worker.ContainerSecurity = config.ContainerSecurity{Profile: "legacy", Seccomp: "log", Egress: config.Egress{Mode: "observe"}}
-	cfg.WithDefaults()
-	in := controlplanetest.Start(t, cfg, true)
-	admin := adminContext(t, in)
+	b := setupJoinWith(t, func(c *config.Config) {
+		c.Worker.DefaultImage = img.Ref
+		c.Worker.ContainerSecurity = config.ContainerSecurity{Profile: "legacy", Seccomp: "log", Egress: config.Egress{Mode: "observe"}}
+		c.WithDefaults()
+	})
+	in, admin, cfg := b.in, b.ctx, b.in.Config
 	machines, tasksAPI := v1.NewMachineServiceClient(in.Conn), v1.NewTaskServiceClient(in.Conn)
 	created, err := machines.CreateMachine(admin, &v1.CreateMachineRequest{Pool: "default"})
 	if err != nil {
@@ -143,7 +135,7 @@ func TestFloorRefusesADowngrade(t *testing.T) {
 	tokenFile := filepath.Join(dir, "token")
 	os.WriteFile(tokenFile, []byte(created.JoinToken), 0o600)
 	state := State{Dir: filepath.Join(dir, "state")}
-	if _, err := Join(ctx, JoinOptions{Controlplane: in.Server.GRPCAddr(), CAFile: cert, TokenFile: tokenFile, State: state, Version: "t"}); err != nil {
+	if _, err := Join(ctx, JoinOptions{Controlplane: in.Server.GRPCAddr(), CAFile: b.caFile, TokenFile: tokenFile, State: state, Version: "t"}); err != nil {
 		t.Fatal(err)
 	}
 	node := testNode{prefix: prefix, sbState: filepath.Join("/run", prefix+"-test"), imageRoot: filepath.Join(t.TempDir(), "images"),
@@ -155,15 +147,7 @@ func TestFloorRefusesADowngrade(t *testing.T) {
 		o.State, o.Version, o.Log, o.HeartbeatInterval = state, "t", log, 200*time.Millisecond
 		o.Client = tunnel.ClientConfig{BackoffBase: 100 * time.Millisecond, BackoffMax: 500 * time.Millisecond}
 		o.Runner = newTestRunner(t, node, log)
-		a, err := NewAgent(o)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := a.Start(context.Background()); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(a.Stop)
-		return a, o.Runner
+		return startedAgent(t, o), o.Runner
 	}
 	online := func(in *controlplanetest.Instance, admin context.Context) {
 		t.Helper()
@@ -237,15 +221,4 @@ func TestFloorRefusesADowngrade(t *testing.T) {
 	if task.State != v1.TaskState_TASK_STATE_SUCCEEDED {
 		t.Fatalf("a task at the floor: %v %q, attempts %v", task.State, task.Message, task.Attempts)
 	}
-}
-
-// adminContext is a context with a fresh bootstrap token of in.
-func adminContext(t *testing.T, in *controlplanetest.Instance) context.Context {
-	t.Helper()
-	resp, err := v1.NewAuthServiceClient(in.Conn).Authorize(
-		metadata.AppendToOutgoingContext(context.Background(), "x-levers9-bootstrap-secret", "test-bootstrap-secret"), &v1.AuthorizeRequest{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer "+resp.Token)
 }
