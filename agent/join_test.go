@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	v1 "github.com/levers9/levers9/api/levers9/v1"
+	"github.com/levers9/levers9/controlplane/config"
 	"github.com/levers9/levers9/controlplane/controlplanetest"
 )
 
@@ -28,8 +29,17 @@ type joinBundle struct {
 
 func setupJoin(t *testing.T) *joinBundle {
 	t.Helper()
+	return setupJoinWith(t, nil)
+}
+
+// setupJoinWith is setupJoin with mutate applied to the config first.
+func setupJoinWith(t *testing.T, mutate func(*config.Config)) *joinBundle {
+	t.Helper()
 	cert, key := controlplanetest.SelfSignedTLS(t)
 	cfg := env.Config(t)
+	if mutate != nil {
+		mutate(cfg)
+	}
 	cfg.Controlplane.TLS.CertFile, cfg.Controlplane.TLS.KeyFile = cert, key
 	cfg.Controlplane.AgentBinariesDir = t.TempDir()
 	if err := os.WriteFile(filepath.Join(cfg.Controlplane.AgentBinariesDir, "levers9-agent-linux-amd64"), []byte("x"), 0o755); err != nil {

@@ -10,6 +10,7 @@ import (
 
 	v1 "github.com/levers9/levers9/api/levers9/v1"
 	"github.com/levers9/levers9/cli"
+	"github.com/levers9/levers9/controlplane/config"
 	"github.com/levers9/levers9/controlplane/controlplanetest"
 	"github.com/levers9/levers9/egress"
 )
@@ -32,7 +33,8 @@ func startAgentWith(t *testing.T, b *joinBundle, src ReadinessSource) *Agent {
 
 func TestEgressReadinessReport(t *testing.T) {
 	t.Parallel()
-	b := setupJoin(t)
+	// The report is for a pool in observe mode (the default is enforce).
+	b := setupJoinWith(t, func(c *config.Config) { c.Worker.ContainerSecurity.Egress.Mode = "observe" })
 	busy := egress.NewReadiness(time.Hour, nil)
 	busy.AddCount("default", "task-a", "metadata", 3)
 	busy.AddCount("default", "task-b", "private", 2)

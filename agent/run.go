@@ -55,6 +55,10 @@ type RunOptions struct {
 	// Clock times heartbeats and report retries and stamps reports
 	// (default the wall clock). The tunnel's is Client.Clock.
 	Clock clock.Clock
+	// Floor is the operator's --min-* flags: the loosest security this
+	// machine runs. Settings left empty keep the floor saved in the state
+	// directory (none at first).
+	Floor enroll.Floor
 }
 
 // ReadinessSource is what the agent needs of the egress node.
@@ -75,6 +79,7 @@ type Agent struct {
 	// reports use it so they outlive a reconnect.
 	cp    *grpc.ClientConn
 	tasks *tasks // nil without a Runner
+	floor enroll.Floor
 }
 
 // NewAgent loads the state written by Join.
@@ -91,6 +96,9 @@ func NewAgent(o RunOptions) (*Agent, error) {
 		return nil, err
 	}
 	a := &Agent{o: o, settings: st}
+	if a.floor, err = o.State.resolveFloor(o.Floor); err != nil {
+		return nil, err
+	}
 	cert, err := tls.LoadX509KeyPair(o.State.path("agent.crt"), o.State.path("agent.key"))
 	if err != nil {
 		return nil, fmt.Errorf("load the agent certificate from %s: %w", o.State.Dir, err)
@@ -139,6 +147,7 @@ func NewAgent(o RunOptions) (*Agent, error) {
 			return cp.ReportAttempt(ctx, req, grpc.WaitForReady(true))
 		}
 		a.tasks = newTasks(o.Runner, send, o.Report, o.Clock, o.Log.With("component", "tasks", "machine_id", st.MachineID), st.Pool)
+		a.tasks.floor = a.floor
 	}
 	a.srv = grpc.NewServer(tunnel.ServerOptions(tunnel.Limits{})...)
 	agentv1.RegisterAgentServer(a.srv, &agentService{machineID: st.MachineID, tasks: a.tasks})
@@ -334,12 +343,19 @@ func runCmd(ctx context.Context, args []string, _, stderr io.Writer) error {
 	fs.StringVar(&nc.SubnetV4, "subnet-v4", "", "container IPv4 subnet (default "+egress.DefaultSubnetV4+")")
 	fs.StringVar(&nc.SubnetV6, "subnet-v6", "", "container IPv6 ULA subnet (default "+egress.DefaultSubnetV6+")")
 	resolvers := fs.String("resolvers", "", "DNS servers containers use, comma-separated (default: the host's non-loopback ones)")
+	var floor enroll.Floor
+	fs.StringVar(&floor.Profile, "min-profile", "", "refuse tasks whose profile is below this: legacy < hardened (default: the saved floor, else none)")
+	fs.StringVar(&floor.Seccomp, "min-seccomp", "", "refuse tasks whose seccomp is below this: off < log < enforce (default: the saved floor, else none)")
+	fs.StringVar(&floor.Egress, "min-egress", "", "refuse tasks whose egress mode is below this: observe < enforce (default: the saved floor, else none)")
 	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if err := floor.Validate(); err != nil {
 		return err
 	}
 	nc.Registries, nc.InsecureRegistries, nc.Resolvers = splitList(*registries), splitList(*insecure), splitList(*resolvers)
 	log := slog.New(slog.NewJSONHandler(stderr, nil))
-	o := RunOptions{State: State{Dir: *stateDir}, Log: log, Version: Version}
+	o := RunOptions{State: State{Dir: *stateDir}, Log: log, Version: Version, Floor: floor}
 	if *tunnelAddr != "" {
 		o.TunnelAddrs = []string{*tunnelAddr}
 	}
@@ -367,7 +383,7 @@ func runCmd(ctx context.Context, args []string, _, stderr io.Writer) error {
 		a.Stop()
 		return err
 	}
-	log.Info("agent running", "machine_id", a.MachineID(), "pool", a.settings.Pool, "prefix", nc.WithDefaults().Prefix)
+	log.Info("agent running", "machine_id", a.MachineID(), "pool", a.settings.Pool, "prefix", nc.WithDefaults().Prefix, "floor", a.floor.String())
 	<-ctx.Done()
 	a.Stop()
 	return nil

@@ -40,6 +40,12 @@ func startJoinedAgent(t *testing.T, b *joinBundle, o RunOptions) *Agent {
 	}
 	o.Log = slog.New(slog.DiscardHandler)
 	o.Client = tunnel.ClientConfig{BackoffBase: 100 * time.Millisecond, BackoffMax: 500 * time.Millisecond}
+	return startedAgent(t, o)
+}
+
+// startedAgent makes an agent with o and starts it, stopped in t.Cleanup.
+func startedAgent(t *testing.T, o RunOptions) *Agent {
+	t.Helper()
 	a, err := NewAgent(o)
 	if err != nil {
 		t.Fatal(err)

@@ -19,6 +19,7 @@ import (
 //	agent-ca.pem         the CA that signs agent certificates
 //	controlplane-ca.pem  the CA of the controlplane's TLS certificate, if private
 //	agent.json           where the controlplane is (Settings)
+//	floor.json           the machine's security floor (--min-* flags)
 type State struct {
 	Dir string
 }

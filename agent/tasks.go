@@ -16,6 +16,7 @@ import (
 	"github.com/levers9/levers9/agent/taskrun"
 	agentv1 "github.com/levers9/levers9/api/levers9/agent/v1"
 	v1 "github.com/levers9/levers9/api/levers9/v1"
+	"github.com/levers9/levers9/enroll"
 	"github.com/levers9/levers9/internal/clock"
 	"github.com/levers9/levers9/internal/errdefs"
 )
@@ -81,6 +82,9 @@ type tasks struct {
 	clock  clock.Clock
 	log    *slog.Logger
 	pool   string
+	// floor is the machine's security minimum: attempts below it are
+	// refused before anything starts.
+	floor enroll.Floor
 
 	// mu guards the fields below.
 	mu       sync.Mutex
@@ -126,6 +130,11 @@ func (t *tasks) stop() {
 func (t *tasks) run(a *agentv1.TaskAttempt) (alreadyRunning bool, err error) {
 	task, err := taskFromAttempt(a, t.pool)
 	if err != nil {
+		return false, err
+	}
+	if err := checkFloor(t.floor, task); err != nil {
+		t.log.Warn("attempt refused: below this machine's security floor", "task_id", a.TaskId, "attempt", a.Attempt,
+			"pool", task.Pool, "floor", t.floor.String(), "err", err, "audit", true)
 		return false, err
 	}
 	key := attemptKey{a.TaskId, a.Attempt}

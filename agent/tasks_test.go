@@ -240,29 +240,9 @@ func setupTasks(t *testing.T, o taskSetup) *taskBundle {
 // agent.
 func (b *taskBundle) startAgent(t *testing.T, report ReportConfig) {
 	t.Helper()
-	ctx := context.Background()
 	logger := slog.New(slog.NewTextHandler(testenv.LogWriter(t, "AGENT_TEST_LOGS"), &slog.HandlerOptions{Level: slog.LevelDebug}))
-	if err := imagetest.ReconcileMounts(b.prefix); err != nil {
-		t.Fatal(err)
-	}
-	host, err := sandbox.DetectHost(ctx, sandbox.NVIDIADiscovery{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sb, err := sandbox.New(sandbox.Config{Prefix: b.prefix, StateDir: b.sbState, CgroupParent: "/" + b.prefix + "-test", Host: host, Logger: logger})
-	if err != nil {
-		t.Fatal(err)
-	}
-	store, err := image.New(image.Config{Root: b.imageRoot, Registry: b.reg.Host, InsecureRegistries: []string{b.reg.Host},
-		MountSource: b.prefix, Logger: logger})
-	if err != nil {
-		t.Fatal(err)
-	}
-	b.runner, err = taskrun.New(taskrun.Config{Sandbox: sb, Images: store, KillGrace: 500 * time.Millisecond, Logger: logger,
-		StateDir: filepath.Join(b.state.Dir, "attempts")})
-	if err != nil {
-		t.Fatal(err)
-	}
+	b.runner = newTestRunner(t, testNode{prefix: b.prefix, sbState: b.sbState, imageRoot: b.imageRoot, registry: b.reg.Host, state: b.state}, logger)
+	var err error
 	b.agent, err = NewAgent(RunOptions{State: b.state, Version: "t", HeartbeatInterval: 200 * time.Millisecond, Log: logger,
 		Client: tunnel.ClientConfig{BackoffBase: 100 * time.Millisecond, BackoffMax: 500 * time.Millisecond},
 		Runner: b.runner, Report: report})
@@ -285,6 +265,42 @@ func (b *taskBundle) startAgent(t *testing.T, report ReportConfig) {
 	})
 	conn, _ := b.hub.Conn(b.machineID)
 	b.client = agentv1.NewAgentClient(conn)
+}
+
+// testNode says where a test Runner keeps its host objects and files.
+type testNode struct {
+	prefix, sbState, imageRoot, registry string
+	state                                State
+}
+
+// newTestRunner builds a Runner (runc, no container network) on n: its
+// containers carry n.prefix, images come from n.registry over plain HTTP,
+// attempt records go under the agent state's attempts/.
+func newTestRunner(t *testing.T, n testNode, logger *slog.Logger) *taskrun.Runner {
+	t.Helper()
+	ctx := context.Background()
+	if err := imagetest.ReconcileMounts(n.prefix); err != nil {
+		t.Fatal(err)
+	}
+	host, err := sandbox.DetectHost(ctx, sandbox.NVIDIADiscovery{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sb, err := sandbox.New(sandbox.Config{Prefix: n.prefix, StateDir: n.sbState, CgroupParent: "/" + n.prefix + "-test", Host: host, Logger: logger})
+	if err != nil {
+		t.Fatal(err)
+	}
+	store, err := image.New(image.Config{Root: n.imageRoot, Registry: n.registry, InsecureRegistries: []string{n.registry},
+		MountSource: n.prefix, Logger: logger})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := taskrun.New(taskrun.Config{Sandbox: sb, Images: store, KillGrace: 500 * time.Millisecond, Logger: logger,
+		StateDir: filepath.Join(n.state.Dir, "attempts")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
 }
 
 func writeAgentState(t *testing.T, st State, cert tls.Certificate, caCert *x509.Certificate, s Settings) {

@@ -77,4 +77,23 @@ func TestMachineCreateWritesPrivateScript(t *testing.T) {
 	if _, errOut, code = b.run(t, "", nil, "machine", "create", "--pool", "nope"); code == 0 || !strings.Contains(errOut, "not declared") {
 		t.Errorf("unknown pool: %s", errOut)
 	}
+
+	// A floor goes into the script the CLI writes; a bad one creates nothing.
+	if _, errOut, code = b.run(t, "", nil, "machine", "create", "--pool", "default", "--min-seccomp", "strict"); code == 0 ||
+		!strings.Contains(errOut, `--min-seccomp: "strict" is not one of off, log, enforce`) {
+		t.Errorf("bad floor: %s", errOut)
+	}
+	out, errOut, code = b.run(t, "", nil, "machine", "create", "--pool", "default", "--min-profile", "hardened", "--min-egress", "enforce")
+	if code != 0 || !strings.Contains(out, "security floor: profile=hardened egress=enforce") {
+		t.Fatalf("machine create with a floor: %s %s", out, errOut)
+	}
+	id = regexp.MustCompile(`machine (m_[a-z2-7]+)`).FindStringSubmatch(out)
+	script, _ = os.ReadFile(filepath.Join(b.home, "machines", id[1]+".sh"))
+	if !strings.Contains(string(script), "\nAGENT_FLOOR=' --min-profile=hardened --min-egress=enforce'\n") {
+		t.Errorf("the script lacks the floor")
+	}
+	out, _, _ = b.run(t, "", nil, "machine", "list", "-o", "json")
+	if strings.Count(out, `"id"`) != 1 {
+		t.Errorf("machines after a refused and an accepted create: %s", out)
+	}
 }

@@ -37,15 +37,24 @@ func (a *app) machineCreateCmd() *cobra.Command {
 	var (
 		pool, name string
 		joinTTL    time.Duration
+		floor      enroll.Floor
 	)
 	create := &cobra.Command{
-		Use:   "create --pool NAME [--name NAME] [--join-ttl 1h]",
+		Use:   "create --pool NAME [--name NAME] [--join-ttl 1h] [--min-profile P] [--min-seccomp S] [--min-egress E]",
 		Short: "Create a machine and the join script that enrolls it",
 		Long: `Create a machine record with a single-use join token (1 hour by default) and write the
 join script, token inside, to ~/.levers9/machines/ID.sh with mode 0600. Copy that file to the
-machine and run it there as root; the printed command hides the token.`,
+machine and run it there as root; the printed command hides the token.
+
+--min-profile, --min-seccomp and --min-egress set the machine's security floor: the script
+starts the agent with them, and the agent refuses any task whose container security is looser,
+whatever the controlplane sends. The CLI writes them into the script; the controlplane never
+sees them.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := floor.Validate(); err != nil {
+				return err
+			}
 			resp, err := rpc(a, func(ctx context.Context, conn *grpc.ClientConn) (*v1.CreateMachineResponse, error) {
 				return v1.NewMachineServiceClient(conn).CreateMachine(ctx, &v1.CreateMachineRequest{
 					Pool: pool, Name: name, JoinTtlSeconds: int64(joinTTL / time.Second)})
@@ -58,7 +67,13 @@ machine and run it there as root; the printed command hides the token.`,
 				return err
 			}
 			path := filepath.Join(dir, "machines", resp.Machine.Id+".sh")
-			if err := enroll.WriteSecretFile(path, []byte(resp.JoinScript)); err != nil {
+			script := resp.JoinScript
+			if !floor.IsZero() {
+				if script, err = enroll.SetScriptFloor(script, floor); err != nil {
+					return fmt.Errorf("machine %s: %w", resp.Machine.Id, err)
+				}
+			}
+			if err := enroll.WriteSecretFile(path, []byte(script)); err != nil {
 				return fmt.Errorf("save the join script: %w", err)
 			}
 			if a.output == "json" {
@@ -67,6 +82,9 @@ machine and run it there as root; the printed command hides the token.`,
 			}
 			m := resp.Machine
 			fmt.Fprintf(a.io.Out, "machine %s (%s) created in pool %s\n", m.Id, m.Name, m.Pool)
+			if !floor.IsZero() {
+				fmt.Fprintf(a.io.Out, "security floor: %s (the agent refuses looser tasks)\n", floor)
+			}
 			fmt.Fprintf(a.io.Out, "join script: %s (mode 0600: it holds the token %s, single use, expires %s)\n",
 				path, enroll.MaskJoinToken(resp.JoinToken), when(m.JoinExpiresAt))
 			fmt.Fprintf(a.io.Out, "run it on the machine as root:\n  sudo sh %s.sh            # add --foreground to run without systemd\n", m.Id)
@@ -77,6 +95,9 @@ machine and run it there as root; the printed command hides the token.`,
 	create.Flags().StringVar(&pool, "pool", "", "pool to join (see `levers9 pool list`)")
 	create.Flags().StringVar(&name, "name", "", "machine name (made up when empty)")
 	create.Flags().DurationVar(&joinTTL, "join-ttl", 0, "how long the join token stays valid (default: the controlplane's, 1h)")
+	create.Flags().StringVar(&floor.Profile, "min-profile", "", "machine's floor for the container profile: legacy < hardened (default none)")
+	create.Flags().StringVar(&floor.Seccomp, "min-seccomp", "", "machine's floor for seccomp: off < log < enforce (default none)")
+	create.Flags().StringVar(&floor.Egress, "min-egress", "", "machine's floor for the egress mode: observe < enforce (default none)")
 	_ = create.MarkFlagRequired("pool")
 	return create
 }

@@ -38,7 +38,8 @@ var (
 // JoinScript renders the script an operator runs on a box as root. It
 // checks the platform, downloads the agent and verifies its checksum,
 // writes the token to a 0600 file (never argv), enrolls, and installs a
-// systemd unit or runs in the foreground. Running it twice is harmless.
+// systemd unit or runs in the foreground. Running it twice is harmless. Its
+// AGENT_FLOOR line is empty; SetScriptFloor fills it.
 func JoinScript(p ScriptParams) (string, error) {
 	for name, v := range map[string]string{"machine id": p.MachineID, "pool": p.Pool,
 		"controlplane gRPC address": p.ControlplaneGRPC, "controlplane REST URL": p.ControlplaneREST} {
@@ -80,6 +81,9 @@ POOL='{{.Pool}}'
 CONTROLPLANE_GRPC='{{.ControlplaneGRPC}}'
 CONTROLPLANE_REST='{{.ControlplaneREST}}'
 JOIN_TOKEN='{{.Token}}'
+# The machine's security floor (levers9 machine create --min-*): the agent
+# refuses tasks whose container security is looser.
+AGENT_FLOOR=''
 STATE_DIR=/var/lib/levers9-agent
 ETC_DIR=/etc/levers9
 BIN_DIR=/usr/local/bin
@@ -103,7 +107,7 @@ while [ $# -gt 0 ]; do
 done
 # Whatever follows -- goes to 'levers9-agent run' (e.g. --insecure-registries
 # HOST:PORT); each must be one word without quotes or spaces.
-AGENT_ARGS=""
+AGENT_ARGS="$AGENT_FLOOR"
 for a in "$@"; do
   case "$a" in
     *[!A-Za-z0-9._:/,=+-]*) fail "agent option $a: use letters, digits and . _ : / , = + - only" ;;

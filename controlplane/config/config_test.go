@@ -19,8 +19,10 @@ func TestLoadDefaults(t *testing.T) {
 	if c.Controlplane.GRPCAddr != ":1993" || c.Controlplane.RESTAddr != ":1994" || c.Controlplane.TunnelAddr != ":1995" {
 		t.Errorf("ports = %+v", c.Controlplane)
 	}
-	if c.Worker.ContainerSecurity.Profile != "hardened" || !*c.Worker.ContainerSecurity.DropNetRaw {
-		t.Errorf("security defaults = %+v", c.Worker.ContainerSecurity)
+	// The secure defaults (see CHANGELOG.md before changing any).
+	if cs := c.Worker.ContainerSecurity; cs.Profile != "hardened" || cs.Seccomp != "enforce" || !*cs.DropNetRaw ||
+		!*cs.BridgePortIsolation || cs.Egress.Mode != "enforce" {
+		t.Errorf("security defaults = %+v, egress %+v", cs, cs.Egress)
 	}
 	if _, ok := c.Worker.Pools["default"]; !ok {
 		t.Error("default pool missing")

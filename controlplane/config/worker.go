@@ -35,7 +35,7 @@ type ContainerSecurity struct {
 
 // Egress is the container egress policy.
 type Egress struct {
-	// Mode is off, observe or enforce (default observe).
+	// Mode is off, observe or enforce (default enforce).
 	Mode string `yaml:"mode"`
 	// Allow entries: CIDR, CIDR:port, CIDR:port/proto, [v6CIDR]:port.
 	Allow []string `yaml:"allow"`
@@ -64,7 +64,7 @@ func (w *Worker) withDefaults() {
 	if cs.BridgePortIsolation == nil {
 		cs.BridgePortIsolation = boolPtr(true)
 	}
-	setDefault(&cs.Egress.Mode, "observe")
+	setDefault(&cs.Egress.Mode, "enforce")
 	setDefault(&w.VolumeMountValidation, "log")
 	if w.JobResourcesEnforced == nil {
 		w.JobResourcesEnforced = boolPtr(true)
