@@ -1,6 +1,7 @@
 package tunnel
 
 import (
+	"net"
 	"testing"
 	"time"
 )
@@ -64,6 +65,12 @@ func TestConfigValidateNamesFields(t *testing.T) {
 			t.Errorf("server validation %v does not name %s", err, want)
 		}
 	}
+	err = ServerConfig{MaxHandshakesPerSource: -1, QUICRetryThreshold: -1, ClientHelloTimeout: -time.Second}.WithDefaults().Validate()
+	for _, want := range []string{"tunnel.server.maxHandshakesPerSource", "tunnel.server.quicRetryThreshold", "tunnel.server.clientHelloTimeout"} {
+		if err == nil || !contains(err.Error(), want) {
+			t.Errorf("server validation %v does not name %s", err, want)
+		}
+	}
 }
 
 func contains(s, sub string) bool {
@@ -73,4 +80,42 @@ func contains(s, sub string) bool {
 		}
 	}
 	return false
+}
+
+func TestFrontDoorDefaults(t *testing.T) {
+	c := ServerConfig{}.WithDefaults()
+	if c.MaxHandshakesPerSource != 64 || c.QUICRetryThreshold != c.MaxConcurrentHandshakes/2 || c.ClientHelloTimeout != 3*time.Second {
+		t.Fatalf("defaults: perSource %d, retry at %d of %d, ClientHello timeout %s", c.MaxHandshakesPerSource, c.QUICRetryThreshold, c.MaxConcurrentHandshakes, c.ClientHelloTimeout)
+	}
+	if c := (ServerConfig{MaxConcurrentHandshakes: 1}).WithDefaults(); c.QUICRetryThreshold != 1 {
+		t.Fatalf("retry threshold for a cap of 1: %d", c.QUICRetryThreshold)
+	}
+}
+
+func TestSourceOfCountsIPv4AddressesAndIPv6Slash64s(t *testing.T) {
+	for _, tc := range []struct {
+		addr net.Addr
+		want string
+	}{
+		{&net.TCPAddr{IP: net.ParseIP("192.0.2.7"), Port: 1}, "192.0.2.7/32"},
+		{&net.UDPAddr{IP: net.ParseIP("::ffff:192.0.2.7"), Port: 2}, "192.0.2.7/32"},
+		{&net.TCPAddr{IP: net.ParseIP("2001:db8:1:2:3:4:5:6"), Port: 3, Zone: "eth0"}, "2001:db8:1:2::/64"},
+		{&net.UDPAddr{IP: net.ParseIP("2001:db8:1:2:ffff::1"), Port: 4}, "2001:db8:1:2::/64"},
+	} {
+		if got := sourceOf(tc.addr).String(); got != tc.want {
+			t.Errorf("sourceOf(%s) = %s, want %s", tc.addr, got, tc.want)
+		}
+	}
+	sc := newSourceCounts(2)
+	p := sourceOf(&net.TCPAddr{IP: net.ParseIP("192.0.2.7")})
+	for i, want := range []bool{true, true, false} {
+		if got := sc.take(p); got != want {
+			t.Fatalf("take %d from a source of cap 2: %v, want %v", i+1, got, want)
+		}
+	}
+	sc.release(p)
+	sc.release(p)
+	if len(sc.n) != 0 {
+		t.Fatalf("released sources still counted: %v", sc.n)
+	}
 }

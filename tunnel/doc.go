@@ -23,6 +23,24 @@
 // each refused agent in a virtual queue, so a fleet reconnecting after a
 // restart is spread out instead of retrying in lockstep.
 //
+// The front door. Those handshake slots are not a pool an anonymous sender
+// can fill. One source (an IPv4 address or an IPv6 /64) holds at most
+// MaxHandshakesPerSource of them (default 64), refused like the global cap
+// and counted as "refused_source"; its refusals do not join the virtual
+// queue, so an attacker's loop does not lengthen everyone's hint. Sessions
+// are not capped per source: a fleet behind one NAT address gets in, that
+// many handshakes at a time. Once QUICRetryThreshold handshakes are in
+// flight (default half the cap), a new QUIC connection must first answer a
+// Retry, proving it receives at its source address, so spoofed Initials
+// cost a stateless Retry and no slot. A TCP connection gets
+// ClientHelloTimeout (default 3 s) to deliver its whole first TLS record,
+// the ClientHello, and is closed otherwise; only then does the rest of
+// Liveness.HandshakeTimeout apply, so a slowloris holds a slot for seconds.
+// The later stages keep the whole HandshakeTimeout: under load the
+// server's own flight is what is slow, and an honest agent must not pay
+// for it. Behind a TCP load balancer that hides agents' addresses, raise
+// MaxHandshakesPerSource to MaxConcurrentHandshakes.
+//
 // Dialling. Direct makes one session: a happy-eyeballs race per address,
 // QUIC first and TCP after a short head start (longer to an address where
 // QUIC won last time), the first to complete wins and the loser is closed; TCP may go through an HTTP CONNECT proxy

@@ -50,6 +50,11 @@ type cpOpts struct {
 	maxHandshakes int
 	pushIdle      time.Duration
 	hubClock      clock.Clock
+	// perSource, retryAt and helloTimeout set MaxHandshakesPerSource,
+	// QUICRetryThreshold and ClientHelloTimeout.
+	perSource    int
+	retryAt      int
+	helloTimeout time.Duration
 }
 
 // setupCP starts a controlplane side: server + hub with an echo service that
@@ -98,6 +103,7 @@ func setupCP(t testing.TB, o cpOpts) *cpEnv {
 	e.srv, err = tunnel.NewServer(tunnel.ServerConfig{
 		Addr: o.addr, TLS: stls, Liveness: o.live, Limits: o.limits,
 		HandshakesPerSecond: o.rate, HandshakeBurst: o.burst, MaxConcurrentHandshakes: o.maxHandshakes,
+		MaxHandshakesPerSource: o.perSource, QUICRetryThreshold: o.retryAt, ClientHelloTimeout: o.helloTimeout,
 		Authorize: func(_ context.Context, c *x509.Certificate) (string, error) {
 			cn := c.Subject.CommonName
 			if _, ok := e.revoked.Load(cn); ok {

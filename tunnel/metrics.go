@@ -23,7 +23,10 @@ type Metrics struct {
 const (
 	resultOK      = "ok"
 	resultRefused = "refused"
-	resultFailed  = "failed"
+	// resultRefusedSource: refused before any crypto because its source
+	// already had MaxHandshakesPerSource handshakes in flight.
+	resultRefusedSource = "refused_source"
+	resultFailed        = "failed"
 	// resultAbandoned: the agent hung up mid-handshake, as the loser of
 	// its own happy-eyeballs race does. Not a failure to alert on.
 	resultAbandoned = "abandoned"
@@ -39,7 +42,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		}, []string{"side", "transport"}),
 		handshakes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "levers9", Subsystem: "tunnel", Name: "handshakes_total",
-			Help: "Tunnel handshakes by side and result (ok, refused, failed, abandoned: the agent hung up mid-handshake).",
+			Help: "Tunnel handshakes by side and result (ok, refused, refused_source: its source address had too many in flight, failed, abandoned: the agent hung up mid-handshake).",
 		}, []string{"side", "result"}),
 		reconnects: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: "levers9", Subsystem: "tunnel", Name: "reconnects_total",

@@ -53,6 +53,24 @@ type ServerConfig struct {
 	// (congestion collapse). Set it well above the handshakes a second
 	// brings: slow clients hold slots too, and every refusal is redone.
 	MaxConcurrentHandshakes int
+	// MaxHandshakesPerSource caps the handshakes in flight from one source
+	// (an IPv4 address or an IPv6 /64; default 64), refused the same way
+	// and counted as "refused_source". Sessions are not capped per source:
+	// a fleet behind one NAT address gets in, this many handshakes at a
+	// time. Behind a TCP load balancer that hides agents' addresses, raise
+	// it to MaxConcurrentHandshakes.
+	MaxHandshakesPerSource int
+	// QUICRetryThreshold: once this many handshakes are in flight, a new
+	// QUIC connection must first answer a Retry from its source address
+	// (one more round trip), so spoofed Initials take no slot (default
+	// half of MaxConcurrentHandshakes).
+	QUICRetryThreshold int
+	// ClientHelloTimeout: a TCP connection whose first TLS record (the
+	// ClientHello) has not fully arrived this long after accept is closed
+	// (default 3 s); only then does it get the rest of
+	// Liveness.HandshakeTimeout. A peer that connects and sends nothing,
+	// or a few bytes (slowloris), holds its slot this long and no longer.
+	ClientHelloTimeout time.Duration
 	// QUICStatelessResetKey, when the same across restarts (derive it from
 	// a secret), lets a restarted server reset the agents' old QUIC
 	// connections at their next packet instead of leaving them to time out.
@@ -72,6 +90,9 @@ func (c ServerConfig) WithDefaults() ServerConfig {
 	orDefault(&c.HandshakesPerSecond, 1000)
 	orDefault(&c.HandshakeBurst, 200)
 	orDefault(&c.MaxConcurrentHandshakes, 1024)
+	orDefault(&c.MaxHandshakesPerSource, 64)
+	orDefault(&c.QUICRetryThreshold, max(c.MaxConcurrentHandshakes/2, 1))
+	orDefault(&c.ClientHelloTimeout, 3*time.Second)
 	sharedDefaults(&c.Liveness, &c.Limits, &c.Logger, &c.Metrics, &c.Clock)
 	return c
 }
@@ -94,6 +115,15 @@ func (c ServerConfig) Validate() error {
 	if c.MaxConcurrentHandshakes < 1 {
 		errs = append(errs, fmt.Errorf("tunnel.server.maxConcurrentHandshakes: must be >= 1: %w", errdefs.ErrInvalidArgument))
 	}
+	if c.MaxHandshakesPerSource < 1 {
+		errs = append(errs, fmt.Errorf("tunnel.server.maxHandshakesPerSource: must be >= 1: %w", errdefs.ErrInvalidArgument))
+	}
+	if c.QUICRetryThreshold < 1 {
+		errs = append(errs, fmt.Errorf("tunnel.server.quicRetryThreshold: must be >= 1: %w", errdefs.ErrInvalidArgument))
+	}
+	if c.ClientHelloTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("tunnel.server.clientHelloTimeout: must be > 0: %w", errdefs.ErrInvalidArgument))
+	}
 	if c.HandshakeBurst < 1 {
 		errs = append(errs, fmt.Errorf("tunnel.server.handshakeBurst: must be >= 1: %w", errdefs.ErrInvalidArgument))
 	}
@@ -111,8 +141,10 @@ type Server struct {
 	log   *slog.Logger
 	wg    sync.WaitGroup
 	stopC chan struct{}
-	// inflight counts connections between accept and verdict.
+	// inflight counts connections between accept and verdict; sources
+	// counts them per source.
 	inflight atomic.Int64
+	sources  *sourceCounts
 
 	// mu guards everything below.
 	mu       sync.Mutex
@@ -143,6 +175,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	return &Server{
 		cfg: cfg, tls: tc, log: cfg.Logger.With("component", "tunnel.server"),
 		adm:      newAdmission(cfg.HandshakesPerSecond, cfg.HandshakeBurst, cfg.Clock.Now()),
+		sources:  newSourceCounts(cfg.MaxHandshakesPerSource),
 		stopC:    make(chan struct{}),
 		sessions: make(map[*session]struct{}),
 		pending:  make(map[closer]struct{}),
@@ -162,7 +195,7 @@ func (s *Server) Start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	qtr := &quic.Transport{Conn: udp, ConnContext: s.quicConnContext}
+	qtr := &quic.Transport{Conn: udp, ConnContext: s.quicConnContext, VerifySourceAddress: s.needsRetry}
 	if k := s.cfg.QUICStatelessResetKey; k != nil {
 		rk := quic.StatelessResetKey(*k)
 		qtr.StatelessResetKey = &rk
@@ -273,9 +306,9 @@ func (s *Server) acceptTCP(ctx context.Context) {
 			}
 			return
 		}
-		slot, ok := s.takeSlot()
-		if !ok {
-			s.wg.Go(func() { s.refuseBusy(c) })
+		slot, why := s.takeSlot(c.RemoteAddr())
+		if slot == nil {
+			s.wg.Go(func() { s.refuseBusy(c, s.busyHint(why)) })
 			continue
 		}
 		if !s.addPending(c) {
@@ -339,36 +372,14 @@ func (s *Server) removePending(c closer) {
 	s.mu.Unlock()
 }
 
-// handshakeSlot is one of MaxConcurrentHandshakes; release is idempotent.
-type handshakeSlot struct {
-	once sync.Once
-	s    *Server
-}
-
-func (h *handshakeSlot) release() {
-	if h != nil {
-		h.once.Do(func() { h.s.inflight.Add(-1) })
-	}
-}
-
-type slotKey struct{}
-
-func (s *Server) takeSlot() (*handshakeSlot, bool) {
-	if s.inflight.Add(1) > int64(s.cfg.MaxConcurrentHandshakes) {
-		s.inflight.Add(-1)
-		s.cfg.Metrics.handshakes.WithLabelValues("server", resultRefused).Inc()
-		return nil, false
-	}
-	return &handshakeSlot{s: s}, true
-}
-
-// quicConnContext runs before any crypto of a new QUIC connection: over
-// the handshake cap it refuses the connection; otherwise the slot is
-// released at the verdict or when the handshake fails.
-func (s *Server) quicConnContext(ctx context.Context, _ *quic.ClientInfo) (context.Context, error) {
-	slot, ok := s.takeSlot()
-	if !ok {
-		return nil, fmt.Errorf("tunnel server: %d handshakes in flight: %w", s.cfg.MaxConcurrentHandshakes, errdefs.ErrUnavailable)
+// quicConnContext runs before any crypto of a new QUIC connection (and
+// after a Retry, when needsRetry asked for one): over a handshake cap it
+// refuses the connection; otherwise the slot is released at the verdict or
+// when the handshake fails.
+func (s *Server) quicConnContext(ctx context.Context, ci *quic.ClientInfo) (context.Context, error) {
+	slot, why := s.takeSlot(ci.RemoteAddr)
+	if slot == nil {
+		return nil, s.refusedErr(ci.RemoteAddr, why)
 	}
 	context.AfterFunc(ctx, slot.release)
 	return context.WithValue(ctx, slotKey{}, slot), nil
@@ -376,9 +387,15 @@ func (s *Server) quicConnContext(ctx context.Context, _ *quic.ClientInfo) (conte
 
 func (s *Server) handleTCP(ctx context.Context, c net.Conn, slot *handshakeSlot) {
 	defer slot.release()
-	tc := tls.Server(c, s.tls)
 	hctx, cancel := context.WithTimeout(ctx, s.cfg.Liveness.HandshakeTimeout)
 	defer cancel()
+	hello, err := readClientHello(c, min(s.cfg.ClientHelloTimeout, s.cfg.Liveness.HandshakeTimeout))
+	if err != nil {
+		s.handshakeFailed(c.RemoteAddr(), TransportTCP, err)
+		_ = c.Close()
+		return
+	}
+	tc := tls.Server(&prefixConn{Conn: c, prefix: hello}, s.tls)
 	if err := tc.HandshakeContext(hctx); err != nil {
 		s.handshakeFailed(c.RemoteAddr(), TransportTCP, fmt.Errorf("TLS handshake: %w", err))
 		_ = c.Close()
@@ -396,10 +413,10 @@ func (s *Server) handleTCP(ctx context.Context, c net.Conn, slot *handshakeSlot)
 // refuseBusy tells an agent over the handshake cap when to come back: a
 // few bytes, no crypto. The ClientHello is drained before closing, as
 // closing over unread data would send a RST that can overtake the hint.
-func (s *Server) refuseBusy(c net.Conn) {
+func (s *Server) refuseBusy(c net.Conn, hint time.Duration) {
 	defer c.Close()
 	_ = c.SetDeadline(time.Now().Add(500 * time.Millisecond))
-	if _, err := c.Write(encodeBusy(s.adm.busy(s.cfg.Clock.Now()))); err != nil {
+	if _, err := c.Write(encodeBusy(hint)); err != nil {
 		return
 	}
 	if cw, ok := c.(interface{ CloseWrite() error }); ok {
