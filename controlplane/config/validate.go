@@ -46,6 +46,19 @@ func (c *Config) Validate() error {
 	if cp.PublicHost == "" || strings.ContainsAny(cp.PublicHost, " /'\"$`") {
 		bad("controlplane.publicHost", "%q is not a host name or address", cp.PublicHost)
 	}
+	if cp.ReplicaSecret != "" && len(cp.ReplicaSecret) < 32 {
+		bad("controlplane.replicaSecret", "must be at least 32 characters")
+	}
+	for i, k := range cp.PreviousReplicaSecrets {
+		// 16, not 32: the encryption key may be listed here while moving
+		// from the derived key to a dedicated secret.
+		if len(k) < 16 {
+			bad(fmt.Sprintf("controlplane.previousReplicaSecrets[%d]", i), "must be at least 16 characters")
+		}
+		if k == cp.ReplicaSecret {
+			bad(fmt.Sprintf("controlplane.previousReplicaSecrets[%d]", i), "is the current replicaSecret")
+		}
+	}
 
 	pg := c.Database.Postgres
 	if pg.Port < 1 || pg.Port > 65535 {
