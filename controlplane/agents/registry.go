@@ -63,6 +63,11 @@ type Config struct {
 	// wall clock). The tunnel server keeps the wall clock: its heartbeats
 	// meet connection deadlines, which are wall-clock instants.
 	Clock clock.Clock
+	// ReplicaSecret keys the MACs on what replicas exchange through Redis
+	// (replicaauth.go); every replica sharing the Redis needs the same one.
+	// Required. PreviousReplicaSecrets are still accepted (rotation).
+	ReplicaSecret          string
+	PreviousReplicaSecrets []string
 }
 
 // Tasks is what the registry hands agents' attempt reports to.
@@ -82,6 +87,7 @@ type Registry struct {
 	hub     *tunnel.Hub
 	grpc    *grpc.Server
 	fwd     *forwarder
+	auth    *replicaAuth
 	metrics *registryMetrics
 	tm      *tunnel.Metrics
 
@@ -115,6 +121,9 @@ func New(cfg Config) (*Registry, error) {
 	r := &Registry{cfg: cfg, replica: ids.New("rep"), pools: map[string]string{}}
 	r.metrics = newRegistryMetrics(cfg.Registerer)
 	var err error
+	if r.auth, err = newReplicaAuth(cfg.ReplicaSecret, cfg.PreviousReplicaSecrets, cfg.Clock, cfg.Log, r.metrics.replicaRejected); err != nil {
+		return nil, err
+	}
 	if r.tm, err = tunnel.NewMetrics(cfg.Registerer); err != nil {
 		return nil, fmt.Errorf("tunnel metrics: %w", err)
 	}
