@@ -161,6 +161,14 @@ func TestForgedReplicaMessages(t *testing.T) {
 		controlplanetest.Eventually(t, 20*time.Second, "the submitted task on the agent", func() bool {
 			return slices.Contains(m.Started(), task.Task.Id+"/1")
 		})
+		// The attacker also listens on the holder's channel, to replay what
+		// it hears.
+		tap := rdb.Subscribe(ctx, bus.ReplicaChannel(holder.Server.Agents().ReplicaID()))
+		t.Cleanup(func() { tap.Close() })
+		if _, err := tap.Receive(ctx); err != nil {
+			t.Fatal(err)
+		}
+		heard := tap.Channel()
 		controlplanetest.Eventually(t, 20*time.Second, "a push through the other replica", func() bool {
 			pctx, pcancel := context.WithTimeout(ctx, 2*time.Second)
 			defer pcancel()
@@ -172,5 +180,32 @@ func TestForgedReplicaMessages(t *testing.T) {
 			return err == nil && slices.Contains(m.Started(), "t_real/1")
 		})
 		drain("after the claim was renewed", 200*time.Millisecond)
+
+		// Replaying the genuine forwarded RunTask runs nothing again.
+		var call []byte
+		for call == nil {
+			select {
+			case msg := <-heard:
+				if strings.Contains(msg.Payload, `"kind":"call"`) && strings.Contains(msg.Payload, "RunTask") {
+					call = []byte(msg.Payload)
+				}
+			case <-time.After(5 * time.Second):
+				t.Fatal("heard no forwarded RunTask on the holder's channel")
+			}
+		}
+		before = rejectedReplicaMessages(t, holder)
+		if err := rdb.Publish(ctx, bus.ReplicaChannel(holder.Server.Agents().ReplicaID()), call).Err(); err != nil {
+			t.Fatal(err)
+		}
+		controlplanetest.Eventually(t, 10*time.Second, "the replay rejected", func() bool { return rejectedReplicaMessages(t, holder) > before })
+		runs := 0
+		for _, k := range m.Started() {
+			if k == "t_real/1" {
+				runs++
+			}
+		}
+		if runs != 1 {
+			t.Errorf("the pushed attempt started %d times, want once", runs)
+		}
 	})
 }
