@@ -44,6 +44,9 @@ func setup(t *testing.T) *bundle {
 	return &bundle{st: st, bus: env.NewBus(t), ca: ca, ws: ws}
 }
 
+// testReplicaSecret is what every replica of these tests signs with.
+const testReplicaSecret = "agents-test-replica-secret-0123456789"
+
 // replica starts a registry on a free port; mutate adjusts its config.
 // Its logs are returned for assertions.
 func (b *bundle) replica(t *testing.T, mutate func(*agents.Config)) (*agents.Registry, *controlplanetest.Logs) {
@@ -54,7 +57,7 @@ func (b *bundle) replica(t *testing.T, mutate func(*agents.Config)) (*agents.Reg
 	}
 	logs := &controlplanetest.Logs{}
 	cfg := agents.Config{Addr: fmt.Sprintf("127.0.0.1:%d", port), Hosts: []string{"127.0.0.1"}, CA: b.ca, CertTTL: 24 * time.Hour,
-		Store: b.st, Redis: b.bus.Redis(), Bus: b.bus, Log: slog.New(slog.NewJSONHandler(logs, nil))}
+		Store: b.st, Redis: b.bus.Redis(), Bus: b.bus, Log: slog.New(slog.NewJSONHandler(logs, nil)), ReplicaSecret: testReplicaSecret}
 	if mutate != nil {
 		mutate(&cfg)
 	}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -13,6 +15,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	agentv1 "github.com/levers9/levers9/api/levers9/agent/v1"
 	"github.com/levers9/levers9/controlplane/bus"
 	"github.com/levers9/levers9/internal/ids"
 )
@@ -22,8 +25,15 @@ import (
 // holder invokes it on the tunnel and publishes the reply on the sender's
 // channel. Redis pub/sub loses messages only when a replica is down, and
 // then the caller's deadline ends the call with Unavailable.
+//
+// Every message is signed for the replica it is addressed to (stamp, in
+// replicaauth.go) and opened only once; anything else on the channel is
+// dropped and counted. Before the first call to a replica (and again after
+// proofTTL) the caller pings it: a replica named by a presence record is
+// trusted only once it has answered a signed pong.
 type forwardMsg struct {
-	Kind      string `json:"kind"` // call, reply, drop
+	stamp
+	Kind      string `json:"kind"` // call, reply, drop, ping, pong
 	ID        string `json:"id,omitempty"`
 	From      string `json:"from,omitempty"`
 	MachineID string `json:"machine,omitempty"`
@@ -34,16 +44,60 @@ type forwardMsg struct {
 	Message   string `json:"message,omitempty"`
 }
 
+const (
+	kindCall  = "call"
+	kindReply = "reply"
+	kindDrop  = "drop"
+	kindPing  = "ping"
+	kindPong  = "pong"
+
+	forwardPurpose = "forward"
+	// proofTTL is how long a replica that answered a ping stays trusted.
+	proofTTL = 10 * time.Second
+	// proofTimeout bounds a ping.
+	proofTimeout = 2 * time.Second
+)
+
+// agentMethods is the only service a forwarded call may invoke.
+var agentMethods = "/" + agentv1.Agent_ServiceDesc.ServiceName + "/"
+
+// fields is what the MAC covers: every field and the addressee.
+func (m *forwardMsg) fields(to string) []string {
+	return []string{to, m.Kind, m.ID, m.From, m.MachineID, m.Method, string(m.Payload),
+		strconv.FormatInt(m.TimeoutMS, 10), strconv.FormatUint(uint64(m.Code), 10), m.Message}
+}
+
+// encodeForward signs msg for replica to.
+func encodeForward(a *replicaAuth, to string, msg forwardMsg) []byte {
+	msg.stamp = a.sign(forwardPurpose, msg.fields(to)...)
+	b, _ := json.Marshal(msg)
+	return b
+}
+
+// decodeForward parses a message read on self's channel and checks it.
+func decodeForward(a *replicaAuth, self string, raw []byte) (forwardMsg, error) {
+	var msg forwardMsg
+	if err := json.Unmarshal(raw, &msg); err != nil {
+		return forwardMsg{}, fmt.Errorf("decode a replica message: %w", err)
+	}
+	if err := a.open(msg.stamp, forwardPurpose, msg.fields(self)...); err != nil {
+		return forwardMsg{}, err
+	}
+	return msg, nil
+}
+
 type forwarder struct {
 	r *Registry
 
-	// mu guards pending.
+	// mu guards pending and proven.
 	mu      sync.Mutex
 	pending map[string]chan forwardMsg
+	// proven maps replicas that answered a ping to when that expires.
+	proven map[string]time.Time
 }
 
 func newForwarder(r *Registry) *forwarder {
-	return &forwarder{r: r, pending: map[string]chan forwardMsg{}}
+	return &forwarder{r: r, pending: map[string]chan forwardMsg{}, proven: map[string]time.Time{}}
 }
 
 func (f *forwarder) start(ctx context.Context, wg *sync.WaitGroup) error {
@@ -57,9 +111,9 @@ func (f *forwarder) start(ctx context.Context, wg *sync.WaitGroup) error {
 	go func() {
 		defer wg.Done()
 		bus.Deliver(ctx, sub, func(m *redis.Message) {
-			var msg forwardMsg
-			if err := json.Unmarshal([]byte(m.Payload), &msg); err != nil {
-				f.r.cfg.Log.Warn("garbage on the replica channel", "err", err)
+			msg, err := decodeForward(f.r.auth, f.r.replica, []byte(m.Payload))
+			if err != nil {
+				f.r.auth.reject("replica channel", err)
 				return
 			}
 			f.handle(ctx, wg, msg)
@@ -70,7 +124,7 @@ func (f *forwarder) start(ctx context.Context, wg *sync.WaitGroup) error {
 
 func (f *forwarder) handle(ctx context.Context, wg *sync.WaitGroup, msg forwardMsg) {
 	switch msg.Kind {
-	case "reply":
+	case kindReply, kindPong:
 		f.mu.Lock()
 		ch, ok := f.pending[msg.ID]
 		f.mu.Unlock()
@@ -80,11 +134,19 @@ func (f *forwarder) handle(ctx context.Context, wg *sync.WaitGroup, msg forwardM
 			default:
 			}
 		}
-	case "drop":
+	case kindDrop:
 		if a, ok := f.r.local(msg.MachineID); ok {
 			_ = a.Session.Close()
 		}
-	case "call":
+	case kindPing:
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			pctx, cancel := context.WithTimeout(ctx, proofTimeout)
+			defer cancel()
+			_, _ = f.publish(pctx, msg.From, forwardMsg{Kind: kindPong, ID: msg.ID, From: f.r.replica})
+		}()
+	case kindCall:
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -93,10 +155,22 @@ func (f *forwarder) handle(ctx context.Context, wg *sync.WaitGroup, msg forwardM
 	}
 }
 
+// publish signs msg for replica and sends it; n is how many listened.
+func (f *forwarder) publish(ctx context.Context, replica string, msg forwardMsg) (int64, error) {
+	return f.r.cfg.Redis.Publish(ctx, bus.ReplicaChannel(replica), encodeForward(f.r.auth, replica, msg)).Result()
+}
+
 // serveCall runs a forwarded call on the local tunnel and replies.
 func (f *forwarder) serveCall(ctx context.Context, msg forwardMsg) {
-	reply := forwardMsg{Kind: "reply", ID: msg.ID}
-	conn, err := f.r.hub.Conn(msg.MachineID)
+	reply := forwardMsg{Kind: kindReply, ID: msg.ID, From: f.r.replica}
+	var err error
+	if !strings.HasPrefix(msg.Method, agentMethods) {
+		err = status.Errorf(codes.PermissionDenied, "only %s* calls are forwarded, not %s", agentMethods, msg.Method)
+	}
+	var conn grpc.ClientConnInterface
+	if err == nil {
+		conn, err = f.r.hub.Conn(msg.MachineID)
+	}
 	if err == nil {
 		cctx, cancel := context.WithTimeout(ctx, time.Duration(msg.TimeoutMS)*time.Millisecond)
 		var out rawMessage
@@ -109,52 +183,109 @@ func (f *forwarder) serveCall(ctx context.Context, msg forwardMsg) {
 		reply.Code, reply.Message = uint32(st.Code()), st.Message()
 	}
 	f.r.metrics.forwarded.WithLabelValues("served").Inc()
-	b, _ := json.Marshal(reply)
 	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 	defer cancel()
-	_ = f.r.cfg.Redis.Publish(pctx, bus.ReplicaChannel(msg.From), b).Err()
+	_, _ = f.publish(pctx, msg.From, reply)
 }
 
 func (f *forwarder) sendDrop(ctx context.Context, replica, machineID string) {
-	b, _ := json.Marshal(forwardMsg{Kind: "drop", MachineID: machineID, From: f.r.replica})
-	_ = f.r.cfg.Redis.Publish(ctx, bus.ReplicaChannel(replica), b).Err()
+	if err := f.prove(ctx, replica); err != nil {
+		f.r.cfg.Log.Warn("drop not forwarded: the replica named by the presence record did not answer a ping", "machine_id", machineID, "replica", replica, "err", err)
+		return
+	}
+	_, _ = f.publish(ctx, replica, forwardMsg{Kind: kindDrop, MachineID: machineID, From: f.r.replica})
+}
+
+// prove makes sure replica is a controlplane replica that answers on its
+// channel: a signed ping answered by a signed pong from it, remembered for
+// proofTTL.
+func (f *forwarder) prove(ctx context.Context, replica string) error {
+	now := f.r.cfg.Clock.Now()
+	f.mu.Lock()
+	until, ok := f.proven[replica]
+	f.mu.Unlock()
+	if ok && now.Before(until) {
+		return nil
+	}
+	pctx, cancel := context.WithTimeout(ctx, proofTimeout)
+	defer cancel()
+	rep, err := f.roundTrip(pctx, replica, "", forwardMsg{Kind: kindPing})
+	if err != nil {
+		return err
+	}
+	if rep.Kind != kindPong {
+		return status.Errorf(codes.Unavailable, "replica %s answered a ping with %q", replica, rep.Kind)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.proven) > 1000 {
+		for k, u := range f.proven {
+			if now.After(u) {
+				delete(f.proven, k)
+			}
+		}
+	}
+	f.proven[replica] = now.Add(proofTTL)
+	return nil
+}
+
+// roundTrip sends msg (a call or a ping) to replica and waits for the
+// answer with the same ID from that replica.
+func (f *forwarder) roundTrip(ctx context.Context, replica, machineID string, msg forwardMsg) (forwardMsg, error) {
+	msg.ID, msg.From = ids.New("fwd"), f.r.replica
+	ch := make(chan forwardMsg, 1)
+	f.mu.Lock()
+	f.pending[msg.ID] = ch
+	f.mu.Unlock()
+	defer func() {
+		f.mu.Lock()
+		delete(f.pending, msg.ID)
+		f.mu.Unlock()
+	}()
+	n, err := f.publish(ctx, replica, msg)
+	if err != nil {
+		return forwardMsg{}, status.Errorf(codes.Unavailable, "forward to replica %s: %v", replica, err)
+	}
+	if n == 0 {
+		if machineID == "" {
+			return forwardMsg{}, status.Errorf(codes.Unavailable, "replica %s is gone", replica)
+		}
+		return forwardMsg{}, status.Errorf(codes.Unavailable, "replica %s holding machine %s is gone", replica, machineID)
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return forwardMsg{}, status.FromContextError(ctx.Err()).Err()
+		case rep := <-ch:
+			if rep.From == replica {
+				return rep, nil
+			}
+		}
+	}
 }
 
 // call forwards one unary call to replica and waits for its reply.
 func (f *forwarder) call(ctx context.Context, replica, machineID, method string, payload []byte) ([]byte, error) {
+	if err := f.prove(ctx, replica); err != nil {
+		return nil, err
+	}
 	timeout := 15 * time.Second
 	if dl, ok := ctx.Deadline(); ok {
 		timeout = time.Until(dl)
 	}
-	id := ids.New("fwd")
-	ch := make(chan forwardMsg, 1)
-	f.mu.Lock()
-	f.pending[id] = ch
-	f.mu.Unlock()
-	defer func() {
-		f.mu.Lock()
-		delete(f.pending, id)
-		f.mu.Unlock()
-	}()
-	b, _ := json.Marshal(forwardMsg{Kind: "call", ID: id, From: f.r.replica, MachineID: machineID, Method: method,
-		Payload: payload, TimeoutMS: timeout.Milliseconds()})
-	n, err := f.r.cfg.Redis.Publish(ctx, bus.ReplicaChannel(replica), b).Result()
-	if err != nil {
-		return nil, status.Errorf(codes.Unavailable, "forward to replica %s: %v", replica, err)
-	}
-	if n == 0 {
-		return nil, status.Errorf(codes.Unavailable, "replica %s holding machine %s is gone", replica, machineID)
-	}
 	f.r.metrics.forwarded.WithLabelValues("sent").Inc()
-	select {
-	case <-ctx.Done():
-		return nil, status.FromContextError(ctx.Err()).Err()
-	case rep := <-ch:
-		if rep.Code != 0 {
-			return nil, status.Error(codes.Code(rep.Code), rep.Message)
-		}
-		return rep.Payload, nil
+	rep, err := f.roundTrip(ctx, replica, machineID, forwardMsg{Kind: kindCall, MachineID: machineID, Method: method,
+		Payload: payload, TimeoutMS: timeout.Milliseconds()})
+	if err != nil {
+		return nil, err
 	}
+	if rep.Kind != kindReply {
+		return nil, status.Errorf(codes.Unavailable, "replica %s answered a call with %q", replica, rep.Kind)
+	}
+	if rep.Code != 0 {
+		return nil, status.Error(codes.Code(rep.Code), rep.Message)
+	}
+	return rep.Payload, nil
 }
 
 // forwardConn is a grpc.ClientConnInterface that forwards unary calls.

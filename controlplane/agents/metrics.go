@@ -11,6 +11,8 @@ type registryMetrics struct {
 	reauthClosed *prometheus.CounterVec
 	forwarded    *prometheus.CounterVec
 	online       *prometheus.GaugeVec
+	// replicaRejected counts messages from Redis refused by replicaAuth.
+	replicaRejected *prometheus.CounterVec
 }
 
 func newRegistryMetrics(reg prometheus.Registerer) *registryMetrics {
@@ -32,8 +34,12 @@ func newRegistryMetrics(reg prometheus.Registerer) *registryMetrics {
 	m.online = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "controlplane_machines_online", Help: "Machines holding a tunnel to this replica, by pool.",
 	}, []string{"pool"})
+	m.replicaRejected = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "levers9_replica_messages_rejected_total",
+		Help: "Forwarded calls, replies, drops, pings and presence records read from Redis and refused (bad_mac, stale, future, replayed, malformed).",
+	}, []string{"reason"})
 	if reg != nil {
-		reg.MustRegister(m.connected, m.refused, m.reauthClosed, m.forwarded, m.online)
+		reg.MustRegister(m.connected, m.refused, m.reauthClosed, m.forwarded, m.online, m.replicaRejected)
 	}
 	return m
 }

@@ -8,7 +8,9 @@
 // connected agents, presence in Redis (which replica holds which agent), and
 // pushes to an agent through whichever replica holds its tunnel (forwarded
 // over Redis when it is another replica). It serves the agent API
-// (heartbeats, certificate renewal). It never dials an agent.
+// (heartbeats, certificate renewal). It never dials an agent, and never acts
+// on a message or presence record from Redis that a replica holding the
+// replica secret did not sign (replicaauth.go).
 package agents
 
 import (
@@ -71,6 +73,11 @@ type Config struct {
 	// renewal (default the wall clock). The tunnel server keeps the wall clock: its heartbeats
 	// meet connection deadlines, which are wall-clock instants.
 	Clock clock.Clock
+	// ReplicaSecret keys the MACs on what replicas exchange through Redis
+	// (replicaauth.go); every replica sharing the Redis needs the same one.
+	// Required. PreviousReplicaSecrets are still accepted (rotation).
+	ReplicaSecret          string
+	PreviousReplicaSecrets []string
 }
 
 // Tasks is what the registry hands agents' attempt reports to.
@@ -90,6 +97,7 @@ type Registry struct {
 	hub     *tunnel.Hub
 	grpc    *grpc.Server
 	fwd     *forwarder
+	auth    *replicaAuth
 	metrics *registryMetrics
 	tm      *tunnel.Metrics
 
@@ -133,6 +141,9 @@ func New(cfg Config) (*Registry, error) {
 		stale: map[string]*tunnel.Agent{}}
 	r.metrics = newRegistryMetrics(cfg.Registerer)
 	var err error
+	if r.auth, err = newReplicaAuth(cfg.ReplicaSecret, cfg.PreviousReplicaSecrets, cfg.Clock, cfg.Log, r.metrics.replicaRejected); err != nil {
+		return nil, err
+	}
 	if r.tm, err = tunnel.NewMetrics(cfg.Registerer); err != nil {
 		return nil, fmt.Errorf("tunnel metrics: %w", err)
 	}

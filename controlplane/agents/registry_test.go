@@ -150,7 +150,7 @@ func TestForwardBetweenReplicas(t *testing.T) {
 			t.Errorf("Conn to a machine nobody holds: %v, want unavailable", err)
 		}
 		ghost, _ := b.machine(t, time.Hour)
-		if err := b.bus.Redis().Set(ctx, bus.PresenceKey(ghost), `{"replica":"rep_gone","transport":"quic"}`, time.Minute).Err(); err != nil {
+		if err := b.bus.Redis().Set(ctx, bus.PresenceKey(ghost), r2.SignedPresenceForTest(ghost, "rep_gone", "quic"), time.Minute).Err(); err != nil {
 			t.Fatal(err)
 		}
 		conn, err := r2.Conn(ctx, ghost)

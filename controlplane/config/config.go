@@ -63,6 +63,15 @@ type Controlplane struct {
 	// LostAgentGrace is how long a machine's tunnel may be gone before its
 	// running attempts are marked lost and retried elsewhere (default 30s).
 	LostAgentGrace string `yaml:"lostAgentGrace"`
+	// ReplicaSecret keys the MAC on everything replicas tell each other
+	// through Redis (forwarded agent calls, presence records). Every replica
+	// sharing a Redis must have the same one. Empty: a key derived from
+	// database.postgres.encryptionKey (see ReplicaSecrets). Env:
+	// LEVERS9_REPLICA_SECRET.
+	ReplicaSecret string `yaml:"replicaSecret"`
+	// PreviousReplicaSecrets are still accepted (never used to sign) during
+	// a rotation. Env: LEVERS9_PREVIOUS_REPLICA_SECRETS.
+	PreviousReplicaSecrets []string `yaml:"previousReplicaSecrets"`
 }
 
 // TLS names the controlplane's certificate; both empty means plaintext.

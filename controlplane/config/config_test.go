@@ -189,3 +189,48 @@ func FuzzLoad(f *testing.F) {
 		}
 	})
 }
+
+func TestReplicaSecrets(t *testing.T) {
+	t.Parallel()
+	const enc, old = "encryption-key-aaaaaaaa", "old-encryption-key-bbbbbbb"
+	base := "database:\n  postgres:\n    encryptionKey: " + enc + "\n    previousEncryptionKeys: [" + old + "]\n"
+
+	t.Run("derived from the encryption key when unset", func(t *testing.T) {
+		c, err := Load(strings.NewReader(base), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cur, prev, derived := c.ReplicaSecrets()
+		if cur != enc || !derived || len(prev) != 1 || prev[0] != old {
+			t.Errorf("ReplicaSecrets = %q, %q, %v", cur, prev, derived)
+		}
+	})
+	t.Run("a dedicated secret from the environment", func(t *testing.T) {
+		c, err := Load(strings.NewReader(base), envMap(map[string]string{
+			"LEVERS9_REPLICA_SECRET":           "replica-secret-0123456789abcdef0123",
+			"LEVERS9_PREVIOUS_REPLICA_SECRETS": enc + ",another-old-replica-secret",
+		}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		cur, prev, derived := c.ReplicaSecrets()
+		if cur != "replica-secret-0123456789abcdef0123" || derived || len(prev) != 2 || prev[0] != enc {
+			t.Errorf("ReplicaSecrets = %q, %q, %v", cur, prev, derived)
+		}
+	})
+	t.Run("bad secrets are named, never shown", func(t *testing.T) {
+		const short = "too-short-replica-secret"
+		_, err := Load(strings.NewReader(base+"controlplane:\n  replicaSecret: "+short+"\n  previousReplicaSecrets: [tiny, "+short+"]\n"), nil)
+		if err == nil {
+			t.Fatal("want errors")
+		}
+		for _, want := range []string{"controlplane.replicaSecret:", "controlplane.previousReplicaSecrets[0]:", "controlplane.previousReplicaSecrets[1]: is the current"} {
+			if !strings.Contains(err.Error(), want) {
+				t.Errorf("error does not say %q:\n%v", want, err)
+			}
+		}
+		if strings.Contains(err.Error(), short) || strings.Contains(err.Error(), "tiny") {
+			t.Errorf("a secret is in the error: %v", err)
+		}
+	})
+}

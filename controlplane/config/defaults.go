@@ -60,6 +60,20 @@ func (p Postgres) ConnString() string {
 	return u.String()
 }
 
+// ReplicaSecrets returns the secret replica messages are signed with and
+// the ones still accepted. With controlplane.replicaSecret empty they are
+// database.postgres.encryptionKey and its previous keys (derived=true): the
+// encryption key is shared by every replica anyway, but a dedicated secret
+// keeps the two apart and is recommended when replicas share Redis.
+func (c *Config) ReplicaSecrets() (current string, previous []string, derived bool) {
+	cp, pg := c.Controlplane, c.Database.Postgres
+	if cp.ReplicaSecret != "" {
+		return cp.ReplicaSecret, cp.PreviousReplicaSecrets, false
+	}
+	previous = append(append([]string(nil), cp.PreviousReplicaSecrets...), pg.PreviousEncryptionKeys...)
+	return pg.EncryptionKey, previous, true
+}
+
 // CertTTL is controlplane.agentCertTTL parsed (Validate checked it).
 func (c Controlplane) CertTTL() time.Duration {
 	d, _ := time.ParseDuration(c.AgentCertTTL)

@@ -19,6 +19,8 @@ var envAliases = map[string]string{
 	"LEVERS9_POSTGRES_PASSWORD":             "database.postgres.password",
 	"LEVERS9_REDIS_PASSWORD":                "database.redis.password",
 	"LEVERS9_AGENT_DEV_BUILDS":              "controlplane.agentDevBuilds",
+	"LEVERS9_REPLICA_SECRET":                "controlplane.replicaSecret",
+	"LEVERS9_PREVIOUS_REPLICA_SECRETS":      "controlplane.previousReplicaSecrets",
 }
 
 // EnvName is the long-form environment variable for a key path.

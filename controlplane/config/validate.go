@@ -46,6 +46,12 @@ func (c *Config) Validate() error {
 	if cp.PublicHost == "" || strings.ContainsAny(cp.PublicHost, " /'\"$`") {
 		bad("controlplane.publicHost", "%q is not a host name or address", cp.PublicHost)
 	}
+	if cp.ReplicaSecret != "" && len(cp.ReplicaSecret) < 32 {
+		bad("controlplane.replicaSecret", "must be at least 32 characters")
+	}
+	// At least 16, not 32: the encryption key may be listed while moving
+	// from the derived key to a dedicated secret.
+	previousSecrets(bad, "controlplane.previousReplicaSecrets", "replicaSecret", cp.ReplicaSecret, cp.PreviousReplicaSecrets)
 
 	pg := c.Database.Postgres
 	if pg.Port < 1 || pg.Port > 65535 {
@@ -55,14 +61,7 @@ func (c *Config) Validate() error {
 	if len(pg.EncryptionKey) < 16 {
 		bad("database.postgres.encryptionKey", "must be at least 16 characters")
 	}
-	for i, k := range pg.PreviousEncryptionKeys {
-		if len(k) < 16 {
-			bad(fmt.Sprintf("database.postgres.previousEncryptionKeys[%d]", i), "must be at least 16 characters")
-		}
-		if k == pg.EncryptionKey {
-			bad(fmt.Sprintf("database.postgres.previousEncryptionKeys[%d]", i), "is the current encryptionKey")
-		}
-	}
+	previousSecrets(bad, "database.postgres.previousEncryptionKeys", "encryptionKey", pg.EncryptionKey, pg.PreviousEncryptionKeys)
 	addr("database.redis.addr", c.Database.Redis.Addr)
 	if c.Database.Redis.DB < 0 {
 		bad("database.redis.db", "%d is negative", c.Database.Redis.DB)
@@ -102,6 +101,20 @@ func validateSecurity(bad func(string, string, ...any), errs *[]error, key strin
 	// a bad entry fail at config load, each error naming key[i] and entry.
 	if _, err := egress.ParseAllow(key+".egress.allow", s.Egress.Allow); err != nil {
 		*errs = append(*errs, err)
+	}
+}
+
+// previousSecrets checks the secrets kept during a rotation (key names
+// the list, currentName the key they replace): at least 16 characters, and
+// not the current one.
+func previousSecrets(bad func(string, string, ...any), key, currentName, current string, previous []string) {
+	for i, k := range previous {
+		if len(k) < 16 {
+			bad(fmt.Sprintf("%s[%d]", key, i), "must be at least 16 characters")
+		}
+		if k == current {
+			bad(fmt.Sprintf("%s[%d]", key, i), "is the current %s", currentName)
+		}
 	}
 }
 

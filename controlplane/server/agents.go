@@ -23,10 +23,15 @@ func (s *Server) startAgents(ctx context.Context) error {
 	if h, _, err := net.SplitHostPort(s.cfg.Controlplane.TunnelAddr); err == nil && h != "" {
 		hosts = append(hosts, h)
 	}
+	secret, previous, derived := s.cfg.ReplicaSecrets()
+	if derived {
+		s.log.Warn("controlplane.replicaSecret is not set: messages between replicas are authenticated with a key derived from database.postgres.encryptionKey; set a dedicated replicaSecret (the same on every replica) when replicas share Redis",
+			"key", "controlplane.replicaSecret")
+	}
 	r, err := agents.New(agents.Config{
 		Addr: s.cfg.Controlplane.TunnelAddr, Hosts: hosts, CA: ca, CertTTL: s.cfg.Controlplane.CertTTL(),
 		Store: s.store, Redis: s.bus.Redis(), Bus: s.bus, Log: s.log.With("component", "agents"), Registerer: s.reg,
-		Tasks: s.tasks, ResetKey: s.resetKey(),
+		Tasks: s.tasks, ResetKey: s.resetKey(), ReplicaSecret: secret, PreviousReplicaSecrets: previous,
 	})
 	if err != nil {
 		return err
