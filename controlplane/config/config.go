@@ -77,9 +77,13 @@ type TLS struct {
 // Auth holds authentication settings.
 type Auth struct {
 	// BootstrapSecret lets the first caller create the first workspace.
-	// Env: LEVERS9_BOOTSTRAP_SECRET. Empty turns bootstrap off.
+	// Env: LEVERS9_BOOTSTRAP_SECRET. Empty turns bootstrap off; otherwise
+	// at least MinBootstrapSecretLen characters.
 	BootstrapSecret string `yaml:"bootstrapSecret"`
 }
+
+// MinBootstrapSecretLen is the shortest bootstrap secret Validate accepts.
+const MinBootstrapSecretLen = 32
 
 // Database holds the Postgres and Redis settings.
 type Database struct {

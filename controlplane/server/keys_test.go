@@ -55,7 +55,7 @@ func TestKeyRotation(t *testing.T) {
 
 	// Start on key A and seal a few rows.
 	in := controlplanetest.Start(t, cfg, true)
-	a := bootstrap(t, in.Conn, "test-bootstrap-secret")
+	a := bootstrap(t, in.Conn, "test-bootstrap-secret-0123456789abcdef")
 	actx := withToken(ctx, a.Token)
 	sc := v1.NewSecretServiceClient(in.Conn)
 	for _, name := range []string{"one", "two", "three"} {
@@ -121,7 +121,7 @@ func TestRotationWithoutPreviousKeyReportsFalse(t *testing.T) {
 	cfg := env.Config(t)
 	cfg.Database.Postgres.EncryptionKey = keyA
 	in := controlplanetest.Start(t, cfg, true)
-	a := bootstrap(t, in.Conn, "test-bootstrap-secret")
+	a := bootstrap(t, in.Conn, "test-bootstrap-secret-0123456789abcdef")
 	if _, err := v1.NewSecretServiceClient(in.Conn).PutSecret(withToken(context.Background(), a.Token),
 		&v1.PutSecretRequest{Name: "x", Values: map[string]string{"K": "v"}}); err != nil {
 		t.Fatal(err)
