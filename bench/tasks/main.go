@@ -245,6 +245,7 @@ func (s *stack) controlplaneConfig(pg *devstack.Postgres, rd *devstack.Redis, ce
 	cfg.Controlplane.GRPCAddr = fmt.Sprintf("127.0.0.1:%d", ports[0])
 	cfg.Controlplane.RESTAddr = fmt.Sprintf("127.0.0.1:%d", ports[1])
 	cfg.Controlplane.TunnelAddr = fmt.Sprintf("127.0.0.1:%d", ports[2])
+	cfg.Controlplane.Metrics.Addr = "127.0.0.1:0"
 	cfg.Controlplane.TLS.CertFile, cfg.Controlplane.TLS.KeyFile = certFile, keyFile
 	cfg.Controlplane.Auth.BootstrapSecret = "bench-bootstrap-secret-0123456789abcdef"
 	cfg.Controlplane.LogLevel = "warn"

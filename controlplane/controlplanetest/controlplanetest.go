@@ -135,6 +135,7 @@ func (e *Env) Config(t testing.TB) *config.Config {
 	c := &config.Config{}
 	c.Controlplane.GRPCAddr = "127.0.0.1:0"
 	c.Controlplane.RESTAddr = "127.0.0.1:0"
+	c.Controlplane.Metrics.Addr = "127.0.0.1:0"
 	tp, err := devstack.FreeTCPUDPPort()
 	if err != nil {
 		t.Fatal(err)
