@@ -58,6 +58,9 @@ type Server struct {
 	metrics *metrics
 	store   *store.Store
 	bus     *bus.Bus
+	// keyring is built by the dependency loop once Postgres answers (a
+	// passphrase key needs the install's salt from the database), before
+	// migrated is set; RPCs wait for migrated, so they never see it nil.
 	keyring *seal.Keyring
 	health  *health.Server
 	ca      atomic.Pointer[enroll.CA]
@@ -103,11 +106,7 @@ func New(cfg *config.Config, opts Options) (*Server, error) {
 	if opts.DependencyInterval == 0 {
 		opts.DependencyInterval = 2 * time.Second
 	}
-	kr, err := seal.NewKeyring(cfg.Database.Postgres.EncryptionKey, cfg.Database.Postgres.PreviousEncryptionKeys...)
-	if err != nil {
-		return nil, err
-	}
-	s := &Server{cfg: cfg, log: opts.Logger, opts: opts, keyring: kr, reg: prometheus.NewRegistry()}
+	s := &Server{cfg: cfg, log: opts.Logger, opts: opts, reg: prometheus.NewRegistry()}
 	s.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	s.metrics = newMetrics(s.reg)
 	return s, nil
@@ -237,7 +236,7 @@ func (s *Server) newDeps() (*api.Deps, error) {
 	if wd, err := os.Getwd(); err == nil && src == "" {
 		src, _ = agentdist.FindSource(wd)
 	}
-	deps := &api.Deps{Store: s.store, Keyring: s.keyring, Bus: s.bus, Log: s.log.With("component", "api"),
+	deps := &api.Deps{Store: s.store, Bus: s.bus, Log: s.log.With("component", "api"),
 		BootstrapSecret: s.cfg.Controlplane.Auth.BootstrapSecret, Config: s.cfg, CA: s.agentCA, Metrics: s.metrics,
 		Dist:     agentdist.New(binDir, s.cfg.Controlplane.AgentDevBuilds, src, s.log.With("component", "agentdist")),
 		Presence: presence{s}}
