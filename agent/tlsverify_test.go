@@ -15,6 +15,22 @@ import (
 	"github.com/levers9/levers9/tunnel"
 )
 
+// newMachineToken creates a machine in pool default and writes its join
+// token to a file beside an empty state directory.
+func newMachineToken(t *testing.T, b *joinBundle) (machineID, tokenFile string, state State) {
+	t.Helper()
+	created, err := b.machines.CreateMachine(b.ctx, &v1.CreateMachineRequest{Pool: "default"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	tokenFile = filepath.Join(dir, "join-token")
+	if err := os.WriteFile(tokenFile, []byte(created.JoinToken), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return created.Machine.Id, tokenFile, State{Dir: filepath.Join(dir, "state")}
+}
+
 // TestJoinRefusesWrongCA: an agent told to trust another CA than the one
 // that signed the controlplane's certificate does not enroll, and sends
 // nothing: the join token is still unused afterwards. Without a CA file it
@@ -22,17 +38,8 @@ import (
 func TestJoinRefusesWrongCA(t *testing.T) {
 	t.Parallel()
 	b := setupJoin(t)
-	created, err := b.machines.CreateMachine(b.ctx, &v1.CreateMachineRequest{Pool: "default"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	tokenFile := filepath.Join(dir, "join-token")
-	if err := os.WriteFile(tokenFile, []byte(created.JoinToken), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	_, tokenFile, state := newMachineToken(t, b)
 	otherCA, _ := controlplanetest.SelfSignedTLS(t)
-	state := State{Dir: filepath.Join(dir, "state")}
 	for _, ca := range []string{otherCA, ""} {
 		_, err := Join(context.Background(), JoinOptions{Controlplane: b.in.Server.GRPCAddr(), CAFile: ca, TokenFile: tokenFile, State: state, Hostname: "box"})
 		if err == nil || !strings.Contains(err.Error(), "certificate") {
@@ -58,14 +65,7 @@ func TestJoinRefusesWrongCA(t *testing.T) {
 func TestTunnelRefusesWrongCA(t *testing.T) {
 	t.Parallel()
 	b := setupJoin(t)
-	created, err := b.machines.CreateMachine(b.ctx, &v1.CreateMachineRequest{Pool: "default"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	tokenFile := filepath.Join(dir, "token")
-	os.WriteFile(tokenFile, []byte(created.JoinToken), 0o600)
-	state := State{Dir: filepath.Join(dir, "state")}
+	machineID, tokenFile, state := newMachineToken(t, b)
 	if _, err := Join(context.Background(), JoinOptions{Controlplane: b.in.Server.GRPCAddr(), CAFile: b.caFile, TokenFile: tokenFile, State: state}); err != nil {
 		t.Fatal(err)
 	}
@@ -87,7 +87,7 @@ func TestTunnelRefusesWrongCA(t *testing.T) {
 	t.Cleanup(a.Stop)
 	deadline := time.Now().Add(3 * time.Second)
 	for time.Now().Before(deadline) {
-		if _, online := b.in.Server.Agents().Online(created.Machine.Id); online {
+		if _, online := b.in.Server.Agents().Online(machineID); online {
 			t.Fatal("the agent brought its tunnel up to a controlplane whose certificate its CA did not sign")
 		}
 		time.Sleep(50 * time.Millisecond)

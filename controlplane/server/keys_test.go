@@ -58,6 +58,25 @@ func keyring(t *testing.T, cfg *config.Config, current string, previous ...strin
 	return kr
 }
 
+// sealRows bootstraps in, puts a secret for each name (V=value-NAME) and
+// sets storage credentials, and returns the admin.
+func sealRows(t *testing.T, in *controlplanetest.Instance, names ...string) *v1.AuthorizeResponse {
+	t.Helper()
+	a := bootstrap(t, in.Conn, "test-bootstrap-secret-0123456789abcdef")
+	actx := withToken(context.Background(), a.Token)
+	sc := v1.NewSecretServiceClient(in.Conn)
+	for _, name := range names {
+		if _, err := sc.PutSecret(actx, &v1.PutSecretRequest{Name: name, Values: map[string]string{"V": "value-" + name}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := v1.NewWorkspaceServiceClient(in.Conn).SetStorageCredentials(actx, &v1.SetStorageCredentialsRequest{
+		Credentials: &v1.StorageCredentials{Endpoint: "e", Bucket: "b", AccessKeyId: "k", SecretAccessKey: "s"}}); err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
 func lastSealLog(t *testing.T, in *controlplanetest.Instance) map[string]any {
 	t.Helper()
 	recs := in.Logs.Find("sealed rows checked")
@@ -75,18 +94,8 @@ func TestKeyRotation(t *testing.T) {
 
 	// Start on key A and seal a few rows.
 	in := controlplanetest.Start(t, cfg, true)
-	a := bootstrap(t, in.Conn, "test-bootstrap-secret-0123456789abcdef")
+	a := sealRows(t, in, "one", "two", "three")
 	actx := withToken(ctx, a.Token)
-	sc := v1.NewSecretServiceClient(in.Conn)
-	for _, name := range []string{"one", "two", "three"} {
-		if _, err := sc.PutSecret(actx, &v1.PutSecretRequest{Name: name, Values: map[string]string{"V": "value-" + name}}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if _, err := v1.NewWorkspaceServiceClient(in.Conn).SetStorageCredentials(actx, &v1.SetStorageCredentialsRequest{
-		Credentials: &v1.StorageCredentials{Endpoint: "e", Bucket: "b", AccessKeyId: "k", SecretAccessKey: "s"}}); err != nil {
-		t.Fatal(err)
-	}
 	if rec := lastSealLog(t, in); rec["all_rows_on_current_key"] != true {
 		t.Errorf("fresh start: %v", rec)
 	}

@@ -100,15 +100,8 @@ func TestLegacyRowsResealedOnStart(t *testing.T) {
 	cfg := env.Config(t)
 	cfg.Database.Postgres.EncryptionKey = keyA
 	in := controlplanetest.Start(t, cfg, true)
-	a := bootstrap(t, in.Conn, "test-bootstrap-secret-0123456789abcdef")
+	a := sealRows(t, in, "db")
 	actx := withToken(ctx, a.Token)
-	if _, err := v1.NewSecretServiceClient(in.Conn).PutSecret(actx, &v1.PutSecretRequest{Name: "db", Values: map[string]string{"PW": "hunter2"}}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := v1.NewWorkspaceServiceClient(in.Conn).SetStorageCredentials(actx, &v1.SetStorageCredentialsRequest{
-		Credentials: &v1.StorageCredentials{Endpoint: "e", Bucket: "b", AccessKeyId: "k", SecretAccessKey: "s3cr3t"}}); err != nil {
-		t.Fatal(err)
-	}
 	in.Server.Stop()
 
 	// Rewrite every sealed row as the previous release sealed it.
