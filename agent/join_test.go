@@ -47,7 +47,7 @@ func setupJoinWith(t *testing.T, mutate func(*config.Config)) *joinBundle {
 	}
 	in := controlplanetest.Start(t, cfg, true)
 	resp, err := v1.NewAuthServiceClient(in.Conn).Authorize(
-		metadata.AppendToOutgoingContext(context.Background(), "x-levers9-bootstrap-secret", "test-bootstrap-secret"), &v1.AuthorizeRequest{})
+		metadata.AppendToOutgoingContext(context.Background(), "x-levers9-bootstrap-secret", "test-bootstrap-secret-0123456789abcdef"), &v1.AuthorizeRequest{})
 	if err != nil {
 		t.Fatal(err)
 	}

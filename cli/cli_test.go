@@ -57,7 +57,7 @@ func TestFirstRunBootstrapsAndSaves(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	envs := map[string]string{
-		"LEVERS9_BOOTSTRAP_SECRET": "test-bootstrap-secret",
+		"LEVERS9_BOOTSTRAP_SECRET": "test-bootstrap-secret-0123456789abcdef",
 		"LEVERS9_CONTROLPLANE_TLS": "true",
 		"LEVERS9_CONTROLPLANE_CA":  b.cert,
 	}
@@ -123,7 +123,7 @@ func TestFirstRunWithoutTokenOrSecret(t *testing.T) {
 func TestConfigCommands(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	boot := map[string]string{"LEVERS9_BOOTSTRAP_SECRET": "test-bootstrap-secret"}
+	boot := map[string]string{"LEVERS9_BOOTSTRAP_SECRET": "test-bootstrap-secret-0123456789abcdef"}
 	_, errOut, code := b.run(t, "\n", boot, "config", "create", "prod", "--controlplane", b.addr, "--tls", "--ca", b.cert)
 	if code != 0 {
 		t.Fatalf("config create: %s", errOut)
@@ -182,7 +182,7 @@ func TestConfigCommands(t *testing.T) {
 func TestSecretsFromStdin(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	boot := map[string]string{"LEVERS9_BOOTSTRAP_SECRET": "test-bootstrap-secret"}
+	boot := map[string]string{"LEVERS9_BOOTSTRAP_SECRET": "test-bootstrap-secret-0123456789abcdef"}
 	if _, errOut, code := b.run(t, "\n", boot, "config", "create", "p", "--controlplane", b.addr, "--tls", "--ca", b.cert); code != 0 {
 		t.Fatal(errOut)
 	}

@@ -23,7 +23,7 @@ func TestMachineCreateWritesPrivateScript(t *testing.T) {
 	in := controlplanetest.Start(t, cfg, true)
 	b := &cliBundle{home: filepath.Join(t.TempDir(), "h"), cert: cert, addr: in.Server.GRPCAddr(), inst: in}
 	b.envvar = map[string]string{"LEVERS9_HOME": b.home}
-	if _, errOut, code := b.run(t, "\n", map[string]string{"LEVERS9_BOOTSTRAP_SECRET": "test-bootstrap-secret"},
+	if _, errOut, code := b.run(t, "\n", map[string]string{"LEVERS9_BOOTSTRAP_SECRET": "test-bootstrap-secret-0123456789abcdef"},
 		"config", "create", "p", "--controlplane", b.addr, "--tls", "--ca", cert); code != 0 {
 		t.Fatal(errOut)
 	}

@@ -446,7 +446,7 @@ func TestStreamPrinterMarkers(t *testing.T) {
 func realTaskCLI(t *testing.T) *taskCLI {
 	t.Helper()
 	b := setup(t)
-	if _, errOut, code := b.run(t, "\n", map[string]string{"LEVERS9_BOOTSTRAP_SECRET": "test-bootstrap-secret"},
+	if _, errOut, code := b.run(t, "\n", map[string]string{"LEVERS9_BOOTSTRAP_SECRET": "test-bootstrap-secret-0123456789abcdef"},
 		"config", "create", "p", "--controlplane", b.addr, "--tls", "--ca", b.cert); code != 0 {
 		t.Fatal(errOut)
 	}

@@ -45,7 +45,7 @@ func startReal(t *testing.T, grace string) *realBundle {
 	}
 	cfg.Controlplane.AgentBinariesDir = dir
 	in := controlplanetest.Start(t, cfg, true)
-	resp, err := v1.NewAuthServiceClient(in.Conn).Authorize(metadata.AppendToOutgoingContext(context.Background(), "x-levers9-bootstrap-secret", "test-bootstrap-secret"), &v1.AuthorizeRequest{})
+	resp, err := v1.NewAuthServiceClient(in.Conn).Authorize(metadata.AppendToOutgoingContext(context.Background(), "x-levers9-bootstrap-secret", "test-bootstrap-secret-0123456789abcdef"), &v1.AuthorizeRequest{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -245,8 +245,9 @@ func (s *stack) controlplaneConfig(pg *devstack.Postgres, rd *devstack.Redis, ce
 	cfg.Controlplane.GRPCAddr = fmt.Sprintf("127.0.0.1:%d", ports[0])
 	cfg.Controlplane.RESTAddr = fmt.Sprintf("127.0.0.1:%d", ports[1])
 	cfg.Controlplane.TunnelAddr = fmt.Sprintf("127.0.0.1:%d", ports[2])
+	cfg.Controlplane.Metrics.Addr = "127.0.0.1:0"
 	cfg.Controlplane.TLS.CertFile, cfg.Controlplane.TLS.KeyFile = certFile, keyFile
-	cfg.Controlplane.Auth.BootstrapSecret = "bench-bootstrap"
+	cfg.Controlplane.Auth.BootstrapSecret = "bench-bootstrap-secret-0123456789abcdef"
 	cfg.Controlplane.LogLevel = "warn"
 	cfg.Controlplane.AgentBinariesDir = s.work
 	if err := os.WriteFile(filepath.Join(s.work, "levers9-agent-linux-amd64"), []byte("#!/bin/sh\n"), 0o755); err != nil {
@@ -290,7 +291,7 @@ func (s *stack) startControlplane(ctx context.Context, cfg *config.Config, certP
 		return err
 	}
 	s.stops = append(s.stops, func() { s.conn.Close() })
-	auth, err := v1.NewAuthServiceClient(s.conn).Authorize(metadata.AppendToOutgoingContext(ctx, "x-levers9-bootstrap-secret", "bench-bootstrap"), &v1.AuthorizeRequest{})
+	auth, err := v1.NewAuthServiceClient(s.conn).Authorize(metadata.AppendToOutgoingContext(ctx, "x-levers9-bootstrap-secret", "bench-bootstrap-secret-0123456789abcdef"), &v1.AuthorizeRequest{})
 	if err != nil {
 		return fmt.Errorf("bootstrap: %w", err)
 	}

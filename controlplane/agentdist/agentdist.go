@@ -4,8 +4,11 @@
 // computes their checksums for join scripts, and serves them over HTTP
 // without a token (a binary is not a secret; the script verifies the
 // checksum it was written with). Only when dev builds are on does it build
-// the agent from source for a platform with no prebuilt binary. It never
-// serves anything outside that directory or its own build cache.
+// the agent from source for a platform with no prebuilt binary, one build at
+// a time, at most once a minute per platform, and a failed build is answered
+// from memory for five minutes, so requests cannot keep it compiling. It
+// never serves anything outside that directory or its own build cache, and
+// never names either directory in an error a caller sees (it logs them).
 package agentdist
 
 import (
@@ -42,11 +45,35 @@ type Dist struct {
 	cacheDir  string
 	log       *slog.Logger
 	clock     clock.Clock // times dev builds
+	goBin     string      // the go command dev builds run
 
-	// mu guards sums and builds.
+	// buildMu makes dev builds one at a time; a request that waited for it
+	// finds the result of the build it waited for.
+	buildMu sync.Mutex
+
+	// mu guards the sums and builds maps; a buildState's fields are
+	// guarded by buildMu.
 	mu     sync.Mutex
-	sums   map[string]cachedSum // by path
-	builds map[string]string    // platform -> built path
+	sums   map[string]cachedSum   // by path
+	builds map[string]*buildState // by platform
+}
+
+// Dev builds are limited so a stream of download requests cannot keep the
+// controlplane compiling: at most one attempt per platform per
+// buildInterval, a failure answered from memory for failureTTL, and each
+// build bounded by buildTimeout, detached from the request that started it.
+const (
+	buildInterval = time.Minute
+	failureTTL    = 5 * time.Minute
+	buildTimeout  = 10 * time.Minute
+)
+
+// buildState is one platform's dev build: its output once built, else when
+// it was last tried and whether that failed.
+type buildState struct {
+	path    string
+	lastTry time.Time
+	failed  bool
 }
 
 type cachedSum struct {
@@ -58,8 +85,8 @@ type cachedSum struct {
 // New makes a Dist over dir. devBuilds with sourceDir (a levers9 checkout)
 // allows building missing platforms.
 func New(dir string, devBuilds bool, sourceDir string, log *slog.Logger) *Dist {
-	return &Dist{dir: dir, devBuilds: devBuilds, sourceDir: sourceDir, log: log, clock: clock.Real(),
-		sums: map[string]cachedSum{}, builds: map[string]string{}}
+	return &Dist{dir: dir, devBuilds: devBuilds, sourceDir: sourceDir, log: log, clock: clock.Real(), goBin: "go",
+		sums: map[string]cachedSum{}, builds: map[string]*buildState{}}
 }
 
 // DefaultDir is the directory of the running executable.
@@ -108,35 +135,66 @@ func (d *Dist) Path(ctx context.Context, platform string) (string, error) {
 		return p, nil
 	}
 	if !d.devBuilds || d.sourceDir == "" {
-		return "", fmt.Errorf("no prebuilt agent for %s in %s (set LEVERS9_AGENT_DEV_BUILDS=true to build from source): %w", platform, d.dir, errdefs.ErrNotFound)
+		// The directory is the operator's to know, not a caller's: it is
+		// logged, never returned.
+		d.log.Debug("no prebuilt agent for a platform", "platform", platform, "dir", d.dir)
+		return "", fmt.Errorf("no prebuilt agent for %s on this controlplane (put levers9-agent-%s in controlplane.agentBinariesDir, or set LEVERS9_AGENT_DEV_BUILDS=true to build from source): %w", platform, platform, errdefs.ErrNotFound)
 	}
 	return d.build(ctx, platform)
 }
 
+// build compiles the agent for platform from the source checkout, within
+// the limits above. Its errors name no directory and carry no compiler
+// output (both are logged).
 func (d *Dist) build(ctx context.Context, platform string) (string, error) {
+	d.buildMu.Lock()
+	defer d.buildMu.Unlock()
 	d.mu.Lock()
-	defer d.mu.Unlock()
-	if p, ok := d.builds[platform]; ok {
-		return p, nil
+	st := d.builds[platform]
+	if st == nil {
+		st = &buildState{}
+		d.builds[platform] = st
 	}
+	d.mu.Unlock()
+	if st.path != "" {
+		return st.path, nil
+	}
+	now := d.clock.Now()
+	if !st.lastTry.IsZero() {
+		since := now.Sub(st.lastTry)
+		if st.failed && since < failureTTL {
+			return "", fmt.Errorf("the dev build of the agent for %s failed %s ago; it is tried again %s after a failure (see the controlplane log): %w",
+				platform, since.Round(time.Second), failureTTL, errdefs.ErrUnavailable)
+		}
+		if since < buildInterval {
+			return "", fmt.Errorf("the agent for %s was built %s ago; dev builds run at most once a minute per platform: %w",
+				platform, since.Round(time.Second), errdefs.ErrUnavailable)
+		}
+	}
+	st.lastTry, st.failed = now, true
 	if d.cacheDir == "" {
 		dir, err := os.MkdirTemp("", "levers9-agent-builds-")
 		if err != nil {
-			return "", err
+			d.log.Error("dev build: making the build cache failed", "err", err)
+			return "", fmt.Errorf("the dev build of the agent for %s failed (see the controlplane log): %w", platform, errdefs.ErrUnavailable)
 		}
 		d.cacheDir = dir
 	}
 	out := filepath.Join(d.cacheDir, "levers9-agent-"+platform)
 	goos, goarch, _ := strings.Cut(platform, "-")
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", out, "./cmd/levers9-agent")
+	bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), buildTimeout)
+	defer cancel()
+	cmd := exec.CommandContext(bctx, d.goBin, "build", "-o", out, "./cmd/levers9-agent")
 	cmd.Dir = d.sourceDir
 	cmd.Env = append(os.Environ(), "GOOS="+goos, "GOARCH="+goarch, "CGO_ENABLED=0")
 	start := d.clock.Now()
 	if b, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("dev build of the agent for %s: %v: %s", platform, err, b)
+		d.log.Error("dev build of the agent failed; answering from memory until it is retried", "platform", platform,
+			"source_dir", d.sourceDir, "retry_after", failureTTL.String(), "err", err, "output", string(b))
+		return "", fmt.Errorf("the dev build of the agent for %s failed (see the controlplane log): %w", platform, errdefs.ErrUnavailable)
 	}
 	d.log.Info("built the agent from source (dev builds are on)", "platform", platform, "took", d.clock.Since(start).Round(time.Millisecond))
-	d.builds[platform] = out
+	st.path, st.failed = out, false
 	return out, nil
 }
 
@@ -188,7 +246,8 @@ func (d *Dist) Checksums(ctx context.Context) (map[string]string, error) {
 		out[pl] = sum
 	}
 	if len(out) == 0 {
-		return nil, fmt.Errorf("no agent binary to hand to machines: put levers9-agent-linux-amd64 in %s, or set LEVERS9_AGENT_DEV_BUILDS=true: %w", d.dir, errdefs.ErrFailedPrecondition)
+		d.log.Warn("no agent binary to hand to machines", "dir", d.dir)
+		return nil, fmt.Errorf("no agent binary to hand to machines: put levers9-agent-linux-amd64 in controlplane.agentBinariesDir, or set LEVERS9_AGENT_DEV_BUILDS=true: %w", errdefs.ErrFailedPrecondition)
 	}
 	return out, nil
 }
@@ -250,6 +309,10 @@ func (d *Dist) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	case errdefs.IsNotFound(err):
 		http.Error(w, err.Error(), http.StatusNotFound)
+		return
+	case errdefs.IsUnavailable(err):
+		w.Header().Set("Retry-After", "60")
+		http.Error(w, err.Error(), http.StatusServiceUnavailable)
 		return
 	case err != nil:
 		d.log.Error("agent download failed", "platform", platform, "err", err)

@@ -41,7 +41,8 @@ type bundle struct {
 func setup(t *testing.T) *bundle {
 	t.Helper()
 	st, _ := env.NewStore(t)
-	kr, err := seal.NewKeyring("api-test-key-aaaaaaaaaaaaaaaaaaa")
+	// 32 random bytes in hex: HKDF, no salt (and no scrypt cost per test).
+	kr, err := seal.NewKeyring(nil, "a1b2c3d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f60718293a4b5c6d7e8f90")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -36,9 +36,12 @@ type Config struct {
 
 // Controlplane holds the listeners and authentication settings.
 type Controlplane struct {
+	// Metrics says where /metrics is served (controlplane.metrics.*).
+	Metrics Metrics `yaml:"metrics"`
 	// GRPCAddr is the gRPC listen address (default ":1993").
 	GRPCAddr string `yaml:"grpcAddr"`
-	// RESTAddr is the REST gateway, health and metrics address (default ":1994").
+	// RESTAddr is the REST gateway, health and agent downloads address
+	// (default ":1994"); /metrics is served there only with a metrics token.
 	RESTAddr string `yaml:"restAddr"`
 	// TunnelAddr is where agents' tunnels arrive, UDP and TCP (default ":1995").
 	TunnelAddr string `yaml:"tunnelAddr"`
@@ -86,9 +89,28 @@ type TLS struct {
 // Auth holds authentication settings.
 type Auth struct {
 	// BootstrapSecret lets the first caller create the first workspace.
-	// Env: LEVERS9_BOOTSTRAP_SECRET. Empty turns bootstrap off.
+	// Env: LEVERS9_BOOTSTRAP_SECRET. Empty turns bootstrap off; otherwise
+	// at least MinBootstrapSecretLen characters.
 	BootstrapSecret string `yaml:"bootstrapSecret"`
 }
+
+// Metrics says where Prometheus metrics are served.
+type Metrics struct {
+	// Addr is the metrics listener, plain HTTP (default 127.0.0.1:1996);
+	// "off" serves none. Env: LEVERS9_CONTROLPLANE_METRICS_ADDR.
+	Addr string `yaml:"addr"`
+	// Token, when set (at least MinBootstrapSecretLen characters), must be
+	// sent as "Authorization: Bearer TOKEN" on every /metrics, and /metrics
+	// is then also served on restAddr. Env: LEVERS9_CONTROLPLANE_METRICS_TOKEN.
+	Token string `yaml:"token"`
+}
+
+// MetricsOff is the controlplane.metrics.addr that turns the metrics
+// listener off.
+const MetricsOff = "off"
+
+// MinBootstrapSecretLen is the shortest bootstrap secret Validate accepts.
+const MinBootstrapSecretLen = 32
 
 // Database holds the Postgres and Redis settings.
 type Database struct {
@@ -174,6 +196,7 @@ func (c *Config) WithDefaults() {
 	setDefault(&cp.AgentCertTTL, "24h")
 	setDefault(&cp.JoinTTL, "1h")
 	setDefault(&cp.LostAgentGrace, "30s")
+	setDefault(&cp.Metrics.Addr, "127.0.0.1:1996")
 	pg := &c.Database.Postgres
 	setDefault(&pg.Host, "127.0.0.1")
 	if pg.Port == 0 {

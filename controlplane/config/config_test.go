@@ -38,7 +38,7 @@ func TestLoadFileAndEnv(t *testing.T) {
 controlplane:
   grpcAddr: 127.0.0.1:7000
   auth:
-    bootstrapSecret: from-file
+    bootstrapSecret: from-file-from-file-from-file-from-file
 database:
   postgres:
     encryptionKey: aaaaaaaaaaaaaaaaaaaaaaaa
@@ -56,7 +56,7 @@ worker:
         seccomp: log
 `
 	c, err := Load(strings.NewReader(yml), envMap(map[string]string{
-		"LEVERS9_BOOTSTRAP_SECRET":              "from-env",
+		"LEVERS9_BOOTSTRAP_SECRET":              "from-env-from-env-from-env-from-env",
 		"LEVERS9_DATABASE_POSTGRES_PORT":        "6543",
 		"LEVERS9_REFUSE_DEFAULT_ENCRYPTION_KEY": "true",
 		"LEVERS9_DATABASE_POSTGRES_PASSWORD":    "pw",
@@ -64,7 +64,7 @@ worker:
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Controlplane.Auth.BootstrapSecret != "from-env" {
+	if c.Controlplane.Auth.BootstrapSecret != "from-env-from-env-from-env-from-env" {
 		t.Errorf("env must override the file, got %q", c.Controlplane.Auth.BootstrapSecret)
 	}
 	if c.Database.Postgres.Port != 6543 || !c.RefuseDefaultEncryptionKey {

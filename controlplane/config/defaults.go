@@ -39,8 +39,12 @@ func (c *Config) ShippedDefaults() []DefaultWarning {
 var ErrDefaultKeyRefused = errors.New("database.postgres.encryptionKey is the shipped default and LEVERS9_REFUSE_DEFAULT_ENCRYPTION_KEY=true: set database.postgres.encryptionKey (or LEVERS9_ENCRYPTION_KEY) to a key of your own")
 
 // CheckStartable returns why the controlplane must not start on this
-// configuration, or nil.
+// configuration, or nil. It validates again, so a config changed after Load
+// is checked too.
 func (c *Config) CheckStartable() error {
+	if err := c.Validate(); err != nil {
+		return err
+	}
 	if c.RefuseDefaultEncryptionKey && c.Database.Postgres.EncryptionKey == DefaultEncryptionKey {
 		return ErrDefaultKeyRefused
 	}

@@ -43,6 +43,15 @@ func (c *Config) Validate() error {
 	if d, err := time.ParseDuration(cp.LostAgentGrace); err != nil || d < 500*time.Millisecond {
 		bad("controlplane.lostAgentGrace", "%q is not a duration of at least 500ms (like 30s)", cp.LostAgentGrace)
 	}
+	if n := len(cp.Auth.BootstrapSecret); n > 0 && n < MinBootstrapSecretLen {
+		bad("controlplane.auth.bootstrapSecret", "must be at least %d characters (or empty to turn bootstrap off)", MinBootstrapSecretLen)
+	}
+	if cp.Metrics.Addr != MetricsOff {
+		addr("controlplane.metrics.addr", cp.Metrics.Addr)
+	}
+	if n := len(cp.Metrics.Token); n > 0 && n < MinBootstrapSecretLen {
+		bad("controlplane.metrics.token", "must be at least %d characters (or empty)", MinBootstrapSecretLen)
+	}
 	if cp.PublicHost == "" || strings.ContainsAny(cp.PublicHost, " /'\"$`") {
 		bad("controlplane.publicHost", "%q is not a host name or address", cp.PublicHost)
 	}

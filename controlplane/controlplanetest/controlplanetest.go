@@ -135,13 +135,14 @@ func (e *Env) Config(t testing.TB) *config.Config {
 	c := &config.Config{}
 	c.Controlplane.GRPCAddr = "127.0.0.1:0"
 	c.Controlplane.RESTAddr = "127.0.0.1:0"
+	c.Controlplane.Metrics.Addr = "127.0.0.1:0"
 	tp, err := devstack.FreeTCPUDPPort()
 	if err != nil {
 		t.Fatal(err)
 	}
 	c.Controlplane.TunnelAddr = fmt.Sprintf("127.0.0.1:%d", tp)
 	c.Controlplane.LogLevel = "debug"
-	c.Controlplane.Auth.BootstrapSecret = "test-bootstrap-secret"
+	c.Controlplane.Auth.BootstrapSecret = "test-bootstrap-secret-0123456789abcdef"
 	pg := &c.Database.Postgres
 	pg.Host, pg.Port, pg.User, pg.Password = e.PG.Host, e.PG.Port, e.PG.User, e.PG.Password
 	pg.Database = e.NewDatabase(t)

@@ -1,16 +1,23 @@
 // Package seal owns sealing secrets at rest: an AEAD (AES-256-GCM) keyed by
 // database.postgres.encryptionKey, with every sealed value recording the ID
 // of the key that sealed it, so keys listed under previousEncryptionKeys
-// still open old rows while new rows use the current key. It never logs and
-// never puts key material or plaintext into errors. API: stable.
+// still open old rows while new rows use the current key.
+//
+// A configured key that is 32 random bytes (hex or base64) is expanded with
+// HKDF-SHA256; any other key is a passphrase stretched with scrypt and the
+// install's salt (kept in Postgres). A key's ID is an HMAC of a fixed label
+// under the derived key, so it reveals nothing a guess could be checked
+// against faster than the derivation. Rows sealed before this scheme (a
+// SHA-256 of the key as AES key, a truncated SHA-256 as ID) still open
+// through a legacy opener, and the re-seal on start moves them to the new
+// IDs. It never logs and never puts key material or plaintext into errors.
+// API: stable.
 package seal
 
 import (
 	"crypto/aes"
 	"crypto/cipher"
 	"crypto/rand"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 )
@@ -31,48 +38,47 @@ type key struct {
 // safe for concurrent use.
 type Keyring struct {
 	current key
-	byID    map[string]key
+	// byID holds every key that opens values: the derived keys, and the
+	// legacy derivation of each configured key under its old-style ID.
+	byID map[string]key
 }
 
-// KeyID is a key's public fingerprint: stable, and reveals nothing useful
-// about the key.
-func KeyID(secret string) string {
-	sum := sha256.Sum256([]byte("levers9 seal key id\x00" + secret))
-	return hex.EncodeToString(sum[:8])
-}
-
-func newKey(secret string) (key, error) {
-	// The configured key is a passphrase of any length; derive 32 bytes.
-	k := sha256.Sum256([]byte("levers9 seal key\x00" + secret))
-	block, err := aes.NewCipher(k[:])
+func newAEAD(k []byte) (cipher.AEAD, error) {
+	block, err := aes.NewCipher(k)
 	if err != nil {
-		return key{}, err
+		return nil, err
 	}
-	aead, err := cipher.NewGCM(block)
-	if err != nil {
-		return key{}, err
-	}
-	return key{id: KeyID(secret), aead: aead}, nil
+	return cipher.NewGCM(block)
 }
 
 // NewKeyring builds a keyring sealing with current and opening with current
-// and every previous key.
-func NewKeyring(current string, previous ...string) (*Keyring, error) {
+// and every previous key. salt is the install's salt (see NewSalt); it is
+// needed when a key is a passphrase rather than 32 random bytes.
+func NewKeyring(salt []byte, current string, previous ...string) (*Keyring, error) {
 	if current == "" {
 		return nil, errors.New("seal: empty current key")
 	}
-	cur, err := newKey(current)
-	if err != nil {
-		return nil, fmt.Errorf("seal: current key: %w", err)
-	}
-	kr := &Keyring{current: cur, byID: map[string]key{cur.id: cur}}
-	for i, p := range previous {
-		k, err := newKey(p)
-		if err != nil {
-			return nil, fmt.Errorf("seal: previous key %d: %w", i, err)
+	kr := &Keyring{byID: map[string]key{}}
+	for i, secret := range append([]string{current}, previous...) {
+		what := "current key"
+		if i > 0 {
+			what = fmt.Sprintf("previous key %d", i-1)
 		}
-		if _, dup := kr.byID[k.id]; !dup {
-			kr.byID[k.id] = k
+		k, err := derive(secret, salt)
+		if err != nil {
+			return nil, fmt.Errorf("seal: %s: %w", what, err)
+		}
+		old, err := legacy(secret)
+		if err != nil {
+			return nil, fmt.Errorf("seal: %s: %w", what, err)
+		}
+		if i == 0 {
+			kr.current = k
+		}
+		for _, kk := range []key{k, old} {
+			if _, dup := kr.byID[kk.id]; !dup {
+				kr.byID[kk.id] = kk
+			}
 		}
 	}
 	return kr, nil

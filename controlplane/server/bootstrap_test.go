@@ -41,7 +41,7 @@ func TestBootstrapGRPC(t *testing.T) {
 		_, err = ac.Authorize(withBootstrap(ctx, "wrong-secret"), &v1.AuthorizeRequest{})
 		wantCode(t, "wrong secret", err, codes.PermissionDenied)
 
-		resp := bootstrap(t, in.Conn, "test-bootstrap-secret")
+		resp := bootstrap(t, in.Conn, "test-bootstrap-secret-0123456789abcdef")
 		if !resp.Bootstrapped || resp.Token == "" || resp.WorkspaceName != "default" {
 			t.Fatalf("bootstrap response = %+v", resp)
 		}
@@ -51,9 +51,9 @@ func TestBootstrapGRPC(t *testing.T) {
 			t.Fatalf("authorize with token = %+v, %v", who, err)
 		}
 		// Once a workspace exists the secret does nothing.
-		_, err = ac.Authorize(withBootstrap(ctx, "test-bootstrap-secret"), &v1.AuthorizeRequest{})
+		_, err = ac.Authorize(withBootstrap(ctx, "test-bootstrap-secret-0123456789abcdef"), &v1.AuthorizeRequest{})
 		wantCode(t, "second bootstrap", err, codes.FailedPrecondition)
-		if strings.Contains(in.Logs.String(), "test-bootstrap-secret") || strings.Contains(in.Logs.String(), resp.Token) {
+		if strings.Contains(in.Logs.String(), "test-bootstrap-secret-0123456789abcdef") || strings.Contains(in.Logs.String(), resp.Token) {
 			t.Error("a secret reached the logs")
 		}
 	})
@@ -69,7 +69,7 @@ func TestBootstrapGRPC(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				_, err := ac.Authorize(withBootstrap(ctx, "test-bootstrap-secret"), &v1.AuthorizeRequest{})
+				_, err := ac.Authorize(withBootstrap(ctx, "test-bootstrap-secret-0123456789abcdef"), &v1.AuthorizeRequest{})
 				results <- err
 			}()
 		}
@@ -131,12 +131,12 @@ func TestBootstrapREST(t *testing.T) {
 		if code, body := restAuthorize(t, addr, "nope", ""); code != http.StatusForbidden {
 			t.Errorf("wrong secret: %d %v", code, body)
 		}
-		code, body := restAuthorize(t, addr, "test-bootstrap-secret", "")
+		code, body := restAuthorize(t, addr, "test-bootstrap-secret-0123456789abcdef", "")
 		if code != http.StatusOK || body["token"] == nil || body["bootstrapped"] != true {
 			t.Fatalf("right secret: %d %v", code, body)
 		}
 		tok := body["token"].(string)
-		if code, body := restAuthorize(t, addr, "test-bootstrap-secret", ""); code != http.StatusBadRequest {
+		if code, body := restAuthorize(t, addr, "test-bootstrap-secret-0123456789abcdef", ""); code != http.StatusBadRequest {
 			t.Errorf("after a workspace exists: %d %v", code, body)
 		}
 		if code, body := restAuthorize(t, addr, "", tok); code != http.StatusOK || body["workspaceId"] == nil {

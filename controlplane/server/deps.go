@@ -88,6 +88,15 @@ func (s *Server) migrateAndReseal(ctx context.Context) bool {
 		return false
 	}
 	s.log.Info("migrations applied", "applied", n)
+	if s.keyring == nil {
+		kr, err := s.newKeyring(ctx)
+		if err != nil {
+			s.log.Error("building the sealing keys failed; will retry", "err", err)
+			return false
+		}
+		// Published to the services before migrated is set under s.mu.
+		s.keyring, s.deps.Keyring = kr, kr
+	}
 	rep, err := s.store.Reseal(ctx, s.keyring)
 	if err != nil {
 		s.log.Error("re-sealing rows onto the current key failed; will retry", "err", err)
@@ -105,6 +114,17 @@ func (s *Server) migrateAndReseal(ctx context.Context) bool {
 	s.log.Info("sealed rows checked", "key_id", s.keyring.CurrentID(), "resealed", rep.Resealed,
 		"stranded", rep.Stranded, "all_rows_on_current_key", rep.AllOnCurrentKey)
 	return true
+}
+
+// newKeyring derives the sealing keys from the configured ones and the
+// install's salt.
+func (s *Server) newKeyring(ctx context.Context) (*seal.Keyring, error) {
+	salt, err := s.store.SealSalt(ctx)
+	if err != nil {
+		return nil, err
+	}
+	pg := s.cfg.Database.Postgres
+	return seal.NewKeyring(salt, pg.EncryptionKey, pg.PreviousEncryptionKeys...)
 }
 
 func (s *Server) ready(method string) error {

@@ -39,7 +39,7 @@ func secondWorkspace(t *testing.T, in *controlplanetest.Instance, name string) (
 func TestCrossWorkspaceAccessDenied(t *testing.T) {
 	t.Parallel()
 	in := controlplanetest.Start(t, env.Config(t), true)
-	a := bootstrap(t, in.Conn, "test-bootstrap-secret")
+	a := bootstrap(t, in.Conn, "test-bootstrap-secret-0123456789abcdef")
 	bWS, bTok := secondWorkspace(t, in, "other")
 	ctxA := withToken(context.Background(), a.Token)
 	ctxB := withToken(context.Background(), bTok)
@@ -126,7 +126,7 @@ func TestCrossWorkspaceAccessDenied(t *testing.T) {
 func TestTokens(t *testing.T) {
 	t.Parallel()
 	in := controlplanetest.Start(t, env.Config(t), true)
-	a := bootstrap(t, in.Conn, "test-bootstrap-secret")
+	a := bootstrap(t, in.Conn, "test-bootstrap-secret-0123456789abcdef")
 	ctx := withToken(context.Background(), a.Token)
 	tokens := v1.NewTokenServiceClient(in.Conn)
 

@@ -38,6 +38,45 @@ func sealedKeyIDs(t *testing.T, cfg *config.Config) []string {
 	return out
 }
 
+// keyring is what a controlplane on cfg's database derives from these keys.
+func keyring(t *testing.T, cfg *config.Config, current string, previous ...string) *seal.Keyring {
+	t.Helper()
+	ctx := context.Background()
+	st, err := store.Open(ctx, cfg.Database.Postgres.ConnString(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	salt, err := st.SealSalt(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kr, err := seal.NewKeyring(salt, current, previous...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return kr
+}
+
+// sealRows bootstraps in, puts a secret for each name (V=value-NAME) and
+// sets storage credentials, and returns the admin.
+func sealRows(t *testing.T, in *controlplanetest.Instance, names ...string) *v1.AuthorizeResponse {
+	t.Helper()
+	a := bootstrap(t, in.Conn, "test-bootstrap-secret-0123456789abcdef")
+	actx := withToken(context.Background(), a.Token)
+	sc := v1.NewSecretServiceClient(in.Conn)
+	for _, name := range names {
+		if _, err := sc.PutSecret(actx, &v1.PutSecretRequest{Name: name, Values: map[string]string{"V": "value-" + name}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := v1.NewWorkspaceServiceClient(in.Conn).SetStorageCredentials(actx, &v1.SetStorageCredentialsRequest{
+		Credentials: &v1.StorageCredentials{Endpoint: "e", Bucket: "b", AccessKeyId: "k", SecretAccessKey: "s"}}); err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
 func lastSealLog(t *testing.T, in *controlplanetest.Instance) map[string]any {
 	t.Helper()
 	recs := in.Logs.Find("sealed rows checked")
@@ -55,18 +94,8 @@ func TestKeyRotation(t *testing.T) {
 
 	// Start on key A and seal a few rows.
 	in := controlplanetest.Start(t, cfg, true)
-	a := bootstrap(t, in.Conn, "test-bootstrap-secret")
+	a := sealRows(t, in, "one", "two", "three")
 	actx := withToken(ctx, a.Token)
-	sc := v1.NewSecretServiceClient(in.Conn)
-	for _, name := range []string{"one", "two", "three"} {
-		if _, err := sc.PutSecret(actx, &v1.PutSecretRequest{Name: name, Values: map[string]string{"V": "value-" + name}}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if _, err := v1.NewWorkspaceServiceClient(in.Conn).SetStorageCredentials(actx, &v1.SetStorageCredentialsRequest{
-		Credentials: &v1.StorageCredentials{Endpoint: "e", Bucket: "b", AccessKeyId: "k", SecretAccessKey: "s"}}); err != nil {
-		t.Fatal(err)
-	}
 	if rec := lastSealLog(t, in); rec["all_rows_on_current_key"] != true {
 		t.Errorf("fresh start: %v", rec)
 	}
@@ -81,8 +110,9 @@ func TestKeyRotation(t *testing.T) {
 	if rec["all_rows_on_current_key"] != true || rec["resealed"] != float64(5) {
 		t.Errorf("rotation log = %v, want all_rows_on_current_key true and 5 resealed (3 secrets, storage, agent CA)", rec)
 	}
+	idB := keyring(t, cfg, keyB).CurrentID()
 	for _, id := range sealedKeyIDs(t, cfg) {
-		if id != seal.KeyID(keyB) {
+		if id != idB {
 			t.Errorf("row still on key %s", id)
 		}
 	}
@@ -98,7 +128,7 @@ func TestKeyRotation(t *testing.T) {
 	if _, err := v1.NewWorkspaceServiceClient(inOnlyB.Conn).GetStorageCredentials(actx, &v1.GetStorageCredentialsRequest{}); err != nil {
 		t.Errorf("storage credentials do not open with B alone: %v", err)
 	}
-	kr, _ := seal.NewKeyring(keyB)
+	kr := keyring(t, cfg, keyB)
 	st, err := store.Open(ctx, cfg.Database.Postgres.ConnString(), nil)
 	if err != nil {
 		t.Fatal(err)
@@ -121,7 +151,7 @@ func TestRotationWithoutPreviousKeyReportsFalse(t *testing.T) {
 	cfg := env.Config(t)
 	cfg.Database.Postgres.EncryptionKey = keyA
 	in := controlplanetest.Start(t, cfg, true)
-	a := bootstrap(t, in.Conn, "test-bootstrap-secret")
+	a := bootstrap(t, in.Conn, "test-bootstrap-secret-0123456789abcdef")
 	if _, err := v1.NewSecretServiceClient(in.Conn).PutSecret(withToken(context.Background(), a.Token),
 		&v1.PutSecretRequest{Name: "x", Values: map[string]string{"K": "v"}}); err != nil {
 		t.Fatal(err)
@@ -136,7 +166,7 @@ func TestRotationWithoutPreviousKeyReportsFalse(t *testing.T) {
 	if len(inB.Logs.Find("the agent CA key does not open")) != 1 {
 		t.Error("no error log about the stranded agent CA")
 	}
-	if ids := sealedKeyIDs(t, cfg); len(ids) != 1 || ids[0] != seal.KeyID(keyA) {
+	if ids := sealedKeyIDs(t, cfg); len(ids) != 1 || ids[0] != keyring(t, cfg, keyA).CurrentID() {
 		t.Errorf("the stranded row must stay untouched on A, got %v", ids)
 	}
 }

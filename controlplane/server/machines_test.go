@@ -47,7 +47,7 @@ func setupMachines(t *testing.T, mutate func(*config.Config)) *machineBundle {
 		mutate(cfg)
 	}
 	in := controlplanetest.Start(t, cfg, true)
-	admin := bootstrap(t, in.Conn, "test-bootstrap-secret")
+	admin := bootstrap(t, in.Conn, "test-bootstrap-secret-0123456789abcdef")
 	return &machineBundle{in: in, ctx: withToken(context.Background(), admin.Token), admin: admin,
 		machines: v1.NewMachineServiceClient(in.Conn), enroll: v1.NewEnrollServiceClient(in.Conn), agentSum: hex.EncodeToString(sum[:])}
 }

@@ -2,9 +2,13 @@ package server
 
 import (
 	"context"
+	"crypto/subtle"
+	"net/http"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
 
@@ -52,3 +56,22 @@ func (m *metrics) unary() grpc.UnaryServerInterceptor {
 
 func (m *metrics) Enrolled()    { m.enrollments.Inc() }
 func (m *metrics) RefusedJoin() { m.refusedJoin.Inc() }
+
+// metricsHandler serves the registry, behind controlplane.metrics.token when
+// one is set. The token is compared in constant time and never logged.
+func (s *Server) metricsHandler() http.Handler {
+	h := promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{})
+	token := s.cfg.Controlplane.Metrics.Token
+	if token == "" {
+		return h
+	}
+	want := []byte("Bearer " + token)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), want) != 1 {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="levers9 metrics"`)
+			writeJSONError(w, http.StatusUnauthorized, codes.Unauthenticated, "metrics need controlplane.metrics.token as a bearer token")
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}

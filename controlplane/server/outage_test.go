@@ -69,7 +69,7 @@ func TestPostgresOutage(t *testing.T) {
 	pg, cfg := privatePostgres(t, "outage")
 
 	in := controlplanetest.Start(t, cfg, true)
-	a := bootstrap(t, in.Conn, "test-bootstrap-secret")
+	a := bootstrap(t, in.Conn, "test-bootstrap-secret-0123456789abcdef")
 	tokens := v1.NewTokenServiceClient(in.Conn)
 	actx := withToken(ctx, a.Token)
 	if healthStatus(t, in) != healthpb.HealthCheckResponse_SERVING || restHealth(t, in) != http.StatusOK {
@@ -113,7 +113,7 @@ func TestStartsBeforePostgres(t *testing.T) {
 		t.Fatal(err)
 	}
 	in := controlplanetest.Start(t, cfg, false)
-	_, err := v1.NewAuthServiceClient(in.Conn).Authorize(withBootstrap(ctx, "test-bootstrap-secret"), &v1.AuthorizeRequest{})
+	_, err := v1.NewAuthServiceClient(in.Conn).Authorize(withBootstrap(ctx, "test-bootstrap-secret-0123456789abcdef"), &v1.AuthorizeRequest{})
 	wantCode(t, "bootstrap before postgres", err, codes.Unavailable)
 	if healthStatus(t, in) == healthpb.HealthCheckResponse_SERVING {
 		t.Error("healthy without postgres")
@@ -122,5 +122,5 @@ func TestStartsBeforePostgres(t *testing.T) {
 		t.Fatal(err)
 	}
 	controlplanetest.Eventually(t, 20*time.Second, "healthy once postgres is up", in.Server.Healthy)
-	bootstrap(t, in.Conn, "test-bootstrap-secret")
+	bootstrap(t, in.Conn, "test-bootstrap-secret-0123456789abcdef")
 }

@@ -1,26 +1,30 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/textproto"
 	"sync"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 
 	v1 "github.com/levers9/levers9/api/levers9/v1"
 	"github.com/levers9/levers9/controlplane/auth"
 )
 
-// restHandler serves the REST gateway under /api/, health on /healthz and
-// metrics on /metrics. The gateway talks to the in-memory gRPC server, so
-// REST and gRPC share every interceptor, authentication included.
+// restHandler serves the REST gateway under /api/, health on /healthz, agent
+// downloads, and /metrics only when controlplane.metrics.token is set (then
+// behind it). The gateway talks to the in-memory gRPC server, so REST and
+// gRPC share every interceptor, authentication included. Every request body
+// is held to maxMessageBytes before the gateway decodes it.
 func (s *Server) restHandler(ctx context.Context) (http.Handler, error) {
 	conn, err := grpc.NewClient("passthrough:///levers9-internal",
 		grpc.WithContextDialer(func(context.Context, string) (net.Conn, error) { return s.memLn.dial() }),
@@ -51,10 +55,57 @@ func (s *Server) restHandler(ctx context.Context) (http.Handler, error) {
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/api/", gw)
-	mux.Handle("/metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{}))
+	if s.cfg.Controlplane.Metrics.Token != "" {
+		mux.Handle("/metrics", s.metricsHandler())
+	}
 	mux.HandleFunc("/healthz", s.serveHealth)
 	mux.Handle("/agent/v1/download/", s.deps.Dist)
-	return mux, nil
+	return limitBody(mux, maxMessageBytes), nil
+}
+
+// maxMessageBytes bounds a request: gRPC's MaxRecvMsgSize and every REST
+// body.
+const maxMessageBytes = 4 << 20
+
+// limitBody refuses a body over max with 413 and a JSON error before next
+// sees it: a declared Content-Length at once, a chunked body once max+1
+// bytes have arrived. Bodies under the limit are read into memory first,
+// so the gateway never decodes from an unbounded stream.
+func limitBody(next http.Handler, max int64) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.ContentLength > max {
+			tooLarge(w, max)
+			return
+		}
+		if r.Body != nil && r.Body != http.NoBody && r.ContentLength != 0 {
+			b, err := io.ReadAll(io.LimitReader(r.Body, max+1))
+			if int64(len(b)) > max {
+				tooLarge(w, max)
+				return
+			}
+			if err != nil {
+				writeJSONError(w, http.StatusBadRequest, codes.InvalidArgument, "reading the request body failed")
+				return
+			}
+			r.Body = io.NopCloser(bytes.NewReader(b))
+			r.ContentLength = int64(len(b))
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+func tooLarge(w http.ResponseWriter, max int64) {
+	// The rest of the body is not read: close the connection after answering.
+	w.Header().Set("Connection", "close")
+	writeJSONError(w, http.StatusRequestEntityTooLarge, codes.ResourceExhausted,
+		fmt.Sprintf("request body larger than %d bytes", max))
+}
+
+// writeJSONError answers in the gateway's error shape.
+func writeJSONError(w http.ResponseWriter, status int, code codes.Code, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(map[string]any{"code": int(code), "message": msg, "details": []any{}})
 }
 
 // headerMatcher forwards the one custom header the API reads (the bootstrap

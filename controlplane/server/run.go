@@ -18,7 +18,7 @@ func Main(ctx context.Context, args []string, getenv func(string) (string, bool)
 	fs.SetOutput(stderr)
 	cfgPath := fs.String("config", "", "path to the YAML config (keys: controlplane.*, database.*, worker.*); LEVERS9_* variables override it")
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "Usage: levers9-controlplane [--config FILE]\n\nRuns a levers9 controlplane replica: gRPC (default :1993), REST, health and /metrics (:1994).\n\n")
+		fmt.Fprintf(stderr, "Usage: levers9-controlplane [--config FILE]\n\nRuns a levers9 controlplane replica: gRPC (default :1993), REST and health (:1994), /metrics (127.0.0.1:1996).\n\n")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {

@@ -1,7 +1,8 @@
 // Package server owns the running controlplane: it wires config, store,
 // bus, sealing and the API services into a gRPC server (TLS when given a
-// certificate), a REST gateway with the same authentication, health and
-// /metrics, and a dependency loop that migrates Postgres when it first
+// certificate), a REST gateway with the same authentication and a body
+// limit, health, /metrics on its own address (and on the REST address only
+// behind a token), and a dependency loop that migrates Postgres when it first
 // answers, re-seals rows onto the current key, and reports unhealthy while
 // Postgres or Redis is down (recovering by itself when they return). It
 // never logs secrets. Start/Stop follow the repo's start-stop contract.
@@ -57,6 +58,9 @@ type Server struct {
 	metrics *metrics
 	store   *store.Store
 	bus     *bus.Bus
+	// keyring is built by the dependency loop once Postgres answers (a
+	// passphrase key needs the install's salt from the database), before
+	// migrated is set; RPCs wait for migrated, so they never see it nil.
 	keyring *seal.Keyring
 	health  *health.Server
 	ca      atomic.Pointer[enroll.CA]
@@ -74,6 +78,10 @@ type Server struct {
 	restLn   net.Listener
 	memLn    *memListener
 	http     *http.Server
+	// metricsLn and metricsHTTP serve /metrics on controlplane.metrics.addr;
+	// nil when it is "off".
+	metricsLn   net.Listener
+	metricsHTTP *http.Server
 
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -98,11 +106,7 @@ func New(cfg *config.Config, opts Options) (*Server, error) {
 	if opts.DependencyInterval == 0 {
 		opts.DependencyInterval = 2 * time.Second
 	}
-	kr, err := seal.NewKeyring(cfg.Database.Postgres.EncryptionKey, cfg.Database.Postgres.PreviousEncryptionKeys...)
-	if err != nil {
-		return nil, err
-	}
-	s := &Server{cfg: cfg, log: opts.Logger, opts: opts, keyring: kr, reg: prometheus.NewRegistry()}
+	s := &Server{cfg: cfg, log: opts.Logger, opts: opts, reg: prometheus.NewRegistry()}
 	s.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	s.metrics = newMetrics(s.reg)
 	return s, nil
@@ -170,6 +174,15 @@ func (s *Server) Start(ctx context.Context) (err error) {
 	if deps.Public, err = s.publicEndpoints(tlsCfg != nil); err != nil {
 		return err
 	}
+	if a := s.cfg.Controlplane.Metrics.Addr; a != config.MetricsOff {
+		if s.metricsLn, err = net.Listen("tcp", a); err != nil {
+			return fmt.Errorf("listen for metrics on %s (controlplane.metrics.addr): %w", a, err)
+		}
+		undo = append(undo, func() { s.metricsLn.Close() })
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", s.metricsHandler())
+		s.metricsHTTP = &http.Server{Handler: limitBody(mux, maxMessageBytes), ReadHeaderTimeout: 10 * time.Second}
+	}
 	s.memLn = newMemListener()
 	handler, err := s.restHandler(ctx)
 	if err != nil {
@@ -183,6 +196,15 @@ func (s *Server) Start(ctx context.Context) (err error) {
 		return err
 	}
 	s.cancel = cancel
+	if s.metricsHTTP != nil {
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			if err := s.metricsHTTP.Serve(s.metricsLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				s.log.Error("metrics server stopped", "err", err)
+			}
+		}()
+	}
 	s.wg.Add(4)
 	go func() { defer s.wg.Done(); _ = s.public.Serve(s.grpcLn) }()
 	go func() { defer s.wg.Done(); _ = s.internal.Serve(s.memLn) }()
@@ -200,7 +222,7 @@ func (s *Server) Start(ctx context.Context) (err error) {
 	}()
 	go func() { defer s.wg.Done(); s.dependencyLoop(loopCtx) }()
 	s.log.Info("controlplane listening", "grpc", s.grpcLn.Addr().String(), "rest", s.restLn.Addr().String(),
-		"tls", tlsCfg != nil, "postgres", s.cfg.Database.Postgres.Redacted(), "redis", r.Addr)
+		"metrics", s.MetricsAddr(), "tls", tlsCfg != nil, "postgres", s.cfg.Database.Postgres.Redacted(), "redis", r.Addr)
 	return nil
 }
 
@@ -214,7 +236,7 @@ func (s *Server) newDeps() (*api.Deps, error) {
 	if wd, err := os.Getwd(); err == nil && src == "" {
 		src, _ = agentdist.FindSource(wd)
 	}
-	deps := &api.Deps{Store: s.store, Keyring: s.keyring, Bus: s.bus, Log: s.log.With("component", "api"),
+	deps := &api.Deps{Store: s.store, Bus: s.bus, Log: s.log.With("component", "api"),
 		BootstrapSecret: s.cfg.Controlplane.Auth.BootstrapSecret, Config: s.cfg, CA: s.agentCA, Metrics: s.metrics,
 		Dist:     agentdist.New(binDir, s.cfg.Controlplane.AgentDevBuilds, src, s.log.With("component", "agentdist")),
 		Presence: presence{s}}
@@ -237,7 +259,7 @@ func (s *Server) newGRPC(deps *api.Deps, authn *auth.Authenticator, opts ...grpc
 	opts = append(opts,
 		grpc.ChainUnaryInterceptor(s.metrics.unary(), s.readyUnary(), authn.Unary()),
 		grpc.ChainStreamInterceptor(s.readyStream(), authn.Stream()),
-		grpc.MaxRecvMsgSize(4<<20),
+		grpc.MaxRecvMsgSize(maxMessageBytes),
 	)
 	g := grpc.NewServer(opts...)
 	healthpb.RegisterHealthServer(g, s.health)
@@ -264,6 +286,9 @@ func (s *Server) Stop() {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	_ = s.http.Shutdown(ctx)
+	if s.metricsHTTP != nil {
+		_ = s.metricsHTTP.Shutdown(ctx)
+	}
 	stopGRPC(s.public, 5*time.Second)
 	stopGRPC(s.internal, 5*time.Second)
 	s.wg.Wait()
@@ -287,6 +312,15 @@ func (s *Server) GRPCAddr() string { return s.grpcLn.Addr().String() }
 
 // RESTAddr is the bound REST address.
 func (s *Server) RESTAddr() string { return s.restLn.Addr().String() }
+
+// MetricsAddr is the bound metrics address, or "" when
+// controlplane.metrics.addr is "off".
+func (s *Server) MetricsAddr() string {
+	if s.metricsLn == nil {
+		return ""
+	}
+	return s.metricsLn.Addr().String()
+}
 
 // Healthy reports whether Postgres and Redis answer and migrations ran.
 func (s *Server) Healthy() bool {

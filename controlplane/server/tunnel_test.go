@@ -25,7 +25,7 @@ func TestTunnelEndpointRetries(t *testing.T) {
 	if in.Server.Agents() != nil {
 		t.Fatal("tunnel endpoint claims to run on a taken port")
 	}
-	bootstrap(t, in.Conn, "test-bootstrap-secret")
+	bootstrap(t, in.Conn, "test-bootstrap-secret-0123456789abcdef")
 	held.Close()
 	controlplanetest.Eventually(t, 10*time.Second, "tunnel endpoint after the port is free", func() bool { return in.Server.Agents() != nil })
 }

@@ -16,6 +16,16 @@ func SecretAAD(wsID, name string) []byte { return []byte("levers9/secret/" + wsI
 // StorageAAD binds a workspace's sealed storage credentials to it.
 func StorageAAD(wsID string) []byte { return []byte("levers9/workspace-storage/" + wsID) }
 
+// SealSalt is the install's salt for passphrase sealing keys: one row,
+// made by migration 00006 and never changed.
+func (s *Store) SealSalt(ctx context.Context) ([]byte, error) {
+	var salt []byte
+	if err := s.pool.QueryRow(ctx, `SELECT salt FROM seal_salt`).Scan(&salt); err != nil {
+		return nil, wrap("read the seal salt", err)
+	}
+	return salt, nil
+}
+
 // ResealReport says what a reseal pass did.
 type ResealReport struct {
 	Resealed int
@@ -26,7 +36,8 @@ type ResealReport struct {
 	AllOnCurrentKey bool
 }
 
-// Reseal re-seals every row that is not on the keyring's current key. Each
+// Reseal re-seals every row that is not on the keyring's current key, rows
+// of an old-style key ID (the derivation before seal's HKDF/scrypt) too. Each
 // row is re-sealed in its own short transaction with the row locked, so a
 // concurrent write is never lost, and a crash halfway leaves every row
 // readable.

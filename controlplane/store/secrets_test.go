@@ -19,7 +19,7 @@ const (
 
 func keyring(t *testing.T, current string, previous ...string) *seal.Keyring {
 	t.Helper()
-	kr, err := seal.NewKeyring(current, previous...)
+	kr, err := seal.NewKeyring([]byte("store-test-salt-0123456789abcdef"), current, previous...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -52,7 +52,7 @@ func config1s(t *testing.T) *config.Config {
 func start(t *testing.T, cfg *config.Config) *bundle {
 	t.Helper()
 	in := controlplanetest.Start(t, cfg, true)
-	resp, err := v1.NewAuthServiceClient(in.Conn).Authorize(metadata.AppendToOutgoingContext(context.Background(), "x-levers9-bootstrap-secret", "test-bootstrap-secret"), &v1.AuthorizeRequest{})
+	resp, err := v1.NewAuthServiceClient(in.Conn).Authorize(metadata.AppendToOutgoingContext(context.Background(), "x-levers9-bootstrap-secret", "test-bootstrap-secret-0123456789abcdef"), &v1.AuthorizeRequest{})
 	if err != nil {
 		t.Fatal(err)
 	}

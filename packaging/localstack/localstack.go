@@ -35,6 +35,7 @@ type State struct {
 	GRPCPort         int    `json:"grpcPort"`
 	RESTPort         int    `json:"restPort"`
 	TunnelPort       int    `json:"tunnelPort"`
+	MetricsPort      int    `json:"metricsPort"`
 	RegistryPort     int    `json:"registryPort"`
 	DemoImage        string `json:"demoImage,omitempty"`
 	AdminToken       string `json:"adminToken,omitempty"`

@@ -82,7 +82,7 @@ func Up(ctx context.Context, p Paths, out io.Writer) error {
 	for _, port := range []struct {
 		v    *int
 		pref int
-	}{{&st.GRPCPort, 1993}, {&st.RESTPort, 1994}, {&st.TunnelPort, 1995}} {
+	}{{&st.GRPCPort, 1993}, {&st.RESTPort, 1994}, {&st.TunnelPort, 1995}, {&st.MetricsPort, 1996}} {
 		if *port.v, err = pickPort(*port.v, port.pref, cpRunning); err != nil {
 			return err
 		}
@@ -96,7 +96,7 @@ func Up(ctx context.Context, p Paths, out io.Writer) error {
 	if cpRunning {
 		say("controlplane already running (gRPC 127.0.0.1:%d)", st.GRPCPort)
 	} else {
-		say("starting the controlplane: gRPC 127.0.0.1:%d, REST 127.0.0.1:%d (log: %s)", st.GRPCPort, st.RESTPort, p.file("controlplane.log"))
+		say("starting the controlplane: gRPC 127.0.0.1:%d, REST 127.0.0.1:%d, metrics http://127.0.0.1:%d/metrics (log: %s)", st.GRPCPort, st.RESTPort, st.MetricsPort, p.file("controlplane.log"))
 		if err := startControlplane(p); err != nil {
 			return err
 		}
@@ -174,6 +174,8 @@ controlplane:
   grpcAddr: 127.0.0.1:%d
   restAddr: 127.0.0.1:%d
   tunnelAddr: 127.0.0.1:%d
+  metrics:
+    addr: 127.0.0.1:%d
   tls:
     certFile: %s
     keyFile: %s
@@ -193,7 +195,7 @@ database:
 worker:
   # The demo image make up pushed; tasks that name no image run it.
   defaultImage: %s
-`, st.GRPCPort, st.RESTPort, st.TunnelPort, p.file("tls/cert.pem"), p.file("tls/key.pem"), st.BootstrapSecret,
+`, st.GRPCPort, st.RESTPort, st.TunnelPort, st.MetricsPort, p.file("tls/cert.pem"), p.file("tls/key.pem"), st.BootstrapSecret,
 		st.PostgresPort, st.PostgresPassword, st.EncryptionKey, st.RedisPort, st.RedisPassword, st.DemoImage)
 	return enroll.WriteSecretFile(p.file("controlplane.yaml"), []byte(yml))
 }

@@ -85,7 +85,7 @@ func setupJoinWorldWith(t *testing.T, mutate func(*config.Config)) *joinWorld {
 	controlplanetest.Eventually(t, 10*time.Second, "tunnel endpoint", func() bool { return in.Server.Agents() != nil })
 	w := &joinWorld{box: b, in: in, home: filepath.Join(t.TempDir(), "home"), cert: cert}
 	cmd := exec.Command(filepath.Join(bin, "levers9"), "config", "create", "e2e", "--controlplane", in.Server.GRPCAddr(), "--tls", "--ca", cert)
-	cmd.Env = append(os.Environ(), "LEVERS9_HOME="+w.home, "LEVERS9_BOOTSTRAP_SECRET=test-bootstrap-secret")
+	cmd.Env = append(os.Environ(), "LEVERS9_HOME="+w.home, "LEVERS9_BOOTSTRAP_SECRET=test-bootstrap-secret-0123456789abcdef")
 	cmd.Stdin = strings.NewReader("\n")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("config create: %v\n%s", err, out)
