@@ -223,15 +223,21 @@ func (a *app) poolCmd() *cobra.Command {
 				return a.printJSON(resp)
 			}
 			w := newTab(a)
-			fmt.Fprintln(w, "POOL\tMACHINES\tONLINE\tGPUS FREE/TOTAL\tRUNTIME\tPROFILE\tSECCOMP\tNET_RAW\tISOLATION\tEGRESS")
+			fmt.Fprintln(w, "POOL\tMACHINES\tONLINE\tGPUS FREE/TOTAL\tRUNTIME\tPROFILE\tSECCOMP\tNET_RAW\tISOLATION\tEGRESS\tSHARED")
 			for _, p := range resp.Pools {
 				sec := p.GetSecurity()
 				netRaw := "kept"
 				if sec.GetDropNetRaw() {
 					netRaw = "dropped"
 				}
-				fmt.Fprintf(w, "%s\t%d\t%d\t%d/%d\t%s\t%s\t%s\t%s\t%v\t%s\n", p.Name, p.Machines, p.MachinesOnline, p.GpusFree, p.GpusTotal,
-					sec.GetRuntime(), sec.GetProfile(), sec.GetSeccomp(), netRaw, sec.GetBridgePortIsolation(), sec.GetEgressMode())
+				// Machines of a pool that is not shared serve only their own
+				// workspace, and the counts are the caller's machines.
+				shared := "no"
+				if p.Shared {
+					shared = "yes"
+				}
+				fmt.Fprintf(w, "%s\t%d\t%d\t%d/%d\t%s\t%s\t%s\t%s\t%v\t%s\t%s\n", p.Name, p.Machines, p.MachinesOnline, p.GpusFree, p.GpusTotal,
+					sec.GetRuntime(), sec.GetProfile(), sec.GetSeccomp(), netRaw, sec.GetBridgePortIsolation(), sec.GetEgressMode(), shared)
 			}
 			return w.Flush()
 		},

@@ -15,7 +15,10 @@ type PoolService struct {
 	*Deps
 }
 
-// ListPools lists the configured pools with the caller's machines in them.
+// ListPools lists the configured pools with the machines in them that may
+// serve the caller: its own, and in a pool shared with it
+// (worker.pools.NAME.shared and .workspaces) the enrolled machines of
+// other workspaces too.
 func (s *PoolService) ListPools(ctx context.Context, _ *v1.ListPoolsRequest) (*v1.ListPoolsResponse, error) {
 	p, err := auth.MustPrincipal(ctx)
 	if err != nil {
@@ -25,28 +28,65 @@ func (s *PoolService) ListPools(ctx context.Context, _ *v1.ListPoolsRequest) (*v
 	if err != nil {
 		return nil, errdefs.ToGRPC(err)
 	}
+	wsName := "" // read once, if a pool's workspaces list needs it
 	resp := &v1.ListPoolsResponse{}
 	byName := map[string]*v1.Pool{}
 	for _, name := range s.Config.Worker.PoolNames() {
 		cfg := s.Config.Worker.Pools[name]
-		pool := &v1.Pool{Name: name, GpuType: cfg.GPUType, NodeSelector: cfg.NodeSelector, Security: tasks.SecuritySettings(s.Config, name)}
+		pool := &v1.Pool{Name: name, GpuType: cfg.GPUType, NodeSelector: cfg.NodeSelector, Security: tasks.SecuritySettings(s.Config, name),
+			Shared: cfg.Shared}
 		byName[name] = pool
 		resp.Pools = append(resp.Pools, pool)
+		if !cfg.Shared {
+			continue
+		}
+		if !cfg.SharedWith(p.WorkspaceID, "") && wsName == "" {
+			ws, err := s.Store.GetWorkspace(ctx, p.WorkspaceID)
+			if err != nil {
+				return nil, errdefs.ToGRPC(err)
+			}
+			wsName = ws.Name
+		}
+		if !cfg.SharedWith(p.WorkspaceID, wsName) {
+			continue
+		}
+		others, err := s.Store.PoolMachines(ctx, name)
+		if err != nil {
+			return nil, errdefs.ToGRPC(err)
+		}
+		for _, pm := range others {
+			if pm.WorkspaceID == p.WorkspaceID {
+				continue // counted with the caller's own below
+			}
+			var inv v1.Inventory
+			if len(pm.Inventory) > 0 {
+				_ = protoJSON.Unmarshal(pm.Inventory, &inv)
+			}
+			_, online := s.Presence.Online(pm.ID)
+			countMachine(pool, online, &inv)
+		}
 	}
 	for _, m := range machines {
 		pool, ok := byName[m.Pool]
 		if !ok {
 			continue
 		}
-		pool.Machines++
-		if pb := s.machinePB(m); pb.State == v1.MachineState_MACHINE_STATE_ONLINE {
-			pool.MachinesOnline++
-			gpus := int32(len(pb.GetInventory().GetGpus()))
-			pool.GpusTotal += gpus
-			// Free GPUs are total minus those held by running tasks; tasks
-			// come with the scheduler, so all are free until then.
-			pool.GpusFree += gpus
-		}
+		pb := s.machinePB(m)
+		countMachine(pool, pb.State == v1.MachineState_MACHINE_STATE_ONLINE, pb.GetInventory())
 	}
 	return resp, nil
+}
+
+// countMachine adds a machine to its pool's figures.
+func countMachine(pool *v1.Pool, online bool, inv *v1.Inventory) {
+	pool.Machines++
+	if !online {
+		return
+	}
+	pool.MachinesOnline++
+	gpus := int32(len(inv.GetGpus()))
+	pool.GpusTotal += gpus
+	// Free GPUs are total minus those held by running tasks; until the
+	// count of held GPUs is wired here, all are shown free.
+	pool.GpusFree += gpus
 }

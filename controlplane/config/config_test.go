@@ -54,6 +54,11 @@ worker:
       runtime: runsc
       security:
         seccomp: log
+    ops:
+      shared: true
+    research:
+      shared: true
+      workspaces: [ws_abcdefghij, research]
 `
 	c, err := Load(strings.NewReader(yml), envMap(map[string]string{
 		"LEVERS9_BOOTSTRAP_SECRET":              "from-env-from-env-from-env-from-env",
@@ -83,6 +88,21 @@ worker:
 	if c.Worker.Pools["l40s"].Runtime != "runsc" || c.Worker.Pools["default"].Runtime != "runc" {
 		t.Errorf("pool runtimes = %+v", c.Worker.Pools)
 	}
+	pools := c.Worker.Pools
+	for _, tc := range []struct {
+		pool, id, name string
+		want           bool
+	}{
+		{"default", "ws_x", "x", false}, // not shared unless declared
+		{"ops", "ws_x", "x", true},
+		{"research", "ws_abcdefghij", "other", true}, // by ID
+		{"research", "ws_y", "research", true},       // by name
+		{"research", "ws_x", "x", false},
+	} {
+		if got := pools[tc.pool].SharedWith(tc.id, tc.name); got != tc.want {
+			t.Errorf("pool %s SharedWith(%s, %s) = %v, want %v", tc.pool, tc.id, tc.name, got, tc.want)
+		}
+	}
 }
 
 func TestValidateNamesEveryKey(t *testing.T) {
@@ -102,6 +122,8 @@ worker:
       allow: ["10.0.0.0/8", "10.0.0.0/33", "1.2.3.4:99999", "[::1]:53/icmp", "host.example:80"]
   pools:
     Bad_Name: {runtime: kata}
+    mine: {workspaces: [a]}
+    ops: {shared: true, workspaces: [a, "no spaces", a]}
 `
 	_, err := Load(strings.NewReader(yml), nil)
 	if err == nil {
@@ -114,6 +136,7 @@ worker:
 		"worker.containerSecurity.egress.allow[1]", "worker.containerSecurity.egress.allow[2]",
 		"worker.containerSecurity.egress.allow[3]", "worker.containerSecurity.egress.allow[4]",
 		"worker.pools.Bad_Name", "worker.pools.Bad_Name.runtime",
+		"worker.pools.mine.workspaces", "worker.pools.ops.workspaces[1]", "worker.pools.ops.workspaces[2]",
 	} {
 		if !strings.Contains(err.Error(), want+":") {
 			t.Errorf("error does not name %s:\n%v", want, err)

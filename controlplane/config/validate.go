@@ -92,8 +92,29 @@ func (c *Config) Validate() error {
 		p := w.Pools[n]
 		oneOf(bad, key+".runtime", p.Runtime, "runc", "runsc")
 		validateSecurity(bad, &errs, key+".security", p.Security)
+		validateWorkspaces(bad, key, p)
 	}
 	return errors.Join(errs...)
+}
+
+// workspaceRef is a workspace ID (ws_...) or name, as the API accepts names.
+var workspaceRef = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$`)
+
+func validateWorkspaces(bad func(string, string, ...any), key string, p Pool) {
+	if len(p.Workspaces) > 0 && !p.Shared {
+		bad(key+".workspaces", "limits who may use a shared pool; set %s.shared: true, or remove it (a machine of a pool that is not shared serves only the workspace that enrolled it)", key)
+	}
+	seen := map[string]bool{}
+	for i, w := range p.Workspaces {
+		k := fmt.Sprintf("%s.workspaces[%d]", key, i)
+		switch {
+		case !workspaceRef.MatchString(w):
+			bad(k, "%q is not a workspace ID or name (letters, digits, '_', '.', '-'; up to 63)", w)
+		case seen[w]:
+			bad(k, "%q is listed twice", w)
+		}
+		seen[w] = true
+	}
 }
 
 func validateSecurity(bad func(string, string, ...any), errs *[]error, key string, s ContainerSecurity) {

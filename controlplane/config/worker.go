@@ -50,6 +50,30 @@ type Pool struct {
 	// Security overrides keys of worker.containerSecurity for this pool;
 	// unset keys inherit.
 	Security ContainerSecurity `yaml:"security"`
+	// Shared declares the pool's machines the operator's: they serve
+	// tasks of every workspace (or of those in Workspaces). When false
+	// (the default) a machine serves only the workspace that enrolled it.
+	Shared bool `yaml:"shared"`
+	// Workspaces limits a shared pool to these workspaces (IDs or names);
+	// empty means every workspace. A machine always serves its own.
+	Workspaces []string `yaml:"workspaces"`
+}
+
+// SharedWith reports whether the pool's machines of other workspaces serve
+// tasks of the workspace with this ID and name.
+func (p Pool) SharedWith(workspaceID, workspaceName string) bool {
+	if !p.Shared {
+		return false
+	}
+	if len(p.Workspaces) == 0 {
+		return true
+	}
+	for _, w := range p.Workspaces {
+		if w == workspaceID || (workspaceName != "" && w == workspaceName) {
+			return true
+		}
+	}
+	return false
 }
 
 func boolPtr(b bool) *bool { return &b }
@@ -77,6 +101,9 @@ func (w *Worker) withDefaults() {
 	}
 	for name, p := range w.Pools {
 		setDefault(&p.Runtime, "runc")
+		// shared (false: a machine serves only its own workspace) and
+		// workspaces (empty: every workspace, when shared) default to
+		// their zero values.
 		w.Pools[name] = p
 	}
 }

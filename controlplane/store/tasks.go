@@ -22,7 +22,8 @@ func terminalTaskStates() []string {
 }
 
 // ErrNotPlaced is returned by PlaceAttempt when the task is no longer
-// pending or the machine no longer has room: the caller moves on.
+// pending, the machine no longer has room, or the machine may not serve
+// the task's workspace: the caller moves on.
 var ErrNotPlaced = fmt.Errorf("not placed: %w", errdefs.ErrFailedPrecondition)
 
 // Task is a row of tasks.
@@ -194,31 +195,35 @@ func (s *Store) PendingTasks(ctx context.Context, limit int) ([]PendingTask, err
 // PoolMachine is an enrolled machine of a pool with what its active
 // attempts hold.
 type PoolMachine struct {
-	ID        string
-	Inventory []byte
-	UsedCPU   int64
-	UsedMem   int64
-	UsedGPUs  []string
+	ID string
+	// WorkspaceID enrolled the machine; unless the pool is shared, the
+	// machine serves only its tasks.
+	WorkspaceID string
+	Inventory   []byte
+	UsedCPU     int64
+	UsedMem     int64
+	UsedGPUs    []string
 }
 
-// PoolMachines lists the enrolled, undeleted machines of pool (in every
-// workspace: pools are shared) with the resources their active attempts
-// hold.
+// PoolMachines lists the enrolled, undeleted machines of pool in every
+// workspace, with the resources their active attempts hold. Which of them
+// may serve a task is the caller's to decide (PoolMachine.WorkspaceID);
+// PlaceAttempt checks it again.
 func (s *Store) PoolMachines(ctx context.Context, pool string) ([]PoolMachine, error) {
-	rows, err := s.pool.Query(ctx, `SELECT m.id, m.inventory,
+	rows, err := s.pool.Query(ctx, `SELECT m.id, m.workspace_id, m.inventory,
 			coalesce(sum(a.cpu_millis), 0)::bigint, coalesce(sum(a.memory_bytes), 0)::bigint,
 			coalesce(array_agg(g) FILTER (WHERE g IS NOT NULL), '{}')
 		FROM machines m
 		LEFT JOIN task_attempts a ON a.machine_id = m.id AND a.state IN `+sqlActiveAttempts+`
 		LEFT JOIN LATERAL unnest(a.gpu_devices) g ON true
 		WHERE m.pool = $1 AND m.enrolled_at IS NOT NULL AND m.deleted_at IS NULL
-		GROUP BY m.id, m.inventory ORDER BY m.id`, pool)
+		GROUP BY m.id, m.workspace_id, m.inventory ORDER BY m.id`, pool)
 	if err != nil {
 		return nil, wrap("list machines of pool "+pool, err)
 	}
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (PoolMachine, error) {
 		var m PoolMachine
-		return m, r.Scan(&m.ID, &m.Inventory, &m.UsedCPU, &m.UsedMem, &m.UsedGPUs)
+		return m, r.Scan(&m.ID, &m.WorkspaceID, &m.Inventory, &m.UsedCPU, &m.UsedMem, &m.UsedGPUs)
 	})
 	return out, wrap("list machines of pool "+pool, err)
 }
@@ -248,45 +253,71 @@ type Capacity struct {
 	MemoryBytes int64
 }
 
+// Placement is one task to place on one machine.
+type Placement struct {
+	TaskID string
+	// WorkspaceID is the task's workspace; a task of another workspace is
+	// not placed.
+	WorkspaceID string
+	MachineID   string
+	// Shared says the machine's pool serves WorkspaceID's tasks on
+	// machines of other workspaces (worker.pools.NAME.shared, and
+	// workspaces when set). When false, only a machine WorkspaceID
+	// enrolled takes the task.
+	Shared bool
+	// Capacity is the machine's size, from its inventory.
+	Capacity Capacity
+	// CPUMillis, MemoryBytes and GPUDevices are what the attempt holds.
+	CPUMillis   int64
+	MemoryBytes int64
+	GPUDevices  []string
+}
+
 // PlaceAttempt moves a PENDING task to SCHEDULED with a new attempt on
-// machineID holding cpu, memory and gpuDevices. It locks the machine row and
-// re-checks the machine's room against capacity inside the transaction, so
+// p.MachineID holding p's resources. It locks the machine row and
+// re-checks, inside the transaction, that the machine may serve the
+// task's workspace and still has room for it against p.Capacity, so
 // replicas placing at the same time never overbook a machine or place a
-// task twice; ErrNotPlaced means another placement won.
-func (s *Store) PlaceAttempt(ctx context.Context, taskID, machineID string, capacity Capacity, cpu, mem int64, gpuDevices []string) (Attempt, error) {
+// task twice, and a scheduler's mistake never puts a task on another
+// workspace's machine. ErrNotPlaced means one of those checks failed.
+func (s *Store) PlaceAttempt(ctx context.Context, p Placement) (Attempt, error) {
 	var a Attempt
+	gpuDevices := p.GPUDevices
 	if gpuDevices == nil {
 		gpuDevices = []string{} // NULL would break gpu_devices' NOT NULL
 	}
 	err := s.tx(ctx, func(tx pgx.Tx) error {
 		var deleted bool
-		if err := tx.QueryRow(ctx, `SELECT deleted_at IS NOT NULL FROM machines WHERE id = $1 FOR UPDATE`, machineID).Scan(&deleted); err != nil {
-			return wrap("lock machine "+machineID, err)
+		var owner string
+		if err := tx.QueryRow(ctx, `SELECT deleted_at IS NOT NULL, workspace_id FROM machines WHERE id = $1 FOR UPDATE`, p.MachineID).Scan(&deleted, &owner); err != nil {
+			return wrap("lock machine "+p.MachineID, err)
 		}
-		if deleted {
+		if deleted || (owner != p.WorkspaceID && !p.Shared) {
 			return ErrNotPlaced
 		}
 		var usedCPU, usedMem int64
 		var clash bool
 		if err := tx.QueryRow(ctx, `SELECT coalesce(sum(cpu_millis), 0)::bigint, coalesce(sum(memory_bytes), 0)::bigint,
 				coalesce(bool_or(gpu_devices && $2::text[]), false)
-			FROM task_attempts WHERE machine_id = $1 AND state IN `+sqlActiveAttempts, machineID, gpuDevices).Scan(&usedCPU, &usedMem, &clash); err != nil {
+			FROM task_attempts WHERE machine_id = $1 AND state IN `+sqlActiveAttempts, p.MachineID, gpuDevices).Scan(&usedCPU, &usedMem, &clash); err != nil {
 			return wrap("sum the machine's attempts", err)
 		}
-		if clash || usedCPU+cpu > capacity.CPUMillis || usedMem+mem > capacity.MemoryBytes {
+		if clash || usedCPU+p.CPUMillis > p.Capacity.CPUMillis || usedMem+p.MemoryBytes > p.Capacity.MemoryBytes {
 			return ErrNotPlaced
 		}
+		// The task row's own workspace is what counts, not the caller's word.
 		var n int
 		err := tx.QueryRow(ctx, `UPDATE tasks SET state = $2, attempts = attempts + 1, updated_at = now()
-			WHERE id = $1 AND state = ANY($3) AND NOT cancel_requested RETURNING attempts`, taskID, TaskScheduled, TaskScheduled.sources()).Scan(&n)
+			WHERE id = $1 AND state = ANY($3) AND NOT cancel_requested AND workspace_id = $4 RETURNING attempts`,
+			p.TaskID, TaskScheduled, TaskScheduled.sources(), p.WorkspaceID).Scan(&n)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return ErrNotPlaced
 		}
 		if err != nil {
-			return wrap("schedule task "+taskID, err)
+			return wrap("schedule task "+p.TaskID, err)
 		}
 		a, err = scanAttempt(tx.QueryRow(ctx, `INSERT INTO task_attempts (task_id, number, machine_id, state, cpu_millis, memory_bytes, gpu_devices)
-			VALUES ($1, $2, $3, $7, $4, $5, $6) RETURNING `+attemptColumns, taskID, n, machineID, cpu, mem, gpuDevices, AttemptScheduled))
+			VALUES ($1, $2, $3, $7, $4, $5, $6) RETURNING `+attemptColumns, p.TaskID, n, p.MachineID, p.CPUMillis, p.MemoryBytes, gpuDevices, AttemptScheduled))
 		return wrap("insert attempt", err)
 	})
 	return a, err

@@ -32,11 +32,17 @@ func setupTasks(t *testing.T) *taskBundle {
 	return &taskBundle{ctx: context.Background(), st: st, ws: ws, m: newMachine(t, st, ws.ID, "default")}
 }
 
+// placement places a task of the bundle's workspace on machine, in a pool
+// that is not shared.
+func (b *taskBundle) placement(task, machine string, cpu, mem int64, gpus []string) store.Placement {
+	return store.Placement{TaskID: task, WorkspaceID: b.ws.ID, MachineID: machine, Capacity: room, CPUMillis: cpu, MemoryBytes: mem, GPUDevices: gpus}
+}
+
 // place puts task id on the bundle's machine and fails the test if it is
 // not placed.
 func (b *taskBundle) place(t *testing.T, id string) store.Attempt {
 	t.Helper()
-	a, err := b.st.PlaceAttempt(b.ctx, id, b.m.ID, room, 100, 1<<20, nil)
+	a, err := b.st.PlaceAttempt(b.ctx, b.placement(id, b.m.ID, 100, 1<<20, nil))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -114,7 +120,7 @@ func TestPlaceAttempt(t *testing.T) {
 	}
 	gpu := newMachine(t, b.st, b.ws.ID, "gpu")
 	gpuTask := newTask(t, b.st, b.ws.ID, "gpu", nil)
-	if _, err := b.st.PlaceAttempt(b.ctx, gpuTask.ID, gpu.ID, room, 100, 1, []string{"GPU-0"}); err != nil {
+	if _, err := b.st.PlaceAttempt(b.ctx, b.placement(gpuTask.ID, gpu.ID, 100, 1, []string{"GPU-0"})); err != nil {
 		t.Fatal(err)
 	}
 	for _, tc := range []struct {
@@ -131,16 +137,58 @@ func TestPlaceAttempt(t *testing.T) {
 		{"deleted machine", newTask(t, b.st, b.ws.ID, "default", nil).ID, deleted.ID, 1, 1, nil},
 		{"cancelled task", cancelled.ID, b.m.ID, 1, 1, nil},
 	} {
-		if _, err := b.st.PlaceAttempt(b.ctx, tc.task, tc.machine, room, tc.cpu, tc.mem, tc.gpus); !errors.Is(err, store.ErrNotPlaced) {
+		if _, err := b.st.PlaceAttempt(b.ctx, b.placement(tc.task, tc.machine, tc.cpu, tc.mem, tc.gpus)); !errors.Is(err, store.ErrNotPlaced) {
 			t.Errorf("%s: %v, want ErrNotPlaced", tc.name, err)
 		}
 	}
 	// Exactly what is left fits.
-	if _, err := b.st.PlaceAttempt(b.ctx, newTask(t, b.st, b.ws.ID, "default", nil).ID, b.m.ID, room, 900, 1<<30-1<<20, nil); err != nil {
+	if _, err := b.st.PlaceAttempt(b.ctx, b.placement(newTask(t, b.st, b.ws.ID, "default", nil).ID, b.m.ID, 900, 1<<30-1<<20, nil)); err != nil {
 		t.Errorf("placing into exactly the room left: %v", err)
 	}
-	if _, err := b.st.PlaceAttempt(b.ctx, tk.ID, "m_nope", room, 1, 1, nil); !errors.Is(err, errdefs.ErrNotFound) {
+	if _, err := b.st.PlaceAttempt(b.ctx, b.placement(tk.ID, "m_nope", 1, 1, nil)); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Errorf("unknown machine: %v", err)
+	}
+}
+
+// TestPlaceAttemptKeepsWorkspaces: a machine takes only its own
+// workspace's tasks unless its pool is shared, whatever workspace the
+// caller claims for the task.
+func TestPlaceAttemptKeepsWorkspaces(t *testing.T) {
+	t.Parallel()
+	b := setupTasks(t)
+	other := newWorkspace(t, b.st)
+	theirs := newMachine(t, b.st, other.ID, "default")
+	mine := newTask(t, b.st, b.ws.ID, "default", nil)
+	for _, tc := range []struct {
+		name string
+		p    store.Placement
+	}{
+		{"on another workspace's machine", b.placement(mine.ID, theirs.ID, 100, 1, nil)},
+		{"claiming the machine's workspace for the task", store.Placement{TaskID: mine.ID, WorkspaceID: other.ID, MachineID: theirs.ID,
+			Capacity: room, CPUMillis: 100, MemoryBytes: 1}},
+		{"claiming the machine's workspace in a shared pool", store.Placement{TaskID: mine.ID, WorkspaceID: other.ID, MachineID: b.m.ID,
+			Shared: true, Capacity: room, CPUMillis: 100, MemoryBytes: 1}},
+	} {
+		if _, err := b.st.PlaceAttempt(b.ctx, tc.p); !errors.Is(err, store.ErrNotPlaced) {
+			t.Errorf("%s: %v, want ErrNotPlaced", tc.name, err)
+		}
+	}
+	if _, atts := b.task(t, mine.ID); len(atts) != 0 {
+		t.Fatalf("refused placements left attempts: %+v", atts)
+	}
+	shared := b.placement(mine.ID, theirs.ID, 100, 1, nil)
+	shared.Shared = true
+	if a, err := b.st.PlaceAttempt(b.ctx, shared); err != nil || a.MachineID != theirs.ID {
+		t.Errorf("in a shared pool: %+v, %v", a, err)
+	}
+	pm, err := b.st.PoolMachines(b.ctx, "default")
+	if err != nil || len(pm) != 2 {
+		t.Fatalf("PoolMachines = %+v, %v", pm, err)
+	}
+	for _, m := range pm {
+		if want := map[string]string{b.m.ID: b.ws.ID, theirs.ID: other.ID}[m.ID]; m.WorkspaceID != want {
+			t.Errorf("machine %s of workspace %q, want %q", m.ID, m.WorkspaceID, want)
+		}
 	}
 }
 
@@ -161,7 +209,7 @@ func TestPlaceAttemptConcurrently(t *testing.T) {
 	for _, id := range ids {
 		for _, m := range machines {
 			wg.Go(func() {
-				_, err := b.st.PlaceAttempt(b.ctx, id, m.ID, room, 300, 1<<20, nil)
+				_, err := b.st.PlaceAttempt(b.ctx, b.placement(id, m.ID, 300, 1<<20, nil))
 				switch {
 				case err == nil:
 					placed.Add(1)

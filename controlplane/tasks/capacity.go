@@ -1,6 +1,7 @@
 package tasks
 
 import (
+	"context"
 	"fmt"
 	"strings"
 
@@ -10,13 +11,46 @@ import (
 	"github.com/levers9/levers9/controlplane/store"
 )
 
+// tenancy is which machines of a pool may run one workspace's tasks: the
+// machines that workspace enrolled, and every other one only when the
+// operator shares the pool with it (worker.pools.NAME.shared and
+// .workspaces). Capacity never widens it: a machine of another workspace
+// is not a candidate, however much it reports.
+type tenancy struct {
+	pool        string
+	workspaceID string
+	shared      bool
+}
+
+// serves reports whether a machine enrolled by machineWS may run the
+// workspace's tasks.
+func (t tenancy) serves(machineWS string) bool { return machineWS == t.workspaceID || t.shared }
+
+// tenancyOf is the tenancy of workspaceID's tasks in pool. The workspace's
+// name is read only for a shared pool whose workspaces list does not
+// have its ID.
+func (d *deps) tenancyOf(ctx context.Context, pool, workspaceID string) (tenancy, error) {
+	p := d.config.Worker.Pools[pool]
+	t := tenancy{pool: pool, workspaceID: workspaceID, shared: p.SharedWith(workspaceID, "")}
+	if p.Shared && !t.shared {
+		ws, err := d.store.GetWorkspace(ctx, workspaceID)
+		if err != nil {
+			return t, err
+		}
+		t.shared = p.SharedWith(workspaceID, ws.Name)
+	}
+	return t, nil
+}
+
 // machineRoom is what a machine has free for one scheduling pass.
 type machineRoom struct {
-	id   string
-	cpu  int64
-	mem  int64
-	gpus []gpuSlot
-	cap  store.Capacity
+	id string
+	// workspace enrolled the machine (see tenancy).
+	workspace string
+	cpu       int64
+	mem       int64
+	gpus      []gpuSlot
+	cap       store.Capacity
 }
 
 type gpuSlot struct{ id, name string }
@@ -63,7 +97,7 @@ func roomOf(pm store.PoolMachine) *machineRoom {
 	for _, g := range pm.UsedGPUs {
 		used[g] = true
 	}
-	r := &machineRoom{id: pm.ID, cpu: c.cpu - pm.UsedCPU, mem: c.mem - pm.UsedMem, cap: store.Capacity{CPUMillis: c.cpu, MemoryBytes: c.mem}}
+	r := &machineRoom{id: pm.ID, workspace: pm.WorkspaceID, cpu: c.cpu - pm.UsedCPU, mem: c.mem - pm.UsedMem, cap: store.Capacity{CPUMillis: c.cpu, MemoryBytes: c.mem}}
 	for _, g := range c.gpus {
 		if !used[g.id] {
 			r.gpus = append(r.gpus, g)

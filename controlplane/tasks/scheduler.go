@@ -22,6 +22,10 @@ import (
 // replica at a time does a pool (a short Redis lock); the placement
 // transaction is what keeps it correct when the lock expires mid-pass.
 //
+// Tenancy: a task goes only to a machine its workspace enrolled, or to any
+// machine of a pool the operator shares with that workspace (tenancy);
+// PlaceAttempt checks it again in its transaction.
+//
 // Fair share: in each pool the workspace with the fewest placed tasks goes
 // next (ties: the one this replica served least recently), each taking its
 // oldest task first; a new attempt avoids the machines earlier attempts
@@ -139,6 +143,7 @@ func (s *Scheduler) schedulePool(ctx context.Context, pool string) {
 		}
 		byWS[e.workspaceID] = append(byWS[e.workspaceID], e.taskID)
 	}
+	tenancies := map[string]tenancy{}
 	for ctx.Err() == nil {
 		ws := s.nextWorkspace(pool, order, byWS, active)
 		if ws == "" {
@@ -146,7 +151,16 @@ func (s *Scheduler) schedulePool(ctx context.Context, pool string) {
 		}
 		id := byWS[ws][0]
 		byWS[ws] = byWS[ws][1:]
-		if s.place(ctx, pool, ws, id, rooms) {
+		ten, ok := tenancies[ws]
+		if !ok {
+			if ten, err = s.d.tenancyOf(ctx, pool, ws); err != nil {
+				s.d.log.Warn("workspace skipped in this pass", "pool", pool, "workspace_id", ws, "err", err)
+				byWS[ws] = nil
+				continue
+			}
+			tenancies[ws] = ten
+		}
+		if s.place(ctx, ten, id, rooms) {
 			active[ws]++
 			s.served[pool+"/"+ws] = s.d.now()
 		}
@@ -188,20 +202,23 @@ func (s *Scheduler) nextWorkspace(pool string, order []string, byWS map[string][
 	return ws
 }
 
-// place tries one queued task on the roomiest machine that fits it.
-func (s *Scheduler) place(ctx context.Context, pool, ws, id string, rooms []*machineRoom) bool {
-	t, atts, err := s.d.store.GetTask(ctx, "", id)
+// place tries one queued task of ten's workspace on the roomiest machine
+// that may serve it and fits it.
+func (s *Scheduler) place(ctx context.Context, ten tenancy, id string, rooms []*machineRoom) bool {
+	pool, ws := ten.pool, ten.workspaceID
+	t, atts, err := s.d.store.GetTask(ctx, ws, id)
 	if err != nil || t.State != store.TaskPending {
 		if err == nil || errors.Is(err, errdefs.ErrNotFound) {
 			s.q.remove(ctx, pool, ws, id)
 		}
 		return false
 	}
-	best, devs := bestRoom(t, atts, rooms)
+	best, devs := bestRoom(t, atts, rooms, ten)
 	if best == nil {
 		return false
 	}
-	a, err := s.d.store.PlaceAttempt(ctx, t.ID, best.id, best.cap, t.CPUMillis, t.MemoryBytes, devs)
+	a, err := s.d.store.PlaceAttempt(ctx, store.Placement{TaskID: t.ID, WorkspaceID: t.WorkspaceID, MachineID: best.id, Shared: ten.shared,
+		Capacity: best.cap, CPUMillis: t.CPUMillis, MemoryBytes: t.MemoryBytes, GPUDevices: devs})
 	if err != nil {
 		if !errors.Is(err, store.ErrNotPlaced) {
 			s.d.log.Warn("placement failed", "task_id", t.ID, "machine_id", best.id, "err", err)
@@ -222,10 +239,10 @@ func (s *Scheduler) place(ctx context.Context, pool, ws, id string, rooms []*mac
 	return true
 }
 
-// bestRoom is the machine with the most free CPU that fits the task (a
-// machine an earlier attempt ran on only when no other fits), and the GPU
-// devices to give it.
-func bestRoom(t store.Task, atts []store.Attempt, rooms []*machineRoom) (*machineRoom, []string) {
+// bestRoom is the machine with the most free CPU that may serve the task
+// (ten) and fits it (a machine an earlier attempt ran on only when no
+// other fits), and the GPU devices to give it.
+func bestRoom(t store.Task, atts []store.Attempt, rooms []*machineRoom, ten tenancy) (*machineRoom, []string) {
 	ranOn := map[string]bool{}
 	for _, a := range atts {
 		ranOn[a.MachineID] = true
@@ -234,7 +251,7 @@ func bestRoom(t store.Task, atts []store.Attempt, rooms []*machineRoom) (*machin
 	var bestGPUs []gpuSlot
 	for pass := 0; pass < 2 && best == nil; pass++ {
 		for _, r := range rooms {
-			if pass == 0 && ranOn[r.id] {
+			if !ten.serves(r.workspace) || (pass == 0 && ranOn[r.id]) {
 				continue
 			}
 			if r.cpu < t.CPUMillis || r.mem < t.MemoryBytes {

@@ -45,7 +45,7 @@ func (s *Submitter) Stop() { s.life.stop() }
 // Submit validates spec, stores the task and queues it. With an idempotency
 // key used before in the workspace it returns that task (existing=true).
 func (s *Submitter) Submit(ctx context.Context, workspaceID string, spec *v1.TaskSpec, key string) (*v1.Task, bool, error) {
-	spec, err := s.resolve(ctx, spec, key)
+	spec, note, err := s.resolve(ctx, workspaceID, spec, key)
 	if err != nil {
 		return nil, false, err
 	}
@@ -60,7 +60,11 @@ func (s *Submitter) Submit(ctx context.Context, workspaceID string, spec *v1.Tas
 		return nil, false, err
 	}
 	if !existing {
-		s.events.publishState(ctx, row.ID, 0, &v1.StateChange{TaskState: v1.TaskState_TASK_STATE_PENDING, Message: "queued in pool " + row.Pool})
+		msg := "queued in pool " + row.Pool
+		if note != "" {
+			msg += ": " + note
+		}
+		s.events.publishState(ctx, row.ID, 0, &v1.StateChange{TaskState: v1.TaskState_TASK_STATE_PENDING, Message: msg})
 		if err := s.q.add(ctx, store.PendingTask{ID: row.ID, WorkspaceID: workspaceID, Pool: row.Pool, CreatedAt: row.CreatedAt}); err != nil {
 			// The rescuer puts it back from Postgres; the task is not lost.
 			s.d.log.Warn("task not queued in Redis yet", "task_id", row.ID, "err", err)

@@ -282,7 +282,10 @@ func TestCapacityIsRespectedAndReusedAtOnce(t *testing.T) {
 
 func TestFairAcrossWorkspaces(t *testing.T) {
 	t.Parallel()
-	b := start(t, config1s(t))
+	// One machine serving two workspaces: the operator shares the pool.
+	cfg := config1s(t)
+	cfg.Worker.Pools["default"] = config.Pool{Runtime: "runc", Shared: true}
+	b := start(t, cfg)
 	other := secondWorkspace(t, b)
 	for i := 0; i < 6; i++ {
 		b.submit(t, &v1.TaskSpec{Command: []string{"sleep", "150ms"}, CpuMillis: 1000}, "")
@@ -484,13 +487,19 @@ func TestTwoReplicasNeverPlaceATaskTwice(t *testing.T) {
 // the store (there is no API to create workspaces yet).
 func secondWorkspace(t *testing.T, b *bundle) *bundle {
 	t.Helper()
+	return workspaceNamed(t, b, "second")
+}
+
+// workspaceNamed seeds a workspace called name, as secondWorkspace does.
+func workspaceNamed(t *testing.T, b *bundle, name string) *bundle {
+	t.Helper()
 	ctx := context.Background()
 	st, err := store.Open(ctx, b.in.Config.Database.Postgres.ConnString(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	ws := store.Workspace{ID: ids.New("ws"), Name: "second", CreatedAt: time.Now()}
+	ws := store.Workspace{ID: ids.New("ws"), Name: name, CreatedAt: time.Now()}
 	if err := st.CreateWorkspace(ctx, ws); err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	v1 "github.com/levers9/levers9/api/levers9/v1"
+	"github.com/levers9/levers9/controlplane/store"
 	"github.com/levers9/levers9/internal/errdefs"
 	"github.com/levers9/levers9/sandbox"
 )
@@ -29,21 +30,26 @@ var (
 	keyRE    = regexp.MustCompile(`^[\x21-\x7e]+$`)
 )
 
-// resolve checks a spec and fills its defaults; every problem is named at
-// once. Then it refuses looser security than the pool's, and a task no
-// machine of its pool could ever hold.
-func (s *Submitter) resolve(ctx context.Context, in *v1.TaskSpec, key string) (*v1.TaskSpec, error) {
-	spec, _ := proto.Clone(in).(*v1.TaskSpec)
+// resolve checks a spec of workspaceID and fills its defaults; every
+// problem is named at once. Then it refuses looser security than the
+// pool's, and a task no machine of its pool that may serve the workspace
+// could ever hold. note, when set, says why the task will wait.
+func (s *Submitter) resolve(ctx context.Context, workspaceID string, in *v1.TaskSpec, key string) (spec *v1.TaskSpec, note string, err error) {
+	spec, _ = proto.Clone(in).(*v1.TaskSpec)
 	if spec == nil {
 		spec = &v1.TaskSpec{}
 	}
 	if errs := s.fillAndCheck(spec, key); len(errs) > 0 {
-		return nil, fmt.Errorf("task spec: %w: %w", errdefs.ErrInvalidArgument, errors.Join(errs...))
+		return nil, "", fmt.Errorf("task spec: %w: %w", errdefs.ErrInvalidArgument, errors.Join(errs...))
 	}
 	if err := s.checkSecurity(spec); err != nil {
-		return nil, err
+		return nil, "", err
 	}
-	return spec, s.checkFits(ctx, spec)
+	note, err = s.checkFits(ctx, workspaceID, spec)
+	if err != nil {
+		return nil, "", err
+	}
+	return spec, note, nil
 }
 
 // fillAndCheck fills spec's defaults and returns every problem in it.
@@ -120,12 +126,32 @@ func (s *Submitter) checkSecurity(spec *v1.TaskSpec) error {
 }
 
 // checkFits refuses a task no machine of its pool could ever hold, so a
-// caller hears it now instead of waiting forever. An empty pool accepts
-// CPU tasks (machines may join); GPU tasks need a pool that has GPUs.
-func (s *Submitter) checkFits(ctx context.Context, spec *v1.TaskSpec) error {
-	machines, err := s.d.store.PoolMachines(ctx, spec.Pool)
+// caller hears it now instead of waiting forever. Only machines that may
+// serve the workspace count (tenancy): another workspace's machine in a
+// pool that is not shared is as good as absent. An empty pool accepts CPU
+// tasks (machines may join), with a note when it is empty only for this
+// workspace; GPU tasks need a pool that has GPUs.
+func (s *Submitter) checkFits(ctx context.Context, workspaceID string, spec *v1.TaskSpec) (string, error) {
+	all, err := s.d.store.PoolMachines(ctx, spec.Pool)
 	if err != nil {
-		return err
+		return "", err
+	}
+	ten, err := s.d.tenancyOf(ctx, spec.Pool, workspaceID)
+	if err != nil {
+		return "", err
+	}
+	var machines []store.PoolMachine
+	for _, pm := range all {
+		if ten.serves(pm.WorkspaceID) {
+			machines = append(machines, pm)
+		}
+	}
+	note, others := "", ""
+	if len(machines) < len(all) {
+		others = fmt.Sprintf(" (counting only this workspace's machines: the pool is not shared with it, see worker.pools.%s.shared)", spec.Pool)
+		if len(machines) == 0 {
+			note = fmt.Sprintf("no machine of this workspace in pool %s yet; the machines of other workspaces there serve only their own", spec.Pool)
+		}
 	}
 	pool := s.d.config.Worker.Pools[spec.Pool]
 	var most int
@@ -148,10 +174,10 @@ func (s *Submitter) checkFits(ctx context.Context, spec *v1.TaskSpec) error {
 	if spec.Gpus > 0 {
 		switch {
 		case most == 0 && pool.GPUType == "" && known == len(machines):
-			return fmt.Errorf("pool %q has no GPUs (none of its %d machines reports one, and it declares no gpuType); choose a GPU pool (levers9 pool list): %w",
-				spec.Pool, len(machines), errdefs.ErrFailedPrecondition)
+			return "", fmt.Errorf("pool %q has no GPUs (none of its %d machines reports one, and it declares no gpuType)%s; choose a GPU pool (levers9 pool list): %w",
+				spec.Pool, len(machines), others, errdefs.ErrFailedPrecondition)
 		case known > 0 && most < int(spec.Gpus):
-			return fmt.Errorf("pool %q: the largest machine has %d GPUs, the task asks for %d: %w", spec.Pool, most, spec.Gpus, errdefs.ErrFailedPrecondition)
+			return "", fmt.Errorf("pool %q: the largest machine has %d GPUs, the task asks for %d%s: %w", spec.Pool, most, spec.Gpus, others, errdefs.ErrFailedPrecondition)
 		}
 	}
 	if known > 0 && !fitsAll && (spec.Gpus == 0 || most >= int(spec.Gpus)) {
@@ -159,7 +185,7 @@ func (s *Submitter) checkFits(ctx context.Context, spec *v1.TaskSpec) error {
 		if fitsCPU {
 			what = fmt.Sprintf("%d GPUs of type %q", spec.Gpus, spec.GpuType)
 		}
-		return fmt.Errorf("pool %q: no machine has %s for this task (%d mCPU, %d bytes): %w", spec.Pool, what, spec.CpuMillis, spec.MemoryBytes, errdefs.ErrFailedPrecondition)
+		return "", fmt.Errorf("pool %q: no machine has %s for this task (%d mCPU, %d bytes)%s: %w", spec.Pool, what, spec.CpuMillis, spec.MemoryBytes, others, errdefs.ErrFailedPrecondition)
 	}
-	return nil
+	return note, nil
 }

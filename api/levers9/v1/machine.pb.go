@@ -179,8 +179,13 @@ type Pool struct {
 	MachinesOnline int32                  `protobuf:"varint,6,opt,name=machines_online,json=machinesOnline,proto3" json:"machines_online,omitempty"`
 	GpusTotal      int32                  `protobuf:"varint,7,opt,name=gpus_total,json=gpusTotal,proto3" json:"gpus_total,omitempty"`
 	GpusFree       int32                  `protobuf:"varint,8,opt,name=gpus_free,json=gpusFree,proto3" json:"gpus_free,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// The operator declared the pool shared (worker.pools.NAME.shared): its
+	// machines serve other workspaces' tasks too. Machines of a pool that is
+	// not shared serve only the workspace that enrolled them, and are
+	// counted only for it.
+	Shared        bool `protobuf:"varint,9,opt,name=shared,proto3" json:"shared,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Pool) Reset() {
@@ -267,6 +272,13 @@ func (x *Pool) GetGpusFree() int32 {
 		return x.GpusFree
 	}
 	return 0
+}
+
+func (x *Pool) GetShared() bool {
+	if x != nil {
+		return x.Shared
+	}
+	return false
 }
 
 type ListPoolsRequest struct {
@@ -1274,7 +1286,7 @@ const file_api_levers9_v1_machine_proto_rawDesc = "" +
 	"\vegress_mode\x18\x05 \x01(\tR\n" +
 	"egressMode\x12!\n" +
 	"\fegress_allow\x18\x06 \x03(\tR\vegressAllow\x12\x18\n" +
-	"\aruntime\x18\a \x01(\tR\aruntime\"\xfa\x02\n" +
+	"\aruntime\x18\a \x01(\tR\aruntime\"\x92\x03\n" +
 	"\x04Pool\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x19\n" +
 	"\bgpu_type\x18\x02 \x01(\tR\agpuType\x12G\n" +
@@ -1284,7 +1296,8 @@ const file_api_levers9_v1_machine_proto_rawDesc = "" +
 	"\x0fmachines_online\x18\x06 \x01(\x05R\x0emachinesOnline\x12\x1d\n" +
 	"\n" +
 	"gpus_total\x18\a \x01(\x05R\tgpusTotal\x12\x1b\n" +
-	"\tgpus_free\x18\b \x01(\x05R\bgpusFree\x1a?\n" +
+	"\tgpus_free\x18\b \x01(\x05R\bgpusFree\x12\x16\n" +
+	"\x06shared\x18\t \x01(\bR\x06shared\x1a?\n" +
 	"\x11NodeSelectorEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x12\n" +
