@@ -64,6 +64,9 @@ type Config struct {
 	// PresenceTTL is how long a replica's claim on an agent lives in Redis
 	// without a refresh (default 30 s; refreshed every third of it).
 	PresenceTTL time.Duration
+	// MaxHandshakesPerSource is the tunnel's per-source handshake cap
+	// (0: the tunnel's default).
+	MaxHandshakesPerSource int
 	// ReauthorizeInterval is how often every session this replica holds is
 	// checked again against Postgres (default 30 s): a session whose machine
 	// was deleted or whose certificate is no longer current is closed, even
@@ -188,9 +191,10 @@ func (r *Registry) startLocked(ctx context.Context) error {
 		// Every replica and every restart derives the same key, so a
 		// restarted controlplane resets agents' old QUIC connections at
 		// their next packet.
-		QUICStatelessResetKey: r.cfg.ResetKey,
-		Logger:                r.cfg.Log.With("component", "tunnel"),
-		Metrics:               r.tm,
+		QUICStatelessResetKey:  r.cfg.ResetKey,
+		MaxHandshakesPerSource: r.cfg.MaxHandshakesPerSource,
+		Logger:                 r.cfg.Log.With("component", "tunnel"),
+		Metrics:                r.tm,
 	})
 	if err != nil {
 		return err

@@ -66,6 +66,12 @@ type Controlplane struct {
 	// LostAgentGrace is how long a machine's tunnel may be gone before its
 	// running attempts are marked lost and retried elsewhere (default 30s).
 	LostAgentGrace string `yaml:"lostAgentGrace"`
+	// TunnelMaxHandshakesPerSource caps the tunnel handshakes in progress
+	// from one source address (an IPv6 /64), so one sender cannot take every
+	// handshake slot; sessions are never capped per source, so a fleet
+	// behind one NAT address gets in (default 64; raise it to the global
+	// cap, 1024, behind a TCP balancer that hides agents' addresses).
+	TunnelMaxHandshakesPerSource int `yaml:"tunnelMaxHandshakesPerSource"`
 	// ReplicaSecret keys the MAC on everything replicas tell each other
 	// through Redis (forwarded agent calls, presence records). Every replica
 	// sharing a Redis must have the same one. Empty: a key derived from

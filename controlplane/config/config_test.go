@@ -112,6 +112,7 @@ controlplane:
   grpcAddr: nonsense
   logLevel: loud
   tls: {certFile: a.pem}
+  tunnelMaxHandshakesPerSource: -1
 database:
   postgres: {port: 70000, encryptionKey: short}
 worker:
@@ -130,7 +131,7 @@ worker:
 		t.Fatal("want errors")
 	}
 	for _, want := range []string{
-		"controlplane.grpcAddr", "controlplane.logLevel", "controlplane.tls",
+		"controlplane.grpcAddr", "controlplane.logLevel", "controlplane.tls", "controlplane.tunnelMaxHandshakesPerSource",
 		"database.postgres.port", "database.postgres.encryptionKey",
 		"worker.volumeMountValidation", "worker.containerSecurity.seccomp",
 		"worker.containerSecurity.egress.allow[1]", "worker.containerSecurity.egress.allow[2]",

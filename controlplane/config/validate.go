@@ -40,6 +40,9 @@ func (c *Config) Validate() error {
 			bad(key, "%q is not a duration of at least 1m (like 24h)", v)
 		}
 	}
+	if n := cp.TunnelMaxHandshakesPerSource; n < 0 || n > 1<<20 {
+		bad("controlplane.tunnelMaxHandshakesPerSource", "%d is not in 0..1048576 (0: the default, 64)", n)
+	}
 	if d, err := time.ParseDuration(cp.LostAgentGrace); err != nil || d < 500*time.Millisecond {
 		bad("controlplane.lostAgentGrace", "%q is not a duration of at least 500ms (like 30s)", cp.LostAgentGrace)
 	}
