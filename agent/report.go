@@ -121,6 +121,12 @@ func (q *reportQueue) pushRunning(r *agentv1.AttemptRecord) {
 	if len(q.logs) > 0 && q.logs[0].Time != nil && r.Time != nil && q.logs[0].Time.AsTime().Before(r.Time.AsTime()) {
 		r.Time = q.logs[0].Time
 	}
+	// Lines queued after it, though read before it, are sent after it:
+	// they must not be stamped earlier (it is sent ahead of the lines
+	// already queued, so only the floor moves, never its own time).
+	if r.Time != nil && r.Time.AsTime().After(q.last) {
+		q.last = r.Time.AsTime()
+	}
 	q.running = r
 	q.mu.Unlock()
 	q.wake()

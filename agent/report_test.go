@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/types/known/timestamppb"
+
 	"github.com/levers9/levers9/agent/taskrun"
 	agentv1 "github.com/levers9/levers9/api/levers9/agent/v1"
 	v1 "github.com/levers9/levers9/api/levers9/v1"
@@ -263,5 +265,48 @@ func TestTasksStartStop(t *testing.T) {
 		if got := ts.list(); len(got) != 0 {
 			t.Fatalf("held after stop: %v", got)
 		}
+	}
+}
+
+// Record times never go back in the order records are sent, whichever of
+// RUNNING and the first lines was queued first.
+func TestReportQueueTimesNeverGoBack(t *testing.T) {
+	at := func(r *agentv1.AttemptRecord, sec int64) *agentv1.AttemptRecord {
+		r.Time = timestamppb.New(time.Unix(sec, 0))
+		return r
+	}
+	tests := []struct {
+		name string
+		push func(q *reportQueue)
+	}{
+		{"line read before RUNNING, queued after it", func(q *reportQueue) {
+			q.pushRunning(at(testUpdate(v1.AttemptState_ATTEMPT_STATE_RUNNING), 10))
+			q.pushLog(at(testLog("a"), 5))
+			q.pushLog(at(testLog("b"), 12))
+		}},
+		{"lines queued before RUNNING", func(q *reportQueue) {
+			q.pushLog(at(testLog("a"), 3))
+			q.pushLog(at(testLog("b"), 4))
+			q.pushRunning(at(testUpdate(v1.AttemptState_ATTEMPT_STATE_RUNNING), 10))
+			q.pushLog(at(testLog("c"), 2))
+			q.pushTerminal(at(testUpdate(v1.AttemptState_ATTEMPT_STATE_SUCCEEDED), 1))
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			q := newReportQueue(ReportConfig{})
+			tt.push(q)
+			_, recs := q.batch()
+			var last time.Time
+			for i, r := range recs {
+				if r.Time.AsTime().Before(last) {
+					t.Fatalf("record %d at %v after one at %v", i, r.Time.AsTime(), last)
+				}
+				last = r.Time.AsTime()
+			}
+			if len(recs) < 3 {
+				t.Fatalf("%d records", len(recs))
+			}
+		})
 	}
 }

@@ -12,7 +12,7 @@ func TestTokenRoles(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	boot := map[string]string{
-		"LEVERS9_BOOTSTRAP_SECRET": "test-bootstrap-secret",
+		"LEVERS9_BOOTSTRAP_SECRET": "test-bootstrap-secret-0123456789abcdef",
 		"LEVERS9_CONTROLPLANE_TLS": "true",
 		"LEVERS9_CONTROLPLANE_CA":  b.cert,
 	}

@@ -27,7 +27,7 @@ import (
 // its reasons, read from the replica's /metrics.
 func rejectedReplicaMessages(t *testing.T, in *controlplanetest.Instance) float64 {
 	t.Helper()
-	resp, err := http.Get("http://" + in.Server.RESTAddr() + "/metrics")
+	resp, err := http.Get("http://" + in.Server.MetricsAddr() + "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -32,7 +32,7 @@ type roleStack struct {
 func startRoles(t *testing.T) *roleStack {
 	t.Helper()
 	in := controlplanetest.Start(t, roleConfig(t), true)
-	a := bootstrap(t, in.Conn, "test-bootstrap-secret")
+	a := bootstrap(t, in.Conn, "test-bootstrap-secret-0123456789abcdef")
 	s := &roleStack{in: in, admin: withToken(context.Background(), a.Token), adminID: a.TokenId,
 		tokens: v1.NewTokenServiceClient(in.Conn), tasks: v1.NewTaskServiceClient(in.Conn)}
 	s.member = s.token(t, v1.Role_ROLE_MEMBER)
