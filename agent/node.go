@@ -54,6 +54,9 @@ type NodeConfig struct {
 	// (defaults: egress's subnets; the host's non-loopback resolvers).
 	SubnetV4, SubnetV6 string
 	Resolvers          []string
+	// NFLOGGroup is the egress chains' netlink log group (default
+	// egress's); two agents in one network namespace need two groups.
+	NFLOGGroup uint16
 	// Controlplane are allow entries containers may always reach.
 	Controlplane []string
 	Logger       *slog.Logger
@@ -155,7 +158,7 @@ func BuildNode(ctx context.Context, c NodeConfig) (*Node, error) {
 				log.Warn("no usable resolver in /etc/resolv.conf (only loopback ones); containers use public resolvers, set --resolvers to choose", "resolvers", resolvers)
 			}
 		}
-		n.Egress, err = egress.NewNode(egress.Config{Prefix: c.Prefix, SubnetV4: c.SubnetV4, SubnetV6: c.SubnetV6,
+		n.Egress, err = egress.NewNode(egress.Config{Prefix: c.Prefix, SubnetV4: c.SubnetV4, SubnetV6: c.SubnetV6, NFLOGGroup: c.NFLOGGroup,
 			Resolvers: resolvers, Controlplane: c.Controlplane, StateDir: filepath.Join(c.StateDir, "network")}, log, nil)
 		if err != nil {
 			return nil, err

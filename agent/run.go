@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -342,6 +343,14 @@ func runCmd(ctx context.Context, args []string, _, stderr io.Writer) error {
 	fs.BoolVar(&nc.NoNetwork, "no-network", false, "run containers with loopback only (no egress network)")
 	fs.StringVar(&nc.SubnetV4, "subnet-v4", "", "container IPv4 subnet (default "+egress.DefaultSubnetV4+")")
 	fs.StringVar(&nc.SubnetV6, "subnet-v6", "", "container IPv6 ULA subnet (default "+egress.DefaultSubnetV6+")")
+	fs.Func("nflog-group", "netlink log group of the egress chains; each agent on a host needs its own (default "+strconv.Itoa(egress.DefaultNFLOGGroup)+")", func(v string) error {
+		g, err := strconv.ParseUint(v, 10, 16)
+		if err != nil || g == 0 {
+			return fmt.Errorf("%q is not a group number in 1..65535", v)
+		}
+		nc.NFLOGGroup = uint16(g)
+		return nil
+	})
 	resolvers := fs.String("resolvers", "", "DNS servers containers use, comma-separated (default: the host's non-loopback ones)")
 	var floor enroll.Floor
 	fs.StringVar(&floor.Profile, "min-profile", "", "refuse tasks whose profile is below this: legacy < hardened (default: the saved floor, else none)")

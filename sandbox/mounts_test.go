@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"context"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -137,4 +138,67 @@ func TestVolumeMountedNosuidNodev(t *testing.T) {
 	if _, err := os.Stat("/run/l9s-test/l9s-vol-etc"); !os.IsNotExist(err) {
 		t.Errorf("refused task left a container dir: %v", err)
 	}
+}
+
+// TestOnlyTaskVolumesJudged runs real containers whose agent mount (a
+// resolv.conf under the agent's state directory, a sensitive path) sits
+// beside a task volume: in log mode only the task's /etc volume is
+// logged, once; in enforce mode the agent mount alone runs and the /etc
+// volume is refused.
+func TestOnlyTaskVolumesJudged(t *testing.T) {
+	b, rootfs := setupRuntimes(t, "runc")
+	agentState := t.TempDir()
+	resolv := filepath.Join(agentState, "network", "resolv.conf")
+	if err := os.MkdirAll(filepath.Dir(resolv), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(resolv, []byte("nameserver 192.0.2.53\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	agentMounts := []Mount{{Source: resolv, Destination: "/etc/resolv.conf", ReadOnly: true}}
+	etc := []Mount{{Source: "/etc", Destination: "/host-etc", ReadOnly: true}}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	run := func(t *testing.T, mode MountValidation, id string, mounts []Mount) (string, string, error) {
+		t.Helper()
+		var logs, out syncBuffer
+		sb, err := New(Config{StateDir: "/run/l9s-test", CgroupParent: "/l9s-test", Host: b.host, MountValidation: mode,
+			SensitivePaths: []string{agentState}, Logger: slog.New(slog.NewJSONHandler(&logs, nil))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		task := TaskSpec{ID: id, Rootfs: rootfs, Args: []string{"cat", "/etc/resolv.conf"}, Mounts: mounts, AgentMounts: agentMounts}
+		h, err := sb.Run(ctx, task, Security{Profile: ProfileHardened, Seccomp: SeccompEnforce, Runtime: RuntimeRunc}, Stdio{Stdout: &out, Stderr: &out})
+		if err != nil {
+			return logs.String(), out.String(), err
+		}
+		defer func() { _ = h.Delete(context.Background()) }()
+		if st, err := h.Wait(ctx); err != nil || st.Code != 0 {
+			t.Fatalf("exit %+v %v: %s", st, err, out.String())
+		}
+		return logs.String(), out.String(), nil
+	}
+	const warning = "sensitive volume mount allowed in log mode"
+
+	t.Run("log", func(t *testing.T) {
+		logs, out, err := run(t, MountValidationLog, "judged-log", etc)
+		if err != nil || !strings.Contains(out, "192.0.2.53") {
+			t.Fatalf("run: %v, output %q", err, out)
+		}
+		if n := strings.Count(logs, warning); n != 1 || !strings.Contains(logs, `"source":"/etc"`) || strings.Contains(logs, resolv) {
+			t.Errorf("want one warning, for /etc only; got %d in %s", n, logs)
+		}
+	})
+	t.Run("enforce agent mount only", func(t *testing.T) {
+		logs, out, err := run(t, MountValidationEnforce, "judged-agent", nil)
+		if err != nil || !strings.Contains(out, "192.0.2.53") || logs != "" {
+			t.Fatalf("run: %v, output %q, logs %s", err, out, logs)
+		}
+	})
+	t.Run("enforce task volume", func(t *testing.T) {
+		_, _, err := run(t, MountValidationEnforce, "judged-etc", etc)
+		if !errdefs.IsPermissionDenied(err) || !strings.Contains(err.Error(), "task.mounts[0].source") || strings.Contains(err.Error(), resolv) {
+			t.Errorf("mounting /etc under enforce: %v", err)
+		}
+	})
 }

@@ -133,7 +133,7 @@ func (h *Handle) State(ctx context.Context) (State, error) { return h.rt.State(c
 func (h *Handle) Delete(ctx context.Context) error { return h.rt.Delete(ctx, h.ID) }
 
 // Run tightens the pool's settings with the task's requests, validates the
-// task's volumes, builds the spec, and creates and starts the container.
+// task's volumes (Mounts, not the agent's own AgentMounts), builds the spec, and creates and starts the container.
 // The caller must Delete the handle.
 func (s *Sandbox) Run(ctx context.Context, task TaskSpec, pool Security, stdio Stdio) (*Handle, error) {
 	sec, err := Tighten(pool.WithDefaults(), task.Env)

@@ -252,7 +252,7 @@ func mountsFor(task TaskSpec, hardened, driver bool) []specs.Mount {
 	if hardened {
 		mounts = append(mounts, specs.Mount{Destination: "/sys/fs/cgroup", Type: "cgroup", Source: "cgroup", Options: []string{"nosuid", "noexec", "nodev", "relatime", "ro"}})
 	}
-	for _, m := range task.Mounts {
+	for _, m := range slices.Concat(task.Mounts, task.AgentMounts) {
 		// nosuid,nodev are forced: a volume must never carry a setuid
 		// binary or a device node into the container.
 		opts := []string{"rbind", "nosuid", "nodev", "rprivate"}

@@ -33,8 +33,16 @@ type TaskSpec struct {
 	// GPUs uses NVIDIA_VISIBLE_DEVICES syntax: "" or "void" (no GPU, no
 	// driver), "none" (driver only), "all", or a comma list of indexes and
 	// UUIDs.
-	GPUs   string  `json:"gpus"`
+	GPUs string `json:"gpus"`
+	// Mounts are the volumes the task asked for; the sandbox judges them
+	// against the host's sensitive paths (worker.volumeMountValidation).
 	Mounts []Mount `json:"mounts"`
+	// AgentMounts are the bind mounts the agent adds itself (the egress
+	// node's resolv.conf, and anything else a hook of the agent provides).
+	// They are trusted, not judged by the volume validation, mounted after
+	// Mounts (so they win on the same destination), and must never carry
+	// anything a task asked for.
+	AgentMounts []Mount `json:"agentMounts,omitempty"`
 	// NetNSPath is a network namespace to join (the egress package makes
 	// it); empty means a fresh namespace with only loopback.
 	NetNSPath string `json:"netnsPath"`
@@ -57,7 +65,8 @@ type Resources struct {
 	Pids        int64 `json:"pids"`
 }
 
-// Mount is a user volume bind-mounted into the container.
+// Mount is a bind mount into the container: a task's volume
+// (TaskSpec.Mounts) or one of the agent's own (TaskSpec.AgentMounts).
 type Mount struct {
 	Source      string `json:"source"`
 	Destination string `json:"destination"`
@@ -98,12 +107,14 @@ func (t TaskSpec) Validate() error {
 	if r.MemoryBytes != 0 && r.MemoryBytes < 4<<20 {
 		errs = append(errs, fmt.Errorf("task.resources.memoryBytes: %d is below 4 MiB", r.MemoryBytes))
 	}
-	for i, m := range t.Mounts {
-		if !filepath.IsAbs(m.Source) {
-			errs = append(errs, fmt.Errorf("task.mounts[%d].source: %q is not absolute", i, m.Source))
-		}
-		if !filepath.IsAbs(m.Destination) || filepath.Clean(m.Destination) == "/" {
-			errs = append(errs, fmt.Errorf("task.mounts[%d].destination: %q must be absolute and not /", i, m.Destination))
+	for field, mounts := range map[string][]Mount{"task.mounts": t.Mounts, "task.agentMounts": t.AgentMounts} {
+		for i, m := range mounts {
+			if !filepath.IsAbs(m.Source) {
+				errs = append(errs, fmt.Errorf("%s[%d].source: %q is not absolute", field, i, m.Source))
+			}
+			if !filepath.IsAbs(m.Destination) || filepath.Clean(m.Destination) == "/" {
+				errs = append(errs, fmt.Errorf("%s[%d].destination: %q must be absolute and not /", field, i, m.Destination))
+			}
 		}
 	}
 	if t.ShmBytes < 0 {

@@ -179,7 +179,7 @@ func (a *attempt) spec(resp *PrestartResponse) sandbox.TaskSpec {
 		Env:  mergeEnv(cfg.Env, a.task.Env),
 		User: a.task.User, ImageUser: cfg.User, Cwd: cwd,
 		Hostname: a.task.ID, Resources: a.task.Resources, GPUs: a.task.gpuSpec(),
-		Mounts: resp.Mounts, NetNSPath: resp.NetNSPath,
+		AgentMounts: resp.Mounts, NetNSPath: resp.NetNSPath,
 	}
 }
 

@@ -46,7 +46,9 @@ type PrestartResponse struct {
 	// NetNSPath is the network namespace to join ("" is a fresh one with
 	// only loopback).
 	NetNSPath string
-	// Mounts are bind mounts added to the container (resolv.conf).
+	// Mounts are the agent's own bind mounts (resolv.conf). They reach the
+	// sandbox as TaskSpec.AgentMounts, which the volume validation does not
+	// judge: never put a mount a task asked for here.
 	Mounts []sandbox.Mount
 	// Stdout and Stderr receive the container's output. They must never
 	// block.

@@ -10,11 +10,13 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/levers9/levers9/egress"
 	"github.com/levers9/levers9/internal/testenv"
+	"github.com/levers9/levers9/sandbox"
 )
 
 // newEgressNode makes a network namespace standing in for the host (the
@@ -23,6 +25,13 @@ import (
 // cleanup; namespaces a killed run left (l9r*, older than 10 minutes) are
 // removed first.
 func newEgressNode(t *testing.T) *egress.Node {
+	t.Helper()
+	return newEgressNodeIn(t, t.TempDir())
+}
+
+// newEgressNodeIn is newEgressNode with its state (the containers'
+// resolv.conf files) under stateDir.
+func newEgressNodeIn(t *testing.T, stateDir string) *egress.Node {
 	t.Helper()
 	testenv.RequireRoot(t)
 	testenv.RequireBinary(t, "ip", "iptables", "ip6tables", "iptables-restore", "ip6tables-restore")
@@ -50,7 +59,7 @@ func newEgressNode(t *testing.T) *egress.Node {
 		Resolvers:       []string{"192.0.2.53"},
 		Controlplane:    []string{"10.250.0.5:1995/tcp"},
 		NodeNetns:       filepath.Join("/run/netns", nodeNS),
-		StateDir:        t.TempDir(),
+		StateDir:        stateDir,
 		CollectInterval: time.Hour,
 	}, slog.New(slog.DiscardHandler), nil)
 	if err != nil {
@@ -135,4 +144,67 @@ func TestNetworkHookIdempotent(t *testing.T) {
 	if _, err := os.Stat(first.NetNSPath); !os.IsNotExist(err) {
 		t.Errorf("namespace %s left after Stop: %v", first.NetNSPath, err)
 	}
+}
+
+// TestAgentMountsNotJudged runs a task that asks for no volume on a node
+// laid out as the agent lays it out: the egress node's resolv.conf files
+// live under the agent's state directory, which is a sensitive path. The
+// resolv.conf the agent mounts itself is not a task's volume: log mode
+// logs no warning for it, and enforce mode runs the task.
+func TestAgentMountsNotJudged(t *testing.T) {
+	agentState := t.TempDir()
+	node := newEgressNodeIn(t, filepath.Join(agentState, "network"))
+	for _, mode := range []sandbox.MountValidation{sandbox.MountValidationLog, sandbox.MountValidationEnforce} {
+		t.Run(string(mode), func(t *testing.T) {
+			var logs warnings
+			b := setup(t, setupOpts{cfg: func(c *Config) {
+				host, err := sandbox.DetectHost(testCtx(t), sandbox.NVIDIADiscovery{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				sb, err := sandbox.New(sandbox.Config{Prefix: testPrefix, StateDir: testStateDir, CgroupParent: testCgroup,
+					Host: host, MountValidation: mode, SensitivePaths: []string{agentState}, Logger: slog.New(&logs)})
+				if err != nil {
+					t.Fatal(err)
+				}
+				c.Sandbox, c.Egress = sb, node
+			}})
+			tk := b.task("agentmounts-"+string(mode), "cat /etc/resolv.conf")
+			var rec recorder
+			res, err := b.runner.Run(testCtx(t), tk, rec.output())
+			if err != nil || res.State != StateSucceeded {
+				t.Fatalf("Run = %s, %v; output %q %q", res.State, err, rec.texts(Stdout), rec.texts(Stderr))
+			}
+			if !strings.Contains(strings.Join(rec.texts(Stdout), "\n"), "nameserver 192.0.2.53") {
+				t.Errorf("resolv.conf not mounted: %q", rec.texts(Stdout))
+			}
+			if got := logs.messages(); len(got) != 0 {
+				t.Errorf("a task without volumes logged warnings: %q", got)
+			}
+		})
+	}
+}
+
+// warnings is a slog handler that keeps the messages of warnings and
+// errors.
+type warnings struct {
+	// mu guards msgs.
+	mu   sync.Mutex
+	msgs []string
+}
+
+func (w *warnings) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelWarn }
+func (w *warnings) WithAttrs([]slog.Attr) slog.Handler           { return w }
+func (w *warnings) WithGroup(string) slog.Handler                { return w }
+func (w *warnings) Handle(_ context.Context, r slog.Record) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.msgs = append(w.msgs, r.Message)
+	return nil
+}
+
+func (w *warnings) messages() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return append([]string(nil), w.msgs...)
 }

@@ -5,7 +5,10 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"slices"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -14,34 +17,129 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	v1 "github.com/levers9/levers9/api/levers9/v1"
+	"github.com/levers9/levers9/egress"
 	"github.com/levers9/levers9/enroll"
 	"github.com/levers9/levers9/internal/errdefs"
 )
 
-// ensureAgent joins this machine to the default pool through the same join
-// script a remote box runs, and keeps its agent running in the background.
-func ensureAgent(ctx context.Context, p Paths, st *State, say func(string, ...any)) error {
-	if pidAlive(p.file("agent.pid")) {
-		say("local agent already running")
-		return waitOnline(ctx, p, st, say)
+// localAgent is one agent of the local stack: the default pool's keeps
+// the paths it always had (.levers9-dev/agent/, agent.pid, agent.log);
+// every other declared pool gets .levers9-dev/agent-POOL/, agent-POOL.pid
+// and agent-POOL.log, and container subnets of its own so its bridge does
+// not clash with the others (a machine belongs to exactly one pool, so
+// one agent per pool). Its subnets and NFLOG group are numbered by slot.
+type localAgent struct {
+	pool string
+	dir  string // state, etc, bin and join.sh below it
+	pid  string
+	log  string
+	// args go to `levers9-agent run` beside the registry flag.
+	args []string
+}
+
+func (p Paths) agentFor(pool string, slot int) localAgent {
+	if pool == "default" {
+		return localAgent{pool: pool, dir: p.file("agent"), pid: p.file("agent.pid"), log: p.file("agent.log")}
 	}
-	stateDir := p.file("agent/state")
+	return localAgent{pool: pool, dir: p.file("agent-" + pool), pid: p.file("agent-" + pool + ".pid"), log: p.file("agent-" + pool + ".log"),
+		args: []string{"--subnet-v4", fmt.Sprintf("10.%d.0.0/16", 209+slot), "--subnet-v6", fmt.Sprintf("fd6c:7639:%x::/64", 0x9000+slot),
+			"--nflog-group", strconv.Itoa(egress.DefaultNFLOGGroup + slot)}}
+}
+
+// maxPoolAgents bounds the extra agents (their IPv4 subnets are
+// 10.210.0.0/16 up to 10.255.0.0/16).
+const maxPoolAgents = 46
+
+// ensureAgents runs one agent per declared pool, stops the agents of
+// pools no longer declared, and waits for each to be online.
+func ensureAgents(ctx context.Context, p Paths, st *State, pools []string, say func(string, ...any)) error {
+	if st.PoolMachines == nil {
+		st.PoolMachines = map[string]*PoolMachine{}
+	}
+	for _, pidFile := range poolAgentPidFiles(p) {
+		pool := poolOfPidFile(pidFile)
+		if !slices.Contains(pools, pool) {
+			stopProcess(pidFile, fmt.Sprintf("the agent of pool %s (no longer declared)", pool), say)
+		}
+	}
+	for _, pool := range pools {
+		if pool == "default" {
+			if err := ensureAgent(ctx, p, st, p.agentFor(pool, 0), &st.LocalMachineID, say); err != nil {
+				return err
+			}
+			continue
+		}
+		pm := st.PoolMachines[pool]
+		if pm == nil {
+			pm = &PoolMachine{Slot: freeSlot(st)}
+			if pm.Slot == 0 {
+				return fmt.Errorf("pool %s: the local stack runs at most %d agents besides the default pool's", pool, maxPoolAgents)
+			}
+			st.PoolMachines[pool] = pm
+		}
+		if err := ensureAgent(ctx, p, st, p.agentFor(pool, pm.Slot), &pm.MachineID, say); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// poolAgentPidFiles are the pid files of the agents of pools other than
+// default.
+func poolAgentPidFiles(p Paths) []string {
+	files, _ := filepath.Glob(p.file("agent-*.pid"))
+	return files
+}
+
+// freeSlot is the least slot (subnet number) no pool's agent has, 0 when
+// all are taken.
+// poolOfPidFile is the pool of an agent-POOL.pid file.
+func poolOfPidFile(pidFile string) string {
+	return strings.TrimSuffix(strings.TrimPrefix(filepath.Base(pidFile), "agent-"), ".pid")
+}
+
+func freeSlot(st *State) int {
+	used := map[int]bool{}
+	for _, pm := range st.PoolMachines {
+		used[pm.Slot] = true
+	}
+	for s := 1; s <= maxPoolAgents; s++ {
+		if !used[s] {
+			return s
+		}
+	}
+	return 0
+}
+
+// ensureAgent joins this machine to a's pool through the same join script
+// a remote box runs, and keeps its agent running in the background.
+// *machineID is the machine it joined as ("" before the first join).
+func ensureAgent(ctx context.Context, p Paths, st *State, a localAgent, machineID *string, say func(string, ...any)) error {
+	if pidAlive(a.pid) {
+		say("agent of pool %s already running", a.pool)
+		return waitOnline(ctx, p, st, a, *machineID, say)
+	}
+	stateDir := filepath.Join(a.dir, "state")
 	// The local registry is plain HTTP on loopback.
-	agentArgs := []string{"--insecure-registries", fmt.Sprintf("127.0.0.1:%d", st.RegistryPort)}
+	agentArgs := append([]string{"--insecure-registries", fmt.Sprintf("127.0.0.1:%d", st.RegistryPort)}, a.args...)
 	var cmd *exec.Cmd
-	if _, err := os.Stat(p.file("agent/state/agent.json")); err == nil {
-		say("starting the local agent (already joined)")
+	if _, err := os.Stat(filepath.Join(stateDir, "agent.json")); err == nil {
+		say("starting the agent of pool %s (already joined)", a.pool)
 		cmd = exec.Command(p.Bin+"/levers9-agent", append([]string{"run", "--state-dir", stateDir}, agentArgs...)...)
 	} else {
-		script, err := createLocalMachine(ctx, p, st)
+		id, script, err := createLocalMachine(ctx, p, st, a)
 		if err != nil {
 			return err
 		}
-		say("joining this machine to pool default with the join script %s", script)
+		*machineID = id
+		if err := st.save(p); err != nil {
+			return err
+		}
+		say("joining this machine to pool %s with the join script %s", a.pool, script)
 		cmd = exec.Command("sh", append([]string{script, "--foreground", "--state-dir", stateDir,
-			"--etc-dir", p.file("agent/etc"), "--bin-dir", p.file("agent/bin"), "--"}, agentArgs...)...)
+			"--etc-dir", filepath.Join(a.dir, "etc"), "--bin-dir", filepath.Join(a.dir, "bin"), "--"}, agentArgs...)...)
 	}
-	logf, err := os.OpenFile(p.file("agent.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	logf, err := os.OpenFile(a.log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return err
 	}
@@ -49,13 +147,13 @@ func ensureAgent(ctx context.Context, p Paths, st *State, say func(string, ...an
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("start the local agent: %w", err)
+		return fmt.Errorf("start the agent of pool %s: %w", a.pool, err)
 	}
-	if err := os.WriteFile(p.file("agent.pid"), []byte(strconv.Itoa(cmd.Process.Pid)), 0o644); err != nil {
+	if err := os.WriteFile(a.pid, []byte(strconv.Itoa(cmd.Process.Pid)), 0o644); err != nil {
 		return err
 	}
 	_ = cmd.Process.Release()
-	return waitOnline(ctx, p, st, say)
+	return waitOnline(ctx, p, st, a, *machineID, say)
 }
 
 func dialLocal(p Paths, st *State) (*grpc.ClientConn, error) {
@@ -66,32 +164,37 @@ func dialLocal(p Paths, st *State) (*grpc.ClientConn, error) {
 	return grpc.NewClient(fmt.Sprintf("127.0.0.1:%d", st.GRPCPort), grpc.WithTransportCredentials(credentials.NewTLS(tc)))
 }
 
-func createLocalMachine(ctx context.Context, p Paths, st *State) (string, error) {
+// createLocalMachine creates the machine for a's pool and writes its join
+// script; it returns the machine's ID and the script's path.
+func createLocalMachine(ctx context.Context, p Paths, st *State, a localAgent) (string, string, error) {
 	conn, err := dialLocal(p, st)
 	if err != nil {
-		return "", err
+		return "", "", err
 	}
 	defer conn.Close()
 	cctx, cancel := context.WithTimeout(metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+st.AdminToken), 60*time.Second)
 	defer cancel()
 	mc := v1.NewMachineServiceClient(conn)
-	resp, err := mc.CreateMachine(cctx, &v1.CreateMachineRequest{Pool: "default", Name: "local"})
+	name := "local"
+	if a.pool != "default" {
+		name = "local-" + a.pool
+	}
+	resp, err := mc.CreateMachine(cctx, &v1.CreateMachineRequest{Pool: a.pool, Name: name})
 	if errdefs.IsAlreadyExists(errdefs.FromGRPC(err)) {
-		resp, err = mc.CreateMachine(cctx, &v1.CreateMachineRequest{Pool: "default"})
+		resp, err = mc.CreateMachine(cctx, &v1.CreateMachineRequest{Pool: a.pool})
 	}
 	if err != nil {
-		return "", fmt.Errorf("create the local machine: %w", err)
+		return "", "", fmt.Errorf("create the local machine in pool %s: %w", a.pool, err)
 	}
-	st.LocalMachineID = resp.Machine.Id
-	if err := st.save(p); err != nil {
-		return "", err
+	if err := os.MkdirAll(a.dir, 0o700); err != nil {
+		return "", "", err
 	}
-	script := p.file("agent/join.sh")
-	return script, enroll.WriteSecretFile(script, []byte(resp.JoinScript))
+	script := filepath.Join(a.dir, "join.sh")
+	return resp.Machine.Id, script, enroll.WriteSecretFile(script, []byte(resp.JoinScript))
 }
 
-func waitOnline(ctx context.Context, p Paths, st *State, say func(string, ...any)) error {
-	if st.LocalMachineID == "" {
+func waitOnline(ctx context.Context, p Paths, st *State, a localAgent, machineID string, say func(string, ...any)) error {
+	if machineID == "" {
 		return nil
 	}
 	conn, err := dialLocal(p, st)
@@ -103,14 +206,14 @@ func waitOnline(ctx context.Context, p Paths, st *State, say func(string, ...any
 	deadline := time.Now().Add(60 * time.Second)
 	for time.Now().Before(deadline) {
 		cctx, cancel := context.WithTimeout(metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+st.AdminToken), 5*time.Second)
-		resp, err := mc.GetMachine(cctx, &v1.GetMachineRequest{Id: st.LocalMachineID})
+		resp, err := mc.GetMachine(cctx, &v1.GetMachineRequest{Id: machineID})
 		cancel()
 		if err == nil && resp.Machine.State == v1.MachineState_MACHINE_STATE_ONLINE {
-			say("local agent online: machine %s in pool default over %s", resp.Machine.Id, resp.Machine.Transport)
+			say("local agent online: machine %s in pool %s over %s", resp.Machine.Id, a.pool, resp.Machine.Transport)
 			return nil
 		}
-		if !pidAlive(p.file("agent.pid")) {
-			return fmt.Errorf("the local agent exited; see %s:\n%s", p.file("agent.log"), tail(p.file("agent.log"), 15))
+		if !pidAlive(a.pid) {
+			return fmt.Errorf("the agent of pool %s exited; see %s:\n%s", a.pool, a.log, tail(a.log, 15))
 		}
 		select {
 		case <-ctx.Done():
@@ -118,5 +221,5 @@ func waitOnline(ctx context.Context, p Paths, st *State, say func(string, ...any
 		case <-time.After(300 * time.Millisecond):
 		}
 	}
-	return fmt.Errorf("the local agent did not come online within 60s; see %s", p.file("agent.log"))
+	return fmt.Errorf("the agent of pool %s did not come online within 60s; see %s", a.pool, a.log)
 }

@@ -18,7 +18,11 @@ func Down(ctx context.Context, p Paths, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	stopProcess(p.file("agent.pid"), "the local agent", say)
+	stopProcess(p.file("agent.pid"), "the agent of pool default", say)
+	for _, pidFile := range poolAgentPidFiles(p) {
+		pool := poolOfPidFile(pidFile)
+		stopProcess(pidFile, "the agent of pool "+pool, say)
+	}
 	stopProcess(p.file("controlplane.pid"), "the controlplane", say)
 	if fileExists(p.file("registry/registry.pid")) {
 		say("stopping the image registry")

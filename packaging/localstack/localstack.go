@@ -3,8 +3,11 @@
 // .levers9-dev/ in the checkout (Postgres and Redis data, a self-signed
 // certificate, the controlplane config and its secrets, all 0600), starts
 // the servers on free local ports, bootstraps the first workspace and saves
-// a CLI context named "local". Running Up twice is harmless. Secrets reach
-// the processes through 0600 files, never argv. Not for production.
+// a CLI context named "local". The controlplane config it writes is merged
+// with the user's optional levers9.local.yaml (repository root) and
+// .levers9-dev/controlplane.local.yaml (merge.go), and one local agent
+// runs per declared pool (agent.go). Running Up twice is harmless. Secrets
+// reach the processes through 0600 files, never argv. Not for production.
 package localstack
 
 import (
@@ -39,7 +42,17 @@ type State struct {
 	RegistryPort     int    `json:"registryPort"`
 	DemoImage        string `json:"demoImage,omitempty"`
 	AdminToken       string `json:"adminToken,omitempty"`
-	LocalMachineID   string `json:"localMachineId,omitempty"`
+	// LocalMachineID is the default pool's machine; PoolMachines are the
+	// other declared pools' (one agent each).
+	LocalMachineID string                  `json:"localMachineId,omitempty"`
+	PoolMachines   map[string]*PoolMachine `json:"poolMachines,omitempty"`
+}
+
+// PoolMachine is the local machine of a pool other than default.
+type PoolMachine struct {
+	MachineID string `json:"machineId,omitempty"`
+	// Slot numbers the agent's container subnets (10.209+Slot.0.0/16).
+	Slot int `json:"slot"`
 }
 
 // Paths are the stack's files.

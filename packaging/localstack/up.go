@@ -1,6 +1,7 @@
 package localstack
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -21,6 +22,7 @@ import (
 
 	v1 "github.com/levers9/levers9/api/levers9/v1"
 	"github.com/levers9/levers9/cli"
+	"github.com/levers9/levers9/controlplane/config"
 	"github.com/levers9/levers9/enroll"
 	"github.com/levers9/levers9/internal/devstack"
 )
@@ -90,8 +92,13 @@ func Up(ctx context.Context, p Paths, out io.Writer) error {
 	if err := st.save(p); err != nil {
 		return err
 	}
-	if err := writeControlplaneConfig(p, st); err != nil {
+	pools, changed, err := writeControlplaneConfig(p, st, say)
+	if err != nil {
 		return err
+	}
+	if cpRunning && changed {
+		stopProcess(p.file("controlplane.pid"), "the controlplane (its config changed)", say)
+		cpRunning = false
 	}
 	if cpRunning {
 		say("controlplane already running (gRPC 127.0.0.1:%d)", st.GRPCPort)
@@ -111,7 +118,7 @@ func Up(ctx context.Context, p Paths, out io.Writer) error {
 	if err := st.save(p); err != nil {
 		return err
 	}
-	if err := ensureAgent(ctx, p, st, say); err != nil {
+	if err := ensureAgents(ctx, p, st, pools, say); err != nil {
 		return err
 	}
 	return runDemo(ctx, p, st, out, say)
@@ -168,7 +175,12 @@ func ensureCert(p Paths) error {
 	return os.WriteFile(p.file("tls/cert.pem"), certPEM, 0o644)
 }
 
-func writeControlplaneConfig(p Paths, st *State) error {
+// writeControlplaneConfig writes .levers9-dev/controlplane.yaml: make up's
+// keys (ports, certificate, secrets, the demo image) with the user's
+// local files merged over them (see mergeLocalConfig), checked by the
+// controlplane's own loader. It returns the declared pools and whether
+// the file changed.
+func writeControlplaneConfig(p Paths, st *State, say func(string, ...any)) ([]string, bool, error) {
 	yml := fmt.Sprintf(`# Written by make up; holds secrets (mode 0600).
 controlplane:
   grpcAddr: 127.0.0.1:%d
@@ -197,7 +209,20 @@ worker:
   defaultImage: %s
 `, st.GRPCPort, st.RESTPort, st.TunnelPort, st.MetricsPort, p.file("tls/cert.pem"), p.file("tls/key.pem"), st.BootstrapSecret,
 		st.PostgresPort, st.PostgresPassword, st.EncryptionKey, st.RedisPort, st.RedisPassword, st.DemoImage)
-	return enroll.WriteSecretFile(p.file("controlplane.yaml"), []byte(yml))
+	out, used, err := mergeLocalConfig([]byte(yml), p.localConfigFiles(), os.LookupEnv)
+	if err != nil {
+		return nil, false, err
+	}
+	if len(used) > 0 {
+		say("merged %s over the generated controlplane config", strings.Join(used, " and "))
+		out = append([]byte("# Written by make up from its own keys and "+strings.Join(used, ", ")+"; holds secrets (mode 0600).\n"), out...)
+	}
+	cfg, err := config.Load(bytes.NewReader(out), os.LookupEnv)
+	if err != nil {
+		return nil, false, fmt.Errorf("the generated controlplane config: %w", err)
+	}
+	old, _ := os.ReadFile(p.file("controlplane.yaml"))
+	return cfg.Worker.PoolNames(), !bytes.Equal(old, out), enroll.WriteSecretFile(p.file("controlplane.yaml"), out)
 }
 
 func startControlplane(p Paths) error {
