@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -23,11 +24,13 @@ import (
 	"github.com/levers9/levers9/sandbox/image/build"
 )
 
-// TestRunscPoolAgentInRootNamespace runs a task on a runsc pool whose agent
+// TestRunscPoolAgentInRootNamespace runs tasks on a runsc pool whose agent
 // runs in the host's root network namespace, as `make up` runs it (the
 // other end-to-end machines live in namespaces of their own). The task must
 // run under gVisor with its own network namespace on the agent's bridge and
-// reach a host service through it. Debian's 2022 runsc refuses ("cannot run
+// reach a host service through it, and the sandbox's probe battery must
+// give what sandbox/testdata/probes.tsv expects of runsc under the default
+// security (hardened, seccomp enforce, no NET_RAW). Debian's 2022 runsc refuses ("cannot run
 // with network enabled in root network namespace") on 6.x kernels; the
 // pinned build `make deps` installs (packaging/dev/runsc.sh) runs it.
 func TestRunscPoolAgentInRootNamespace(t *testing.T) {
@@ -46,7 +49,7 @@ func TestRunscPoolAgentInRootNamespace(t *testing.T) {
 		}
 		t.Cleanup(func() { _ = reg.Stop() })
 		registry = reg.Addr()
-		res, err := build.BuildBusybox(context.Background(), reg.Addr(), "levers9/demo", "e2e", nil, build.Options{Insecure: true})
+		res, err := build.BuildBusybox(context.Background(), reg.Addr(), "levers9/demo", "e2e", probeFiles(t), build.Options{Insecure: true})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -161,4 +164,79 @@ nc -w 10 ` + cpHost + ` ` + cpPort + ` -e true && echo reached-controlplane`
 		!strings.Contains(stdout, "inet "+prefix) || !strings.Contains(stdout, "reached-controlplane") {
 		t.Fatalf("levers9 run on the runsc pool: %v\nstdout:\n%s\nstderr:\n%s", err, stdout, se.String())
 	}
+
+	// The probe battery the sandbox tests run, now through `levers9 run`.
+	t.Run("probes", func(t *testing.T) {
+		r := exec.Command(filepath.Join(bin, "levers9"), "run", "--pool", "gvisor", "--", "/probe")
+		r.Env = append(r.Environ(), "LEVERS9_HOME="+w.home)
+		out, err := r.Output()
+		if err != nil {
+			t.Fatalf("levers9 run /probe: %v\n%s", err, out)
+		}
+		want := probeExpectations(t, "runsc/hardened/enforce")
+		got := map[string]string{}
+		for _, line := range strings.Split(string(out), "\n") {
+			if f := strings.SplitN(line, " ", 4); len(f) >= 3 && f[0] == "PROBE" {
+				got[f[1]] = f[2]
+			}
+		}
+		if len(want) < 25 {
+			t.Fatalf("only %d probes expected", len(want))
+		}
+		for name, w := range want {
+			if got[name] != w {
+				t.Errorf("probe %s: %q, want %q", name, got[name], w)
+			}
+		}
+		if t.Failed() {
+			t.Logf("probe output:\n%s", out)
+		}
+	})
+}
+
+// probeFiles is the sandbox's probe (sandbox/internal/probe) as /probe and
+// a setuid-root /suidprobe, as its tests lay them out.
+func probeFiles(t *testing.T) []build.File {
+	t.Helper()
+	out := filepath.Join(t.TempDir(), "probe")
+	cmd := exec.Command("go", "build", "-o", out, "./sandbox/internal/probe")
+	cmd.Dir = filepath.Join("..", "..")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("build the probe: %v\n%s", err, b)
+	}
+	data, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return []build.File{{Path: "probe", Mode: 0o755, Data: data}, {Path: "suidprobe", Mode: 0o4755, Data: data}}
+}
+
+// probeExpectations is one column of sandbox/testdata/probes.tsv: probe
+// name to allowed or blocked.
+func probeExpectations(t *testing.T, column string) map[string]string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("..", "..", "sandbox", "testdata", "probes.tsv"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	col := -1
+	want := map[string]string{}
+	for _, line := range strings.Split(string(b), "\n") {
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		f := strings.Split(line, "\t")
+		if col < 0 {
+			col = slices.Index(f, column)
+			if col < 0 {
+				t.Fatalf("probes.tsv has no column %s", column)
+			}
+			continue
+		}
+		if col < len(f) {
+			want[f[0]] = f[col]
+		}
+	}
+	return want
 }
