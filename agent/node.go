@@ -56,6 +56,10 @@ type NodeConfig struct {
 	Resolvers          []string
 	// Controlplane are allow entries containers may always reach.
 	Controlplane []string
+	// NFLOGGroup is the netlink log group of the egress chains (default
+	// egress.DefaultNFLOGGroup). One group serves one agent per network
+	// namespace: a second agent in the same namespace needs its own.
+	NFLOGGroup uint16
 	// RunscPath is the runsc binary runsc pools run with (default
 	// DefaultRunscPath: the pinned gVisor build when installed, else runsc
 	// on PATH).
@@ -178,7 +182,7 @@ func BuildNode(ctx context.Context, c NodeConfig) (*Node, error) {
 			}
 		}
 		n.Egress, err = egress.NewNode(egress.Config{Prefix: c.Prefix, SubnetV4: c.SubnetV4, SubnetV6: c.SubnetV6,
-			Resolvers: resolvers, Controlplane: c.Controlplane, StateDir: filepath.Join(c.StateDir, "network")}, log, nil)
+			Resolvers: resolvers, Controlplane: c.Controlplane, NFLOGGroup: c.NFLOGGroup, StateDir: filepath.Join(c.StateDir, "network")}, log, nil)
 		if err != nil {
 			return nil, err
 		}

@@ -349,6 +349,7 @@ func runCmd(ctx context.Context, args []string, _, stderr io.Writer) error {
 	fs.StringVar(&nc.SubnetV4, "subnet-v4", "", "container IPv4 subnet (default "+egress.DefaultSubnetV4+")")
 	fs.StringVar(&nc.SubnetV6, "subnet-v6", "", "container IPv6 ULA subnet (default "+egress.DefaultSubnetV6+")")
 	resolvers := fs.String("resolvers", "", "DNS servers containers use, comma-separated (default: the host's non-loopback ones)")
+	nflogGroup := fs.Uint("nflog-group", egress.DefaultNFLOGGroup, "netlink log group of the egress chains; a second agent in one network namespace needs its own")
 	fs.StringVar(&nc.RunscPath, "runsc", "", "the runsc binary runsc pools run with (default: "+PinnedRunsc+" when installed, else runsc on PATH)")
 	var floor enroll.Floor
 	fs.StringVar(&floor.Profile, "min-profile", "", "refuse tasks whose profile is below this: legacy < hardened (default: the saved floor, else none)")
@@ -360,6 +361,10 @@ func runCmd(ctx context.Context, args []string, _, stderr io.Writer) error {
 	if err := floor.Validate(); err != nil {
 		return err
 	}
+	if *nflogGroup == 0 || *nflogGroup > 65535 {
+		return fmt.Errorf("--nflog-group: %d is not 1-65535: %w", *nflogGroup, errdefs.ErrInvalidArgument)
+	}
+	nc.NFLOGGroup = uint16(*nflogGroup)
 	if nc.RunscPath != "" {
 		if _, err := exec.LookPath(nc.RunscPath); err != nil {
 			return fmt.Errorf("--runsc: %w: %w", err, errdefs.ErrInvalidArgument)

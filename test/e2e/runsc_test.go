@@ -30,9 +30,10 @@ import (
 // run under gVisor with its own network namespace on the agent's bridge and
 // reach a host service through it, and the sandbox's probe battery must
 // give what sandbox/testdata/probes.tsv expects of runsc under the default
-// security (hardened, seccomp enforce, no NET_RAW). Debian's 2022 runsc refuses ("cannot run
-// with network enabled in root network namespace") on 6.x kernels; the
-// pinned build `make deps` installs (packaging/dev/runsc.sh) runs it.
+// security (hardened, seccomp enforce, no NET_RAW). Debian's 2022 runsc
+// refuses ("cannot run with network enabled in root network namespace") on
+// 6.x kernels; the pinned build `make deps` installs
+// (packaging/dev/runsc.sh) runs it.
 func TestRunscPoolAgentInRootNamespace(t *testing.T) {
 	testenv.RequireRoot(t)
 	testenv.RequireBinary(t, "runsc")
@@ -61,16 +62,17 @@ func TestRunscPoolAgentInRootNamespace(t *testing.T) {
 	}
 	id := regexp.MustCompile(`machine (m_[a-z2-7]+)`).FindStringSubmatch(out)[1]
 
-	// The agent's bridge gets subnets no other agent on this host uses
-	// (a `make up` agent has the defaults).
+	// The agent's bridge gets subnets, and its egress log a netlink group,
+	// no other agent on this host uses (a `make up` agent has the defaults).
 	n, _ := rand.Int(rand.Reader, big.NewInt(20*256))
 	v4 := fmt.Sprintf("10.%d.%d.0/24", 230+n.Int64()/256, n.Int64()%256)
 	v6 := fmt.Sprintf("fd6c:7639:9%03x::/64", n.Int64())
+	nflog := fmt.Sprint(40000 + n.Int64())
 	root := t.TempDir()
 	agentOut := &syncBuffer{}
 	cmd := exec.Command("sh", filepath.Join(w.home, "machines", id+".sh"), "--foreground",
 		"--state-dir", filepath.Join(root, "state"), "--etc-dir", filepath.Join(root, "etc"), "--bin-dir", filepath.Join(root, "bin"),
-		"--", "--insecure-registries", registry, "--subnet-v4", v4, "--subnet-v6", v6)
+		"--", "--insecure-registries", registry, "--subnet-v4", v4, "--subnet-v6", v6, "--nflog-group", nflog)
 	cmd.Stdout, cmd.Stderr = agentOut, agentOut
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
