@@ -50,21 +50,20 @@ type NodeConfig struct {
 	// NoNetwork runs containers with only loopback instead of attaching
 	// them to the egress network.
 	NoNetwork bool
-	// SubnetV4, SubnetV6 and Resolvers configure the container network
-	// (defaults: egress's subnets; the host's non-loopback resolvers).
-	SubnetV4, SubnetV6 string
-	Resolvers          []string
-	// Controlplane are allow entries containers may always reach.
-	Controlplane []string
-	// NFLOGGroup is the netlink log group of the egress chains (default
-	// egress.DefaultNFLOGGroup). One group serves one agent per network
-	// namespace: a second agent in the same namespace needs its own.
-	NFLOGGroup uint16
 	// RunscPath is the runsc binary runsc pools run with (default
 	// DefaultRunscPath: the pinned gVisor build when installed, else runsc
 	// on PATH).
 	RunscPath string
-	Logger    *slog.Logger
+	// SubnetV4, SubnetV6 and Resolvers configure the container network
+	// (defaults: egress's subnets; the host's non-loopback resolvers).
+	SubnetV4, SubnetV6 string
+	Resolvers          []string
+	// NFLOGGroup is the egress chains' netlink log group (default
+	// egress's); two agents in one network namespace need two groups.
+	NFLOGGroup uint16
+	// Controlplane are allow entries containers may always reach.
+	Controlplane []string
+	Logger       *slog.Logger
 }
 
 // PinnedRunsc is where `make deps` (packaging/dev/runsc.sh) installs the
@@ -181,8 +180,8 @@ func BuildNode(ctx context.Context, c NodeConfig) (*Node, error) {
 				log.Warn("no usable resolver in /etc/resolv.conf (only loopback ones); containers use public resolvers, set --resolvers to choose", "resolvers", resolvers)
 			}
 		}
-		n.Egress, err = egress.NewNode(egress.Config{Prefix: c.Prefix, SubnetV4: c.SubnetV4, SubnetV6: c.SubnetV6,
-			Resolvers: resolvers, Controlplane: c.Controlplane, NFLOGGroup: c.NFLOGGroup, StateDir: filepath.Join(c.StateDir, "network")}, log, nil)
+		n.Egress, err = egress.NewNode(egress.Config{Prefix: c.Prefix, SubnetV4: c.SubnetV4, SubnetV6: c.SubnetV6, NFLOGGroup: c.NFLOGGroup,
+			Resolvers: resolvers, Controlplane: c.Controlplane, StateDir: filepath.Join(c.StateDir, "network")}, log, nil)
 		if err != nil {
 			return nil, err
 		}

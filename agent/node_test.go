@@ -46,9 +46,6 @@ func TestNodeConfig(t *testing.T) {
 	if err := runCmd(context.Background(), []string{"--runsc", "/nonexistent/runsc"}, nil, io.Discard); err == nil || !strings.Contains(err.Error(), "--runsc") {
 		t.Errorf("run --runsc /nonexistent/runsc: %v, want an error naming --runsc", err)
 	}
-	if err := runCmd(context.Background(), []string{"--nflog-group", "70000"}, nil, io.Discard); err == nil || !strings.Contains(err.Error(), "--nflog-group") {
-		t.Errorf("run --nflog-group 70000: %v, want an error naming --nflog-group", err)
-	}
 	err := NodeConfig{StateDir: "rel", Prefix: "L9-x"}.WithDefaults().Validate()
 	if err == nil || !strings.Contains(err.Error(), "--state-dir") || !strings.Contains(err.Error(), "--prefix") {
 		t.Errorf("bad config: %v, want both flags named", err)

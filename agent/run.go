@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -348,23 +349,26 @@ func runCmd(ctx context.Context, args []string, _, stderr io.Writer) error {
 	fs.BoolVar(&nc.NoNetwork, "no-network", false, "run containers with loopback only (no egress network)")
 	fs.StringVar(&nc.SubnetV4, "subnet-v4", "", "container IPv4 subnet (default "+egress.DefaultSubnetV4+")")
 	fs.StringVar(&nc.SubnetV6, "subnet-v6", "", "container IPv6 ULA subnet (default "+egress.DefaultSubnetV6+")")
+	fs.Func("nflog-group", "netlink log group of the egress chains; each agent on a host needs its own (default "+strconv.Itoa(egress.DefaultNFLOGGroup)+")", func(v string) error {
+		g, err := strconv.ParseUint(v, 10, 16)
+		if err != nil || g == 0 {
+			return fmt.Errorf("%q is not a group number in 1..65535", v)
+		}
+		nc.NFLOGGroup = uint16(g)
+		return nil
+	})
 	resolvers := fs.String("resolvers", "", "DNS servers containers use, comma-separated (default: the host's non-loopback ones)")
-	nflogGroup := fs.Uint("nflog-group", egress.DefaultNFLOGGroup, "netlink log group of the egress chains; a second agent in one network namespace needs its own")
-	fs.StringVar(&nc.RunscPath, "runsc", "", "the runsc binary runsc pools run with (default: "+PinnedRunsc+" when installed, else runsc on PATH)")
 	var floor enroll.Floor
 	fs.StringVar(&floor.Profile, "min-profile", "", "refuse tasks whose profile is below this: legacy < hardened (default: the saved floor, else none)")
 	fs.StringVar(&floor.Seccomp, "min-seccomp", "", "refuse tasks whose seccomp is below this: off < log < enforce (default: the saved floor, else none)")
 	fs.StringVar(&floor.Egress, "min-egress", "", "refuse tasks whose egress mode is below this: observe < enforce (default: the saved floor, else none)")
+	fs.StringVar(&nc.RunscPath, "runsc", "", "the runsc binary runsc pools run with (default: "+PinnedRunsc+" when installed, else runsc on PATH)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if err := floor.Validate(); err != nil {
 		return err
 	}
-	if *nflogGroup == 0 || *nflogGroup > 65535 {
-		return fmt.Errorf("--nflog-group: %d is not 1-65535: %w", *nflogGroup, errdefs.ErrInvalidArgument)
-	}
-	nc.NFLOGGroup = uint16(*nflogGroup)
 	if nc.RunscPath != "" {
 		if _, err := exec.LookPath(nc.RunscPath); err != nil {
 			return fmt.Errorf("--runsc: %w: %w", err, errdefs.ErrInvalidArgument)
