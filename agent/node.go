@@ -50,6 +50,10 @@ type NodeConfig struct {
 	// NoNetwork runs containers with only loopback instead of attaching
 	// them to the egress network.
 	NoNetwork bool
+	// RunscPath is the runsc binary runsc pools run with (default
+	// DefaultRunscPath: the pinned gVisor build when installed, else runsc
+	// on PATH).
+	RunscPath string
 	// SubnetV4, SubnetV6 and Resolvers configure the container network
 	// (defaults: egress's subnets; the host's non-loopback resolvers).
 	SubnetV4, SubnetV6 string
@@ -62,6 +66,21 @@ type NodeConfig struct {
 	Logger       *slog.Logger
 }
 
+// PinnedRunsc is where `make deps` (packaging/dev/runsc.sh) installs the
+// gVisor runsc that levers9 pins. Distribution builds can be too old for
+// the kernel: Debian's 2022 runsc refuses networking in any namespace of a
+// 6.x kernel, taking it for the root one.
+const PinnedRunsc = "/usr/local/lib/levers9/runsc"
+
+// DefaultRunscPath returns PinnedRunsc when it is an executable file, else
+// "runsc" (looked up on PATH).
+func DefaultRunscPath() string {
+	if st, err := os.Stat(PinnedRunsc); err == nil && st.Mode().IsRegular() && st.Mode().Perm()&0o111 != 0 {
+		return PinnedRunsc
+	}
+	return "runsc"
+}
+
 var nodePrefixRE = regexp.MustCompile(`^[a-z][a-z0-9]{0,7}$`)
 
 // WithDefaults fills every empty field but Resolvers (see BuildNode).
@@ -72,6 +91,9 @@ func (c NodeConfig) WithDefaults() NodeConfig {
 	}
 	if c.ImageRegistry == "" {
 		c.ImageRegistry = "index.docker.io"
+	}
+	if c.RunscPath == "" {
+		c.RunscPath = DefaultRunscPath()
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
@@ -118,7 +140,7 @@ func (n *Node) Close() {
 	}
 }
 
-// BuildNode makes the sandbox (runc, and runsc when installed), the image
+// BuildNode makes the sandbox (runc, and runsc when installed: c.RunscPath), the image
 // cache and the egress node (set up and collecting), and the Runner over
 // them. The Runner is not started: the Agent reconciles and starts it.
 func BuildNode(ctx context.Context, c NodeConfig) (*Node, error) {
@@ -132,7 +154,7 @@ func BuildNode(ctx context.Context, c NodeConfig) (*Node, error) {
 		return nil, fmt.Errorf("detect the host: %w", err)
 	}
 	sb, err := sandbox.New(sandbox.Config{Prefix: c.Prefix, StateDir: filepath.Join(c.StateDir, "containers"),
-		CgroupParent: "/" + c.Prefix, SensitivePaths: []string{c.StateDir}, Host: host, Logger: log})
+		CgroupParent: "/" + c.Prefix, SensitivePaths: []string{c.StateDir}, Host: host, RunscPath: c.RunscPath, Logger: log})
 	if err != nil {
 		return nil, err
 	}

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -28,6 +29,22 @@ func TestNodeConfig(t *testing.T) {
 	}
 	if a.ImageRegistry != "index.docker.io" {
 		t.Errorf("default registry %q", a.ImageRegistry)
+	}
+	// runsc pools run the pinned gVisor build when `make deps` installed
+	// it, else the runsc on PATH; --runsc wins, and a bad one is refused
+	// naming the flag.
+	wantRunsc := "runsc"
+	if st, err := os.Stat(PinnedRunsc); err == nil && st.Mode().Perm()&0o111 != 0 {
+		wantRunsc = PinnedRunsc
+	}
+	if a.RunscPath != wantRunsc {
+		t.Errorf("default runsc %q, want %q", a.RunscPath, wantRunsc)
+	}
+	if c := (NodeConfig{RunscPath: "/opt/runsc"}).WithDefaults(); c.RunscPath != "/opt/runsc" {
+		t.Errorf("runsc %q, want the one given", c.RunscPath)
+	}
+	if err := runCmd(context.Background(), []string{"--runsc", "/nonexistent/runsc"}, nil, io.Discard); err == nil || !strings.Contains(err.Error(), "--runsc") {
+		t.Errorf("run --runsc /nonexistent/runsc: %v, want an error naming --runsc", err)
 	}
 	err := NodeConfig{StateDir: "rel", Prefix: "L9-x"}.WithDefaults().Validate()
 	if err == nil || !strings.Contains(err.Error(), "--state-dir") || !strings.Contains(err.Error(), "--prefix") {

@@ -10,6 +10,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -28,6 +29,7 @@ import (
 	"github.com/levers9/levers9/egress"
 	"github.com/levers9/levers9/enroll"
 	"github.com/levers9/levers9/internal/clock"
+	"github.com/levers9/levers9/internal/errdefs"
 	"github.com/levers9/levers9/tunnel"
 )
 
@@ -42,6 +44,10 @@ type RunOptions struct {
 	HeartbeatInterval time.Duration
 	// Inventory collects what the machine has; nil builds the real one.
 	Inventory *inventory.Collector
+	// RunscPath is the runsc whose version the real inventory reports
+	// (default "runsc" on PATH); `levers9-agent run` passes the one its
+	// node runs runsc pools with.
+	RunscPath string
 	// Client overrides tunnel settings (backoff, liveness) for tests.
 	Client tunnel.ClientConfig
 	// Egress, when the agent runs container networking, supplies the
@@ -115,7 +121,7 @@ func NewAgent(o RunOptions) (*Agent, error) {
 	}
 	a.inv = o.Inventory
 	if a.inv == nil {
-		if a.inv, err = inventory.NewCollector(inventory.Config{StateDir: o.State.Dir, Logger: o.Log}); err != nil {
+		if a.inv, err = inventory.NewCollector(inventory.Config{StateDir: o.State.Dir, RunscPath: o.RunscPath, Logger: o.Log}); err != nil {
 			return nil, err
 		}
 	}
@@ -356,11 +362,17 @@ func runCmd(ctx context.Context, args []string, _, stderr io.Writer) error {
 	fs.StringVar(&floor.Profile, "min-profile", "", "refuse tasks whose profile is below this: legacy < hardened (default: the saved floor, else none)")
 	fs.StringVar(&floor.Seccomp, "min-seccomp", "", "refuse tasks whose seccomp is below this: off < log < enforce (default: the saved floor, else none)")
 	fs.StringVar(&floor.Egress, "min-egress", "", "refuse tasks whose egress mode is below this: observe < enforce (default: the saved floor, else none)")
+	fs.StringVar(&nc.RunscPath, "runsc", "", "the runsc binary runsc pools run with (default: "+PinnedRunsc+" when installed, else runsc on PATH)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if err := floor.Validate(); err != nil {
 		return err
+	}
+	if nc.RunscPath != "" {
+		if _, err := exec.LookPath(nc.RunscPath); err != nil {
+			return fmt.Errorf("--runsc: %w: %w", err, errdefs.ErrInvalidArgument)
+		}
 	}
 	nc.Registries, nc.InsecureRegistries, nc.Resolvers = splitList(*registries), splitList(*insecure), splitList(*resolvers)
 	log := slog.New(slog.NewJSONHandler(stderr, nil))
@@ -378,6 +390,8 @@ func runCmd(ctx context.Context, args []string, _, stderr io.Writer) error {
 	}
 	nc.StateDir, nc.MachineID, nc.Logger = abs, st.MachineID, log
 	nc.Controlplane = controlplaneAllow(st.Controlplane)
+	nc.RunscPath = nc.WithDefaults().RunscPath
+	o.RunscPath = nc.RunscPath
 	node, err := BuildNode(ctx, nc)
 	if err != nil {
 		return fmt.Errorf("build the task runner: %w", err)
@@ -392,7 +406,7 @@ func runCmd(ctx context.Context, args []string, _, stderr io.Writer) error {
 		a.Stop()
 		return err
 	}
-	log.Info("agent running", "machine_id", a.MachineID(), "pool", a.settings.Pool, "prefix", nc.WithDefaults().Prefix, "floor", a.floor.String())
+	log.Info("agent running", "machine_id", a.MachineID(), "pool", a.settings.Pool, "prefix", nc.WithDefaults().Prefix, "runsc", nc.RunscPath, "floor", a.floor.String())
 	<-ctx.Done()
 	a.Stop()
 	return nil

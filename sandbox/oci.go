@@ -307,13 +307,24 @@ func (r *OCI) Delete(ctx context.Context, id string) error {
 			}
 		}
 	}
-	if err := os.RemoveAll(c.dir); err != nil {
+	if err := removeContainerDir(c.dir); err != nil {
 		return errdefs.WithRetry(fmt.Errorf("delete container %s: %w", id, err), true)
 	}
 	r.mu.Lock()
 	delete(r.containers, id)
 	r.mu.Unlock()
 	return nil
+}
+
+// removeContainerDir removes a container's directory. Recent runsc
+// bind-mounts an empty network namespace for its gofer at
+// <root>/null-netns and leaves it mounted (possibly several times over);
+// unmount those first, or the removal fails with EBUSY.
+func removeContainerDir(dir string) error {
+	nullNetNS := filepath.Join(dir, "root", "null-netns")
+	for syscall.Unmount(nullNetNS, syscall.MNT_DETACH) == nil {
+	}
+	return os.RemoveAll(dir)
 }
 
 // State implements Runtime.

@@ -252,7 +252,7 @@ func (s *Sandbox) Reconcile(ctx context.Context) error {
 				continue
 			}
 		}
-		if err := os.RemoveAll(dir); err != nil {
+		if err := removeContainerDir(dir); err != nil {
 			errs = append(errs, fmt.Errorf("reconcile container %s: %w", id, err))
 		}
 		removeCgroups(s.cfg.CgroupParent + "/" + id)

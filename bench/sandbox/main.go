@@ -22,6 +22,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/levers9/levers9/agent"
 	"github.com/levers9/levers9/sandbox"
 )
 
@@ -34,16 +35,17 @@ const (
 func main() {
 	quick := flag.Bool("quick", false, "8 rounds instead of 20 (about a minute)")
 	n := flag.Int("n", 20, "paired rounds")
+	runsc := flag.String("runsc", agent.DefaultRunscPath(), "the runsc binary (default: the agent's, the pinned build when installed)")
 	flag.Parse()
 	if *quick {
 		*n = 8
 	}
-	if err := run(*n); err != nil {
+	if err := run(*n, *runsc); err != nil {
 		log.Fatal(err)
 	}
 }
 
-func run(n int) error {
+func run(n int, runsc string) error {
 	ctx := context.Background()
 	work, err := os.MkdirTemp("", "l9s-bench-")
 	if err != nil {
@@ -58,7 +60,7 @@ func run(n int) error {
 	if err != nil {
 		return err
 	}
-	sb, err := sandbox.New(sandbox.Config{StateDir: stateDir, CgroupParent: cgroupBase, Host: host})
+	sb, err := sandbox.New(sandbox.Config{StateDir: stateDir, CgroupParent: cgroupBase, Host: host, RunscPath: runsc})
 	if err != nil {
 		return err
 	}

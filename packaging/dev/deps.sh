@@ -25,6 +25,10 @@ if ((${#missing[@]})); then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
+# The gVisor runsc levers9 pins (Debian's is too old for 6.x kernels):
+# built once per machine, cached under ~/.cache/levers9/runsc/.
+bash "$(dirname "$0")/runsc.sh"
+
 # Debian starts system-wide postgres and redis on install; levers9 runs its
 # own in private data dirs on free ports, so the system ones are not needed.
 # Leave them alone if they are running: they do not collide with our ports.
