@@ -3,6 +3,7 @@ package taskrun
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"strings"
 
 	"github.com/levers9/levers9/internal/errdefs"
@@ -67,6 +68,10 @@ func startReason(err error) error {
 	}
 	inner := err
 	for {
+		if _, ok := inner.(*fs.PathError); ok {
+			// Its Errno alone would not name the path.
+			break
+		}
 		next := errors.Unwrap(inner)
 		if next == nil {
 			break

@@ -2,6 +2,8 @@ package e2e
 
 import (
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -70,6 +72,51 @@ func TestTaskFailureReasons(t *testing.T) {
 		out, _, err := w.cli(t, "task", "show", ts[0].ID)
 		if err != nil || !strings.Contains(out, "out of memory: limit 16 MiB") {
 			t.Fatalf("task show: %v\n%s", err, out)
+		}
+	})
+
+	t.Run("start failure retries on another machine", func(t *testing.T) {
+		// Break both machines' container bundles directory: the runtime
+		// cannot be given a bundle, a fault of the machine, not the task.
+		var dirs []string
+		for _, m := range w.runs {
+			d := filepath.Join(m.root, "state", "containers", "bundles")
+			if err := os.RemoveAll(d); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.MkdirAll(filepath.Dir(d), 0o700); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(d, []byte("not a directory"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			dirs = append(dirs, d)
+		}
+		t.Cleanup(func() {
+			for _, d := range dirs {
+				_ = os.Remove(d)
+			}
+		})
+		r := w.start(t, "run", "--retries", "1", "--", "true")
+		code := r.wait(t, 90*time.Second)
+		so, se := r.out()
+		t.Logf("levers9 run said: %s", strings.TrimSpace(se))
+		if code != 1 || !strings.Contains(se, "could not start on machine") || !strings.Contains(se, "attempt 2") {
+			t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, so, se)
+		}
+		ts := w.tasks(t)
+		atts := w.showAttempts(t, ts[0].ID)
+		raw, _ := json.Marshal(atts)
+		if len(atts) != 2 || atts[0].MachineID == atts[1].MachineID {
+			t.Fatalf("want two attempts on two machines: %s", raw)
+		}
+		for _, a := range atts {
+			if a.State != "ATTEMPT_STATE_FAILED" || a.Reason != "FAILURE_REASON_START_FAILED" || a.ExitCode != nil {
+				t.Fatalf("attempts: %s", raw)
+			}
+		}
+		if ts[0].State != "TASK_STATE_FAILED" {
+			t.Fatalf("task: %+v", ts[0])
 		}
 	})
 }
