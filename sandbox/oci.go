@@ -302,7 +302,7 @@ func (r *OCI) Delete(ctx context.Context, id string) error {
 	if started {
 		select {
 		case <-c.done:
-			if r.name == RuntimeRunc {
+			if r.name == RuntimeRunc && c.cmd.ProcessState != nil {
 				// Run kept the stopped container: remove it and its cgroup.
 				if _, err := r.exec(ctx, c.dir, c.opts, "delete", "--force", id); err != nil && !errdefs.IsNotFound(err) {
 					return fmt.Errorf("delete container %s: %w", id, err)
