@@ -93,8 +93,10 @@ func limitReason(k sandbox.LimitKills, res sandbox.Resources) (Reason, string) {
 		return ReasonOutOfMemory, "out of memory: limit " + bytesText(res.MemoryBytes)
 	case k.OOMKills > 0:
 		return ReasonOutOfMemory, "out of memory"
-	case k.PidsMax > 0:
+	case k.PidsMax > 0 && res.Pids > 0:
 		return ReasonPidsLimit, fmt.Sprintf("process limit reached: limit %d", res.Pids)
+	case k.PidsMax > 0:
+		return ReasonPidsLimit, "process limit reached"
 	}
 	return ReasonNone, ""
 }
