@@ -162,8 +162,9 @@ func (in *intake) applyUpdate(ctx context.Context, machineID, taskID string, n i
 		return nil, false, fmt.Errorf("report: unknown failure reason %v: %w", u.GetReason(), errdefs.ErrInvalidArgument)
 	}
 	var exit *int
-	if !reason.NotStarted() {
-		code := int(u.GetExitCode())
+	if code := int(u.GetExitCode()); !reason.NotStarted() && (st != store.AttemptFailed || code != 0) {
+		// A FAILED attempt with code 0 never ran its program (refused
+		// before it started): it has no exit code either.
 		exit = &code
 	}
 	e := store.AttemptEnd{State: st, ExitCode: exit, Message: u.GetMessage(), DroppedLines: int64(u.GetDroppedLines()),
