@@ -206,6 +206,10 @@ func (t *tasks) execute(ctx context.Context, h *held, task taskrun.Task, log *sl
 		if err != nil || res.Exit.Code == 0 {
 			u.Message = cmp.Or(failMsg, errString(err))
 		}
+		u.Reason, u.Summary = reasonPB(res.Reason), res.Summary
+		if u.Message == "" {
+			u.Message = res.Summary
+		}
 	case taskrun.StateCancelled:
 		u.Message = cmp.Or(h.killReason(), "cancelled")
 	case taskrun.StateTimedOut:
@@ -217,8 +221,23 @@ func (t *tasks) execute(ctx context.Context, h *held, task taskrun.Task, log *sl
 		}
 	}
 	h.q.pushTerminal(&agentv1.AttemptRecord{Time: timestamppb.New(t.clock.Now()), Record: &agentv1.AttemptRecord_Update{Update: u}})
-	log.Info("attempt finished", "state", u.State.String(), "exit_code", u.ExitCode, "dropped_lines", u.DroppedLines)
+	log.Info("attempt finished", "state", u.State.String(), "exit_code", u.ExitCode, "dropped_lines", u.DroppedLines,
+		"reason", string(res.Reason), "err", u.Message)
 }
+
+// reasonsPB maps taskrun's failure reasons onto the API's.
+var reasonsPB = map[taskrun.Reason]v1.FailureReason{
+	taskrun.ReasonNone:            v1.FailureReason_FAILURE_REASON_UNSPECIFIED,
+	taskrun.ReasonStartFailed:     v1.FailureReason_FAILURE_REASON_START_FAILED,
+	taskrun.ReasonImageNotFound:   v1.FailureReason_FAILURE_REASON_IMAGE_NOT_FOUND,
+	taskrun.ReasonImagePullFailed: v1.FailureReason_FAILURE_REASON_IMAGE_PULL_FAILED,
+	taskrun.ReasonMountFailed:     v1.FailureReason_FAILURE_REASON_MOUNT_FAILED,
+	taskrun.ReasonNetworkFailed:   v1.FailureReason_FAILURE_REASON_NETWORK_FAILED,
+	taskrun.ReasonOutOfMemory:     v1.FailureReason_FAILURE_REASON_OUT_OF_MEMORY,
+	taskrun.ReasonPidsLimit:       v1.FailureReason_FAILURE_REASON_PIDS_LIMIT,
+}
+
+func reasonPB(r taskrun.Reason) v1.FailureReason { return reasonsPB[r] }
 
 func errString(err error) string {
 	if err == nil {

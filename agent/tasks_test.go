@@ -403,6 +403,8 @@ func TestTaskOutputAndExit(t *testing.T) {
 		want        []string
 		wantCode    int32
 		wantMessage string
+		wantReason  v1.FailureReason
+		wantSummary string
 	}{
 		{name: "succeeds", script: "echo hi; echo oops >&2; printf 'bad \\377 utf8\\n'; echo bye",
 			want: []string{"RUNNING", "out:hi", "out:bad \uFFFD utf8", "out:bye", "err:oops", "SUCCEEDED"}},
@@ -410,7 +412,11 @@ func TestTaskOutputAndExit(t *testing.T) {
 		{name: "digest reference", script: "echo by digest", mutate: func(a *agentv1.TaskAttempt) { a.Image, a.ImageRegistry = b.image.DigestRef, "" },
 			want: []string{"RUNNING", "out:by digest", "SUCCEEDED"}},
 		{name: "unknown image", script: "true", mutate: func(a *agentv1.TaskAttempt) { a.Image = "l9a/none:nope" },
-			want: []string{"FAILED"}, wantMessage: "pull image"},
+			want: []string{"FAILED"}, wantMessage: "pull image",
+			wantReason: v1.FailureReason_FAILURE_REASON_IMAGE_NOT_FOUND, wantSummary: "/l9a/none:nope was not found (check the name and tag)"},
+		{name: "out of memory", script: "exec 2>/dev/null; head -c 200000000 /dev/zero | tail", mutate: func(a *agentv1.TaskAttempt) { a.MemoryBytes = 16 << 20 },
+			want: []string{"RUNNING", "FAILED"}, wantCode: 137, wantMessage: "out of memory: limit 16 MiB",
+			wantReason: v1.FailureReason_FAILURE_REASON_OUT_OF_MEMORY, wantSummary: "out of memory: limit 16 MiB"},
 		{name: "runtime refuses", script: "true", mutate: func(a *agentv1.TaskAttempt) { a.Env = []string{"LEVERS9_SECURITY_PROFILE=legacy"} },
 			want: []string{"FAILED"}, wantMessage: "LEVERS9_SECURITY_PROFILE"},
 	} {
@@ -451,6 +457,9 @@ func TestTaskOutputAndExit(t *testing.T) {
 			}
 			if u.ExitCode != tc.wantCode || !strings.Contains(u.Message, tc.wantMessage) || (tc.wantMessage == "" && u.Message != "") {
 				t.Errorf("terminal exit %d message %q, want %d and %q", u.ExitCode, u.Message, tc.wantCode, tc.wantMessage)
+			}
+			if u.Reason != tc.wantReason || !strings.Contains(u.Summary, tc.wantSummary) || (tc.wantSummary == "") != (u.Summary == "") {
+				t.Errorf("terminal reason %v %q, want %v %q", u.Reason, u.Summary, tc.wantReason, tc.wantSummary)
 			}
 			if tc.want[0] == "RUNNING" && u.ImageDigest != b.image.Digest {
 				t.Errorf("image digest %q, want %q", u.ImageDigest, b.image.Digest)

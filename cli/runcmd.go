@@ -26,7 +26,8 @@ func (a *app) runCmd() *cobra.Command {
 		Long: `Submit CMD as a task, stream its output as if it ran here (its stdout to stdout, its
 stderr to stderr) and exit with its exit code: 124 when it timed out (like timeout(1)), 1 with
 a message when it was cancelled or failed without an exit code (its machine lost with no
-retries left, its image not found, ...).
+retries left, its image not found, ...). A program killed at its memory limit exits 137 with
+a message saying so (out of memory: limit 64 MiB).
 
 A machine lost mid-task (reclaimed, unplugged, its agent killed) starts a new attempt on
 another machine while --retries remain; the stream goes on, with a marker line on stderr:

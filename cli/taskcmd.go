@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -177,7 +178,7 @@ func (a *app) printTask(t *v1.Task) {
 		gpus += " " + sp.GetGpuType()
 	}
 	for _, kv := range [][2]string{
-		{"ID", t.Id}, {"State", sdk.StateName(t.State)}, {"Exit code", exitText(t)}, {"Message", dash(t.Message)},
+		{"ID", t.Id}, {"State", sdk.StateName(t.State)}, {"Exit code", exitText(t)}, {"Message", dash(taskMessage(t))},
 		{"Pool", dash(sp.GetPool())}, {"Image", dash(sp.GetImage())}, {"Command", dash(commandText(sp.GetCommand(), 0))},
 		{"CPU", fmt.Sprintf("%.3g cores", float64(sp.GetCpuMillis())/1000)}, {"Memory", fmt.Sprintf("%d MiB", sp.GetMemoryBytes()>>20)},
 		{"GPUs", gpus}, {"Timeout", timeout}, {"Retries", fmt.Sprint(sp.GetRetries())},
@@ -200,9 +201,19 @@ func (a *app) printTask(t *v1.Task) {
 			exit = fmt.Sprint(at.GetExitCode())
 		}
 		fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\n", at.Number, sdk.AttemptStateName(at.State), dash(at.MachineId),
-			when(at.ScheduledAt), when(at.StartedAt), when(at.FinishedAt), exit, at.DroppedLines, dash(at.Message))
+			when(at.ScheduledAt), when(at.StartedAt), when(at.FinishedAt), exit, at.DroppedLines, dash(cmp.Or(at.GetSummary(), at.GetMessage())))
 	}
 	w.Flush()
+}
+
+// taskMessage is the one sentence saying why a task failed when its final
+// attempt has a failure reason (the full chain is in -o json), else the
+// task's message.
+func taskMessage(t *v1.Task) string {
+	if n := len(t.GetAttempts()); n > 0 && t.GetAttempts()[n-1].GetSummary() != "" && t.GetState() == v1.TaskState_TASK_STATE_FAILED {
+		return t.GetAttempts()[n-1].GetSummary()
+	}
+	return t.GetMessage()
 }
 
 // envNames lists the keys only: values may be sensitive.

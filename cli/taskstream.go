@@ -122,7 +122,11 @@ func exitFor(t *v1.Task) error {
 	case v1.TaskState_TASK_STATE_FAILED:
 		if c := t.GetExitCode(); c > 0 && c < 256 {
 			// Like a local command: the code speaks, the task's stderr
-			// already said why.
+			// already said why; unless a limit killed it, which the
+			// program could not say.
+			if n := len(t.GetAttempts()); n > 0 && t.GetAttempts()[n-1].GetSummary() != "" {
+				return &exitError{code: int(c), msg: taskErrText(t)}
+			}
 			return &exitError{code: int(c)}
 		}
 	}

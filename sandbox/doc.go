@@ -3,7 +3,10 @@
 // Docker's default capabilities and seccomp profile resolved for the
 // container, masked and read-only paths, no-new-privileges, AppArmor where the
 // node has it, NVIDIA GPU devices, volume mount validation, and the seccomp
-// log-mode reader that attributes kernel audit records to tasks.
+// log-mode reader that attributes kernel audit records to tasks, and reading
+// a container cgroup's memory and pids event counters after it exits
+// (Handle.LimitKills; runc runs with --keep so the cgroup outlives the
+// process until Delete).
 //
 // It must never loosen what a pool asks for (a task may only tighten), never
 // report a control as applied when the runtime ignores it (see Effective),

@@ -147,7 +147,13 @@ func (r *OCI) Start(ctx context.Context, id string) error {
 		return errdefs.WithRetry(fmt.Errorf("start container %s: already started: %w", id, errdefs.ErrFailedPrecondition), false)
 	}
 	pidFile := filepath.Join(c.dir, "pid")
-	args := append(r.globalArgs(c.dir, c.opts), "run", "--bundle", c.opts.Bundle, "--pid-file", pidFile, id)
+	args := append(r.globalArgs(c.dir, c.opts), "run")
+	if r.name == RuntimeRunc {
+		// Keep the stopped container (and its cgroup, whose event counters
+		// say whether a limit killed it) until Delete.
+		args = append(args, "--keep")
+	}
+	args = append(args, "--bundle", c.opts.Bundle, "--pid-file", pidFile, id)
 	// Not CommandContext: the container outlives the call that starts it.
 	cmd := exec.Command(r.binary, args...)
 	cmd.Stdout, cmd.Stderr = c.opts.Stdout, c.opts.Stderr
@@ -296,6 +302,12 @@ func (r *OCI) Delete(ctx context.Context, id string) error {
 	if started {
 		select {
 		case <-c.done:
+			if r.name == RuntimeRunc && c.cmd.ProcessState != nil {
+				// Run kept the stopped container: remove it and its cgroup.
+				if _, err := r.exec(ctx, c.dir, c.opts, "delete", "--force", id); err != nil && !errdefs.IsNotFound(err) {
+					return fmt.Errorf("delete container %s: %w", id, err)
+				}
+			}
 		default:
 			if _, err := r.exec(ctx, c.dir, c.opts, "delete", "--force", id); err != nil && !errdefs.IsNotFound(err) {
 				return fmt.Errorf("delete container %s: %w", id, err)

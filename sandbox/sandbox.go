@@ -115,6 +115,8 @@ type Handle struct {
 	Effective  Effective
 	Violations []Violation
 	rt         Runtime
+	// cgroup is the container's cgroup path (the spec's cgroupsPath).
+	cgroup string
 }
 
 // Wait blocks until the container exits or ctx ends.
@@ -167,7 +169,7 @@ func (s *Sandbox) Run(ctx context.Context, task TaskSpec, pool Security, stdio S
 		_ = os.RemoveAll(bundle)
 		return nil, fmt.Errorf("task %s: %w", task.ID, err)
 	}
-	h := &Handle{ID: id, Effective: eff, Violations: viol, rt: &bundleCleanup{Runtime: rt, bundle: bundle, seccomp: s.cfg.SeccompLog}}
+	h := &Handle{ID: id, Effective: eff, Violations: viol, cgroup: spec.Linux.CgroupsPath, rt: &bundleCleanup{Runtime: rt, bundle: bundle, seccomp: s.cfg.SeccompLog}}
 	if s.cfg.SeccompLog != nil {
 		s.cfg.SeccompLog.Track(id, task.ID)
 	}

@@ -340,6 +340,9 @@ func (c *Client) wait(ctx context.Context, taskID string, maxOutput int) (*Resul
 	}
 	res := partial
 	res.State, res.Message, res.Attempts = t.GetState(), t.GetMessage(), len(t.GetAttempts())
+	if n := len(t.GetAttempts()); n > 0 {
+		res.Reason, res.Summary = t.GetAttempts()[n-1].GetReason(), t.GetAttempts()[n-1].GetSummary()
+	}
 	if t.ExitCode != nil {
 		code := int(t.GetExitCode())
 		res.ExitCode = &code

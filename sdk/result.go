@@ -29,6 +29,11 @@ type Result struct {
 	// Message says why the task ended as it did when that was not an exit
 	// code.
 	Message string
+	// Reason says why the final attempt failed when its exit code does
+	// not (it never started, or a limit killed it); Summary says it in one
+	// sentence ("out of memory: limit 64 MiB").
+	Reason  v1.FailureReason
+	Summary string
 }
 
 // TaskError says why a task did not succeed. Remote and Wait return it with
@@ -46,6 +51,23 @@ type TaskError struct {
 	Attempts int
 	// Timeout is the task's run time limit, for a timed-out task.
 	Timeout time.Duration
+	// Reason and Summary are the final attempt's failure reason and its
+	// one sentence; MachineID is where that attempt ran.
+	Reason    v1.FailureReason
+	Summary   string
+	MachineID string
+}
+
+// NotStarted reports whether r means the program never ran (the attempt
+// has no exit code).
+func NotStarted(r v1.FailureReason) bool {
+	switch r {
+	case v1.FailureReason_FAILURE_REASON_START_FAILED, v1.FailureReason_FAILURE_REASON_IMAGE_NOT_FOUND,
+		v1.FailureReason_FAILURE_REASON_IMAGE_PULL_FAILED, v1.FailureReason_FAILURE_REASON_MOUNT_FAILED,
+		v1.FailureReason_FAILURE_REASON_NETWORK_FAILED:
+		return true
+	}
+	return false
 }
 
 func (e *TaskError) Error() string {
@@ -54,7 +76,18 @@ func (e *TaskError) Error() string {
 		fmt.Fprintf(&b, "function %s: ", e.Function)
 	}
 	fmt.Fprintf(&b, "task %s ", e.TaskID)
+	on := ""
+	if e.MachineID != "" {
+		on = " on machine " + e.MachineID
+	}
 	switch {
+	case e.State == v1.TaskState_TASK_STATE_FAILED && e.Summary != "" && NotStarted(e.Reason):
+		// One sentence; the full chain is in the attempt's message.
+		fmt.Fprintf(&b, "could not start%s: %s", on, e.Summary)
+		return b.String()
+	case e.State == v1.TaskState_TASK_STATE_FAILED && e.Summary != "" && e.Reason != v1.FailureReason_FAILURE_REASON_UNSPECIFIED:
+		fmt.Fprintf(&b, "was killed%s (exit code %d): %s", on, e.ExitCode, e.Summary)
+		return b.String()
 	case e.State == v1.TaskState_TASK_STATE_CANCELLED:
 		b.WriteString("was cancelled")
 	case e.State == v1.TaskState_TASK_STATE_TIMED_OUT && e.Timeout > 0:
@@ -87,6 +120,7 @@ func ErrorOf(t *v1.Task) error {
 	if n := len(t.GetAttempts()); n > 0 {
 		last := t.GetAttempts()[n-1]
 		e.Lost = last.GetState() == v1.AttemptState_ATTEMPT_STATE_LOST
+		e.Reason, e.Summary, e.MachineID = last.GetReason(), last.GetSummary(), last.GetMachineId()
 		if e.Message == "" {
 			e.Message = last.GetMessage()
 		}

@@ -198,6 +198,14 @@ func TestErrorOf(t *testing.T) {
 		{&v1.Task{Id: "t1", State: v1.TaskState_TASK_STATE_FAILED, Attempts: []*v1.Attempt{{Number: 1}, lost}},
 			"task t1 lost its machine on attempt 2 with no retries left: tunnel gone"},
 		{&v1.Task{Id: "t1", State: v1.TaskState_TASK_STATE_FAILED, Message: "image x not found"}, "task t1 failed: image x not found"},
+		{&v1.Task{Id: "t1", State: v1.TaskState_TASK_STATE_FAILED, Message: "prestart image: pull image r/x:1: ...: MANIFEST_UNKNOWN",
+			Attempts: []*v1.Attempt{{Number: 1, MachineId: "m_y", State: v1.AttemptState_ATTEMPT_STATE_FAILED, Message: "the chain",
+				Reason: v1.FailureReason_FAILURE_REASON_IMAGE_NOT_FOUND, Summary: "image r/x:1 was not found (check the name and tag)"}}},
+			"task t1 could not start on machine m_y: image r/x:1 was not found (check the name and tag)"},
+		{&v1.Task{Id: "t1", State: v1.TaskState_TASK_STATE_FAILED, ExitCode: proto.Int32(137),
+			Attempts: []*v1.Attempt{{Number: 1, MachineId: "m_y", State: v1.AttemptState_ATTEMPT_STATE_FAILED, ExitCode: proto.Int32(137),
+				Reason: v1.FailureReason_FAILURE_REASON_OUT_OF_MEMORY, Summary: "out of memory: limit 64 MiB"}}},
+			"task t1 was killed on machine m_y (exit code 137): out of memory: limit 64 MiB"},
 	}
 	for _, tt := range tests {
 		err := ErrorOf(tt.task)

@@ -10,6 +10,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/levers9/levers9/internal/errdefs"
 	"github.com/levers9/levers9/sandbox"
 )
 
@@ -124,6 +125,7 @@ func (a *attempt) run(ctx, shutdown context.Context) (Result, error) {
 		return a.result(), fmt.Errorf("task %s attempt %d: %w", a.task.ID, a.task.Attempt, ErrDetached)
 	}
 	err = fmt.Errorf("task %s attempt %d: %w", a.task.ID, a.task.Attempt, err)
+	a.res.Reason, a.res.Summary = ReasonOf(err)
 	a.fail(err)
 	return a.result(), err
 }
@@ -206,7 +208,12 @@ func mergeEnv(base, over []string) []string {
 func (a *attempt) start(ctx context.Context, resp *PrestartResponse) (*sandbox.Handle, error) {
 	h, err := a.r.cfg.Sandbox.Run(ctx, a.spec(resp), a.task.Security, sandbox.Stdio{Stdout: resp.Stdout, Stderr: resp.Stderr})
 	if err != nil {
-		return nil, fmt.Errorf("start container: %w", err)
+		err = fmt.Errorf("start container: %w", err)
+		if errdefs.IsInvalidArgument(err) || errdefs.IsPermissionDenied(err) {
+			// The task or its volumes were refused: not the machine's fault.
+			return nil, err
+		}
+		return nil, startReason(err)
 	}
 	rec := record{TaskID: a.task.ID, Attempt: a.task.Attempt, Pool: a.task.Pool, ContainerID: h.ID,
 		ImageDigest: resp.Image.Digest, Started: a.r.cfg.Clock.Now()}
@@ -269,6 +276,11 @@ func (a *attempt) running(ctx, shutdown context.Context, h *sandbox.Handle) (Res
 		a.logger.Warn("wait for container", "container_id", h.ID, "err", w.err)
 	}
 	a.res.Exit = w.exit
+	if kills, err := h.LimitKills(); err == nil {
+		a.res.Reason, a.res.Summary = limitReason(kills, a.task.Resources)
+	} else {
+		a.logger.Debug("no cgroup events to read", "container_id", h.ID, "err", err)
+	}
 	a.emit(Event{Kind: EventExited, Exit: &w.exit})
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
@@ -297,7 +309,9 @@ func (a *attempt) running(ctx, shutdown context.Context, h *sandbox.Handle) (Res
 	}
 	var cause error
 	if final == StateFailed && w.err != nil {
-		cause = w.err
+		// The runtime failed, not the program.
+		cause = startReason(w.err)
+		a.res.Reason, a.res.Summary = ReasonOf(cause)
 	}
 	a.to(final, cause)
 	return a.result(), nil

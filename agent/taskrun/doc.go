@@ -59,6 +59,14 @@
 // Reconcile removes them instead and, from the attempt records kept in
 // Config.StateDir, returns them as Lost so the agent can report them.
 //
+// A FAILED Result carries a Reason when its exit code does not say why:
+// the hook or runtime that could not start the program marks its error
+// (image_not_found, image_pull_failed, mount_failed, network_failed,
+// start_failed), and at exit the container cgroup's counters
+// (sandbox.Handle.LimitKills) say whether the memory or pids limit killed
+// it (out_of_memory, pids_limit). Result.Summary is one sentence for
+// people; the error keeps the chain.
+//
 // It must never block a container on its output, kill a container on
 // shutdown, leave a rootfs mount, network namespace or container state
 // behind after a terminal state, or report security the runtime did not

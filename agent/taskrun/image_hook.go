@@ -40,11 +40,12 @@ func (h *imageHook) Prestart(ctx context.Context, req *PrestartRequest, resp *Pr
 	}
 	img, err := h.store.Pull(ctx, req.Task.Image)
 	if err != nil {
-		return fmt.Errorf("pull image %s: %w", req.Task.Image, err)
+		return pullReason(req.Task.Image, fmt.Errorf("pull image %s: %w", req.Task.Image, err))
 	}
 	rootfs, cleanup, err := h.store.Mount(ctx, img.Digest, req.Task.runID())
 	if err != nil {
-		return fmt.Errorf("mount image %s: %w", img.Digest, err)
+		return withReason(ReasonMountFailed, "the image's filesystem could not be mounted on this machine",
+			fmt.Errorf("mount image %s: %w", img.Digest, err))
 	}
 	user := req.Task.User
 	if user == "" {

@@ -42,7 +42,8 @@ func (h *networkHook) Prestart(ctx context.Context, req *PrestartRequest, resp *
 			ID: req.ContainerID, Task: req.Task.ID, Pool: req.Task.Pool, Security: req.Task.Network,
 		})
 		if err != nil {
-			return fmt.Errorf("attach network: %w", err)
+			return withReason(ReasonNetworkFailed, "the container's network could not be set up on this machine",
+				fmt.Errorf("attach network: %w", err))
 		}
 		h.att = att
 	}

@@ -299,6 +299,11 @@ type Result struct {
 	// ImageDigest is the image that ran.
 	ImageDigest  string
 	DroppedLines uint64
+	// Reason says why a FAILED attempt failed when Exit does not (the
+	// program never ran, or a limit killed it); Summary says it in one
+	// sentence for people.
+	Reason  Reason
+	Summary string
 }
 
 // Run runs one attempt to its end and returns how it ended. ctx is the

@@ -12,8 +12,10 @@ import (
 //	           submit                     scheduler (placement)
 //	(none) ──────────────▶ PENDING ─────────────────────────────▶ SCHEDULED
 //	                        │  ▲                                   │
-//	     cancel (api) ──────┤  └── rescuer / intake: attempt lost, │ intake: the agent
-//	                        │      retries left                    │ started it
+//	     cancel (api) ──────┤  └── rescuer / intake: attempt lost  │ intake: the agent
+//	                        │      or failed to start on its       │ started it
+//	                        │      machine (Reason.MachineFault),  │
+//	                        │      retries left                    │
 //	                        ▼                                      ▼
 //	                    CANCELLED ◀──────────────────────────── RUNNING
 //	                    SUCCEEDED, FAILED, TIMED_OUT ◀───────── (SCHEDULED or RUNNING):
@@ -170,3 +172,66 @@ const (
 	sqlActiveTasks    = "('" + string(TaskScheduled) + "', '" + string(TaskRunning) + "')"
 	sqlPending        = "'" + string(TaskPending) + "'"
 )
+
+// Reason is task_attempts.reason: why an attempt failed when its exit code
+// does not say it, a closed set (a CHECK constraint refuses any other
+// value). The agent that ran the attempt gives it; the intake stores it.
+//
+//	reason             the program ran?  exit code  the task
+//	ReasonNone         yes               yes        ends with the attempt
+//	start_failed       no                none       PENDING again while retries remain (the machine's fault)
+//	mount_failed       no                none       PENDING again while retries remain (the machine's fault)
+//	network_failed     no                none       PENDING again while retries remain (the machine's fault)
+//	image_not_found    no                none       FAILED at once (no machine would find it)
+//	image_pull_failed  no                none       FAILED
+//	out_of_memory      yes (killed)      kept       ends with the attempt
+//	pids_limit         yes               kept       ends with the attempt
+type Reason string
+
+// The reasons.
+const (
+	ReasonNone            Reason = ""
+	ReasonStartFailed     Reason = "start_failed"
+	ReasonImageNotFound   Reason = "image_not_found"
+	ReasonImagePullFailed Reason = "image_pull_failed"
+	ReasonMountFailed     Reason = "mount_failed"
+	ReasonNetworkFailed   Reason = "network_failed"
+	ReasonOutOfMemory     Reason = "out_of_memory"
+	ReasonPidsLimit       Reason = "pids_limit"
+)
+
+// Reasons is every reason, in the order of the CHECK constraint.
+func Reasons() []Reason {
+	return []Reason{ReasonNone, ReasonStartFailed, ReasonImageNotFound, ReasonImagePullFailed, ReasonMountFailed,
+		ReasonNetworkFailed, ReasonOutOfMemory, ReasonPidsLimit}
+}
+
+// Valid reports whether r is one of the reasons.
+func (r Reason) Valid() bool {
+	for _, k := range Reasons() {
+		if r == k {
+			return true
+		}
+	}
+	return false
+}
+
+// NotStarted reports whether the program never ran: the attempt has no
+// exit code.
+func (r Reason) NotStarted() bool {
+	switch r {
+	case ReasonStartFailed, ReasonImageNotFound, ReasonImagePullFailed, ReasonMountFailed, ReasonNetworkFailed:
+		return true
+	}
+	return false
+}
+
+// MachineFault reports whether another machine may well succeed: the
+// attempt uses a retry like a lost one.
+func (r Reason) MachineFault() bool {
+	switch r {
+	case ReasonStartFailed, ReasonMountFailed, ReasonNetworkFailed:
+		return true
+	}
+	return false
+}

@@ -138,3 +138,31 @@ func TestCheckConstraintsListTheStates(t *testing.T) {
 		t.Fatalf("CHECK lists %v, want tasks %v and task_attempts %v", got, tasks, attempts)
 	}
 }
+
+// The reasons' CHECK constraint lists exactly the Go constants.
+func TestCheckConstraintListsTheReasons(t *testing.T) {
+	sql, err := migrations.ReadFile("migrations/00008_attempt_reasons.sql")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?s)CHECK \(reason IN \(([^)]*)\)\)`).FindStringSubmatch(string(sql))
+	if m == nil {
+		t.Fatal("no reason CHECK in 00008")
+	}
+	var got, want []string
+	for _, v := range strings.Split(m[1], ",") {
+		got = append(got, strings.Trim(strings.TrimSpace(v), "'"))
+	}
+	for _, r := range Reasons() {
+		want = append(want, string(r))
+		if r.MachineFault() && !r.NotStarted() {
+			t.Errorf("%q: a machine's fault must mean the program never ran", r)
+		}
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("CHECK lists %v, want %v", got, want)
+	}
+	if Reason("bogus").Valid() {
+		t.Error("an unknown reason is valid")
+	}
+}

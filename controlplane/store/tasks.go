@@ -63,6 +63,10 @@ type Attempt struct {
 	Message      string
 	DroppedLines int64
 	ImageDigest  string
+	// Reason says why it failed when the exit code does not; Summary says
+	// it in one sentence for people, Message keeps the full chain.
+	Reason  Reason
+	Summary string
 }
 
 const taskColumns = `id, workspace_id, pool, spec, cpu_millis, memory_bytes, gpus, gpu_type, retries, state, attempts,
@@ -76,12 +80,12 @@ func scanTask(row interface{ Scan(...any) error }) (Task, error) {
 }
 
 const attemptColumns = `task_id, number, machine_id, state, cpu_millis, memory_bytes, gpu_devices, scheduled_at, started_at,
-	finished_at, exit_code, message, dropped_lines, image_digest`
+	finished_at, exit_code, message, dropped_lines, image_digest, reason, summary`
 
 func scanAttempt(row interface{ Scan(...any) error }) (Attempt, error) {
 	var a Attempt
 	err := row.Scan(&a.TaskID, &a.Number, &a.MachineID, &a.State, &a.CPUMillis, &a.MemoryBytes, &a.GPUDevices, &a.ScheduledAt,
-		&a.StartedAt, &a.FinishedAt, &a.ExitCode, &a.Message, &a.DroppedLines, &a.ImageDigest)
+		&a.StartedAt, &a.FinishedAt, &a.ExitCode, &a.Message, &a.DroppedLines, &a.ImageDigest, &a.Reason, &a.Summary)
 	return a, err
 }
 
@@ -351,23 +355,40 @@ type AttemptEnd struct {
 	Message      string
 	DroppedLines int64
 	ImageDigest  string
-	At           time.Time
+	// Reason and Summary say why a FAILED attempt failed when its exit
+	// code does not (see Reason).
+	Reason  Reason
+	Summary string
+	At      time.Time
 }
 
 // FinishAttempt records an attempt's end and makes it the task's result.
 // It reports whether anything changed (false for a repeat, or for an
 // attempt already given up as lost).
 func (s *Store) FinishAttempt(ctx context.Context, taskID string, n int, e AttemptEnd) (bool, error) {
+	_, changed, err := s.EndAttempt(ctx, taskID, n, e)
+	return changed, err
+}
+
+// EndAttempt records an attempt's end and decides the task: the attempt's
+// end, except for a FAILED attempt whose reason is the machine's fault
+// (Reason.MachineFault), which decides the task as a lost attempt does
+// (CANCELLED when a cancel was asked for, PENDING again while retries
+// remain, else FAILED). taskState is the task's new state when changed.
+func (s *Store) EndAttempt(ctx context.Context, taskID string, n int, e AttemptEnd) (taskState TaskState, changed bool, err error) {
 	end, ok := e.State.TaskEnd()
 	if !ok {
-		return false, fmt.Errorf("finish attempt %s/%d: %q is not an attempt's end: %w", taskID, n, e.State, errdefs.ErrInvalidArgument)
+		return "", false, fmt.Errorf("finish attempt %s/%d: %q is not an attempt's end: %w", taskID, n, e.State, errdefs.ErrInvalidArgument)
 	}
-	changed := false
-	err := s.tx(ctx, func(tx pgx.Tx) error {
+	if !e.Reason.Valid() {
+		return "", false, fmt.Errorf("finish attempt %s/%d: unknown reason %q: %w", taskID, n, e.Reason, errdefs.ErrInvalidArgument)
+	}
+	retry := e.State == AttemptFailed && e.Reason.MachineFault()
+	err = s.tx(ctx, func(tx pgx.Tx) error {
 		tag, err := tx.Exec(ctx, `UPDATE task_attempts SET state = $3, exit_code = $4, message = $5, dropped_lines = $6,
-				image_digest = $7, finished_at = $8, started_at = coalesce(started_at, $8)
+				image_digest = $7, finished_at = $8, started_at = coalesce(started_at, $8), reason = $10, summary = $11
 			WHERE task_id = $1 AND number = $2 AND state = ANY($9)`,
-			taskID, n, e.State, e.ExitCode, e.Message, e.DroppedLines, e.ImageDigest, e.At, e.State.sources())
+			taskID, n, e.State, e.ExitCode, e.Message, e.DroppedLines, e.ImageDigest, e.At, e.State.sources(), e.Reason, e.Summary)
 		if err != nil {
 			return wrap("finish attempt", err)
 		}
@@ -375,11 +396,27 @@ func (s *Store) FinishAttempt(ctx context.Context, taskID string, n int, e Attem
 			return nil
 		}
 		changed = true
-		_, err = tx.Exec(ctx, `UPDATE tasks SET state = $3, exit_code = $4, message = $5, finished_at = $6, updated_at = now()
+		if retry {
+			err = tx.QueryRow(ctx, `UPDATE tasks SET updated_at = now(),
+					state = CASE WHEN cancel_requested THEN $4 WHEN attempts < 1 + retries THEN $5 ELSE $6 END,
+					message = CASE WHEN cancel_requested THEN 'cancelled' WHEN attempts < 1 + retries THEN message ELSE $3 END,
+					exit_code = NULL,
+					finished_at = CASE WHEN cancel_requested OR attempts >= 1 + retries THEN $7::timestamptz END
+				WHERE id = $1 AND attempts = $2 AND state IN `+sqlActiveTasks+` RETURNING state`,
+				taskID, n, e.Message, TaskCancelled, TaskPending, TaskFailed, e.At).Scan(&taskState)
+			if errors.Is(err, pgx.ErrNoRows) {
+				return nil
+			}
+			return wrap("decide task after a failed start", err)
+		}
+		tag, err = tx.Exec(ctx, `UPDATE tasks SET state = $3, exit_code = $4, message = $5, finished_at = $6, updated_at = now()
 			WHERE id = $1 AND attempts = $2 AND state IN `+sqlActiveTasks, taskID, n, end, e.ExitCode, e.Message, e.At)
+		if err == nil && tag.RowsAffected() > 0 {
+			taskState = end
+		}
 		return wrap("finish task", err)
 	})
-	return changed, err
+	return taskState, changed, err
 }
 
 // LoseAttempt marks an active attempt LOST and decides the task: CANCELLED

@@ -471,3 +471,47 @@ func TestListTasksPaging(t *testing.T) {
 		t.Errorf("PendingTasks = %+v, %v; want the 4 pending here and the other workspace's, oldest first", pending, err)
 	}
 }
+
+// A failed start that is the machine's fault uses a retry as a lost
+// attempt does; other reasons end the task; a reason outside the set is
+// refused.
+func TestEndAttemptReasons(t *testing.T) {
+	t.Parallel()
+	b := setupTasks(t)
+	fail := func(r store.Reason) store.AttemptEnd {
+		return store.AttemptEnd{State: store.AttemptFailed, Reason: r, Summary: "one sentence", Message: "the chain", At: time.Now()}
+	}
+	for _, tc := range []struct {
+		name    string
+		retries int
+		reasons []store.Reason
+		want    []store.TaskState
+	}{
+		{"start failed, retries left", 1, []store.Reason{store.ReasonStartFailed, store.ReasonNetworkFailed},
+			[]store.TaskState{store.TaskPending, store.TaskFailed}},
+		{"mount failed, no retries", 0, []store.Reason{store.ReasonMountFailed}, []store.TaskState{store.TaskFailed}},
+		{"image not found fails at once", 2, []store.Reason{store.ReasonImageNotFound}, []store.TaskState{store.TaskFailed}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tk := newTask(t, b.st, b.ws.ID, "default", func(tk *store.Task) { tk.Retries = tc.retries })
+			for i, r := range tc.reasons {
+				a := b.place(t, tk.ID)
+				st, changed, err := b.st.EndAttempt(b.ctx, tk.ID, a.Number, fail(r))
+				if err != nil || !changed || st != tc.want[i] {
+					t.Fatalf("attempt %d (%s): EndAttempt = %s, %v, %v; want %s", a.Number, r, st, changed, err, tc.want[i])
+				}
+				got, atts := b.task(t, tk.ID)
+				last := atts[len(atts)-1]
+				if got.State != tc.want[i] || got.ExitCode != nil || last.State != store.AttemptFailed || last.Reason != r ||
+					last.Summary != "one sentence" || last.Message != "the chain" || last.ExitCode != nil {
+					t.Fatalf("task %+v, attempt %+v", got, last)
+				}
+			}
+		})
+	}
+	tk := newTask(t, b.st, b.ws.ID, "default", nil)
+	a := b.place(t, tk.ID)
+	if _, _, err := b.st.EndAttempt(b.ctx, tk.ID, a.Number, fail("bogus")); !errors.Is(err, errdefs.ErrInvalidArgument) {
+		t.Fatalf("unknown reason: %v", err)
+	}
+}

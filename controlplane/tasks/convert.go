@@ -29,7 +29,26 @@ var (
 		store.AttemptCancelled: v1.AttemptState_ATTEMPT_STATE_CANCELLED, store.AttemptTimedOut: v1.AttemptState_ATTEMPT_STATE_TIMED_OUT,
 		store.AttemptLost: v1.AttemptState_ATTEMPT_STATE_LOST,
 	}
+	reasonsPB = map[store.Reason]v1.FailureReason{
+		store.ReasonNone: v1.FailureReason_FAILURE_REASON_UNSPECIFIED, store.ReasonStartFailed: v1.FailureReason_FAILURE_REASON_START_FAILED,
+		store.ReasonImageNotFound: v1.FailureReason_FAILURE_REASON_IMAGE_NOT_FOUND, store.ReasonImagePullFailed: v1.FailureReason_FAILURE_REASON_IMAGE_PULL_FAILED,
+		store.ReasonMountFailed: v1.FailureReason_FAILURE_REASON_MOUNT_FAILED, store.ReasonNetworkFailed: v1.FailureReason_FAILURE_REASON_NETWORK_FAILED,
+		store.ReasonOutOfMemory: v1.FailureReason_FAILURE_REASON_OUT_OF_MEMORY, store.ReasonPidsLimit: v1.FailureReason_FAILURE_REASON_PIDS_LIMIT,
+	}
 )
+
+// reasonPB is a failure reason as the API spells it.
+func reasonPB(r store.Reason) v1.FailureReason { return reasonsPB[r] }
+
+// reasonOf is the store's spelling of an API failure reason.
+func reasonOf(r v1.FailureReason) (store.Reason, bool) {
+	for k, v := range reasonsPB {
+		if v == r {
+			return k, true
+		}
+	}
+	return "", false
+}
 
 // taskStatePB is a task state as the API spells it (UNSPECIFIED for a
 // value the store never holds).
@@ -89,7 +108,8 @@ func taskPB(t store.Task, atts []store.Attempt) *v1.Task {
 	for _, a := range atts {
 		pb.Attempts = append(pb.Attempts, &v1.Attempt{Number: int32(a.Number), State: attemptStatePB(a.State), MachineId: a.MachineID,
 			ScheduledAt: timestamppb.New(a.ScheduledAt), StartedAt: tsp(a.StartedAt), FinishedAt: tsp(a.FinishedAt),
-			ExitCode: exitCodePB(a.ExitCode), Message: a.Message, DroppedLines: uint64(a.DroppedLines), ImageDigest: a.ImageDigest})
+			ExitCode: exitCodePB(a.ExitCode), Message: a.Message, DroppedLines: uint64(a.DroppedLines), ImageDigest: a.ImageDigest,
+			Reason: reasonPB(a.Reason), Summary: a.Summary})
 	}
 	return pb
 }

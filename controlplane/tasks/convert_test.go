@@ -86,3 +86,19 @@ func TestParsePageToken(t *testing.T) {
 		}
 	}
 }
+
+func TestReasonMapping(t *testing.T) {
+	for _, r := range store.Reasons() {
+		if got, ok := reasonOf(reasonPB(r)); !ok || got != r {
+			t.Errorf("reason %q does not round-trip: %q", r, got)
+		}
+	}
+	for n := range v1.FailureReason_name {
+		if _, ok := reasonOf(v1.FailureReason(n)); !ok {
+			t.Errorf("API reason %v is not mapped", v1.FailureReason(n))
+		}
+	}
+	if len(reasonsPB) != len(store.Reasons()) {
+		t.Errorf("the mapping has %d reasons, the store %d", len(reasonsPB), len(store.Reasons()))
+	}
+}

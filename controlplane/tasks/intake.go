@@ -1,6 +1,7 @@
 package tasks
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -156,13 +157,37 @@ func (in *intake) applyUpdate(ctx context.Context, machineID, taskID string, n i
 		sc.TaskState = taskStatePB(t.State)
 		return sc, true, nil
 	}
-	code := int(u.GetExitCode())
-	e := store.AttemptEnd{State: st, ExitCode: &code, Message: u.GetMessage(), DroppedLines: int64(u.GetDroppedLines()), ImageDigest: u.GetImageDigest(), At: at}
-	if _, err := in.d.store.FinishAttempt(ctx, taskID, n, e); err != nil {
+	reason, ok := reasonOf(u.GetReason())
+	if !ok {
+		return nil, false, fmt.Errorf("report: unknown failure reason %v: %w", u.GetReason(), errdefs.ErrInvalidArgument)
+	}
+	var exit *int
+	if code := int(u.GetExitCode()); !reason.NotStarted() && (st != store.AttemptFailed || code != 0) {
+		// A FAILED attempt with code 0 never ran its program (refused
+		// before it started): it has no exit code either.
+		exit = &code
+	}
+	e := store.AttemptEnd{State: st, ExitCode: exit, Message: u.GetMessage(), DroppedLines: int64(u.GetDroppedLines()),
+		ImageDigest: u.GetImageDigest(), Reason: reason, Summary: u.GetSummary(), At: at}
+	taskState, changed, err := in.d.store.EndAttempt(ctx, taskID, n, e)
+	if err != nil {
 		return nil, false, err
 	}
-	end, _ := st.TaskEnd()
-	sc.TaskState, sc.ExitCode = taskStatePB(end), exitCodePB(&code)
+	sc.Reason, sc.Summary = u.GetReason(), u.GetSummary()
+	if !changed || taskState == "" {
+		t, _, err := in.d.store.GetTask(ctx, "", taskID)
+		if err != nil {
+			return nil, false, err
+		}
+		taskState = t.State
+	}
+	sc.TaskState, sc.ExitCode = taskStatePB(taskState), exitCodePB(exit)
+	if changed && taskState == store.TaskPending {
+		// The machine could not start it: like a lost attempt, it goes
+		// back to the queue for another machine.
+		in.rescuer.requeueTask(ctx, taskID)
+		sc.Message = fmt.Sprintf("attempt %d failed: %s; retrying", n, cmp.Or(u.GetSummary(), u.GetMessage()))
+	}
 	return sc, true, nil
 }
 

@@ -154,12 +154,18 @@ func (r *Rescuer) loseQuiet(ctx context.Context, taskID string, n int, machineID
 	msg := fmt.Sprintf("attempt %d lost: %s", n, why)
 	if st == store.TaskPending {
 		msg += "; retrying"
-		if t, _, err := r.d.store.GetTask(ctx, "", taskID); err == nil {
-			if err := r.q.add(ctx, store.PendingTask{ID: t.ID, WorkspaceID: t.WorkspaceID, Pool: t.Pool, CreatedAt: t.CreatedAt}); err != nil {
-				r.d.log.Warn("lost task not requeued yet (the rescuer will)", "task_id", taskID, "err", err)
-			}
-		}
+		r.requeueTask(ctx, taskID)
 	}
 	r.wake()
 	return &v1.StateChange{TaskState: taskStatePB(st), AttemptState: v1.AttemptState_ATTEMPT_STATE_LOST, MachineId: machineID, Message: msg}
+}
+
+// requeueTask puts a task that went back to PENDING on its pool's queue (the
+// rescuer's periodic pass re-adds it if this fails).
+func (r *Rescuer) requeueTask(ctx context.Context, taskID string) {
+	if t, _, err := r.d.store.GetTask(ctx, "", taskID); err == nil {
+		if err := r.q.add(ctx, store.PendingTask{ID: t.ID, WorkspaceID: t.WorkspaceID, Pool: t.Pool, CreatedAt: t.CreatedAt}); err != nil {
+			r.d.log.Warn("task not requeued yet (the rescuer will)", "task_id", taskID, "err", err)
+		}
+	}
 }

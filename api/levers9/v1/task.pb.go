@@ -155,6 +155,83 @@ func (AttemptState) EnumDescriptor() ([]byte, []int) {
 	return file_api_levers9_v1_task_proto_rawDescGZIP(), []int{1}
 }
 
+// FailureReason says why an attempt failed when its exit code does not
+// (or not alone): the platform could not start it, or a limit killed it.
+// The first five mean the program never ran and the attempt has no exit
+// code; START_FAILED, MOUNT_FAILED and NETWORK_FAILED are the machine's
+// fault, so the task is retried on another machine while retries remain.
+type FailureReason int32
+
+const (
+	// None: the program ran and its exit code says how it ended.
+	FailureReason_FAILURE_REASON_UNSPECIFIED FailureReason = 0
+	// The runtime could not start the container.
+	FailureReason_FAILURE_REASON_START_FAILED FailureReason = 1
+	// The image (name and tag) does not exist in its registry.
+	FailureReason_FAILURE_REASON_IMAGE_NOT_FOUND FailureReason = 2
+	// The image could not be pulled (registry unreachable, refused, ...).
+	FailureReason_FAILURE_REASON_IMAGE_PULL_FAILED FailureReason = 3
+	// The image's rootfs or a volume could not be mounted.
+	FailureReason_FAILURE_REASON_MOUNT_FAILED FailureReason = 4
+	// The container's network could not be set up.
+	FailureReason_FAILURE_REASON_NETWORK_FAILED FailureReason = 5
+	// The kernel killed the program at the task's memory limit.
+	FailureReason_FAILURE_REASON_OUT_OF_MEMORY FailureReason = 6
+	// The program hit the task's process limit.
+	FailureReason_FAILURE_REASON_PIDS_LIMIT FailureReason = 7
+)
+
+// Enum value maps for FailureReason.
+var (
+	FailureReason_name = map[int32]string{
+		0: "FAILURE_REASON_UNSPECIFIED",
+		1: "FAILURE_REASON_START_FAILED",
+		2: "FAILURE_REASON_IMAGE_NOT_FOUND",
+		3: "FAILURE_REASON_IMAGE_PULL_FAILED",
+		4: "FAILURE_REASON_MOUNT_FAILED",
+		5: "FAILURE_REASON_NETWORK_FAILED",
+		6: "FAILURE_REASON_OUT_OF_MEMORY",
+		7: "FAILURE_REASON_PIDS_LIMIT",
+	}
+	FailureReason_value = map[string]int32{
+		"FAILURE_REASON_UNSPECIFIED":       0,
+		"FAILURE_REASON_START_FAILED":      1,
+		"FAILURE_REASON_IMAGE_NOT_FOUND":   2,
+		"FAILURE_REASON_IMAGE_PULL_FAILED": 3,
+		"FAILURE_REASON_MOUNT_FAILED":      4,
+		"FAILURE_REASON_NETWORK_FAILED":    5,
+		"FAILURE_REASON_OUT_OF_MEMORY":     6,
+		"FAILURE_REASON_PIDS_LIMIT":        7,
+	}
+)
+
+func (x FailureReason) Enum() *FailureReason {
+	p := new(FailureReason)
+	*p = x
+	return p
+}
+
+func (x FailureReason) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (FailureReason) Descriptor() protoreflect.EnumDescriptor {
+	return file_api_levers9_v1_task_proto_enumTypes[2].Descriptor()
+}
+
+func (FailureReason) Type() protoreflect.EnumType {
+	return &file_api_levers9_v1_task_proto_enumTypes[2]
+}
+
+func (x FailureReason) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use FailureReason.Descriptor instead.
+func (FailureReason) EnumDescriptor() ([]byte, []int) {
+	return file_api_levers9_v1_task_proto_rawDescGZIP(), []int{2}
+}
+
 type LogStream int32
 
 const (
@@ -188,11 +265,11 @@ func (x LogStream) String() string {
 }
 
 func (LogStream) Descriptor() protoreflect.EnumDescriptor {
-	return file_api_levers9_v1_task_proto_enumTypes[2].Descriptor()
+	return file_api_levers9_v1_task_proto_enumTypes[3].Descriptor()
 }
 
 func (LogStream) Type() protoreflect.EnumType {
-	return &file_api_levers9_v1_task_proto_enumTypes[2]
+	return &file_api_levers9_v1_task_proto_enumTypes[3]
 }
 
 func (x LogStream) Number() protoreflect.EnumNumber {
@@ -201,7 +278,7 @@ func (x LogStream) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use LogStream.Descriptor instead.
 func (LogStream) EnumDescriptor() ([]byte, []int) {
-	return file_api_levers9_v1_task_proto_rawDescGZIP(), []int{2}
+	return file_api_levers9_v1_task_proto_rawDescGZIP(), []int{3}
 }
 
 type TaskSpec struct {
@@ -356,10 +433,16 @@ type Attempt struct {
 	FinishedAt  *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=finished_at,json=finishedAt,proto3" json:"finished_at,omitempty"`
 	// Absent when the attempt has not ended or ended without one (lost,
 	// refused, cancelled before its program ran).
-	ExitCode      *int32 `protobuf:"varint,7,opt,name=exit_code,json=exitCode,proto3,oneof" json:"exit_code,omitempty"`
-	Message       string `protobuf:"bytes,8,opt,name=message,proto3" json:"message,omitempty"`
-	DroppedLines  uint64 `protobuf:"varint,9,opt,name=dropped_lines,json=droppedLines,proto3" json:"dropped_lines,omitempty"`
-	ImageDigest   string `protobuf:"bytes,10,opt,name=image_digest,json=imageDigest,proto3" json:"image_digest,omitempty"`
+	ExitCode     *int32 `protobuf:"varint,7,opt,name=exit_code,json=exitCode,proto3,oneof" json:"exit_code,omitempty"`
+	Message      string `protobuf:"bytes,8,opt,name=message,proto3" json:"message,omitempty"`
+	DroppedLines uint64 `protobuf:"varint,9,opt,name=dropped_lines,json=droppedLines,proto3" json:"dropped_lines,omitempty"`
+	ImageDigest  string `protobuf:"bytes,10,opt,name=image_digest,json=imageDigest,proto3" json:"image_digest,omitempty"`
+	// Why the attempt failed when its exit code does not say it (absent for
+	// none). message keeps the full error chain; summary is one sentence
+	// for people ("image r/x:1 was not found (check the name and tag)",
+	// "out of memory: limit 64 MiB").
+	Reason        FailureReason `protobuf:"varint,11,opt,name=reason,proto3,enum=levers9.v1.FailureReason" json:"reason,omitempty"`
+	Summary       string        `protobuf:"bytes,12,opt,name=summary,proto3" json:"summary,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -460,6 +543,20 @@ func (x *Attempt) GetDroppedLines() uint64 {
 func (x *Attempt) GetImageDigest() string {
 	if x != nil {
 		return x.ImageDigest
+	}
+	return ""
+}
+
+func (x *Attempt) GetReason() FailureReason {
+	if x != nil {
+		return x.Reason
+	}
+	return FailureReason_FAILURE_REASON_UNSPECIFIED
+}
+
+func (x *Attempt) GetSummary() string {
+	if x != nil {
+		return x.Summary
 	}
 	return ""
 }
@@ -1106,7 +1203,10 @@ type StateChange struct {
 	ExitCode *int32 `protobuf:"varint,4,opt,name=exit_code,json=exitCode,proto3,oneof" json:"exit_code,omitempty"`
 	Message  string `protobuf:"bytes,5,opt,name=message,proto3" json:"message,omitempty"`
 	// True on the first event of a new attempt after the first.
-	NewAttempt    bool `protobuf:"varint,6,opt,name=new_attempt,json=newAttempt,proto3" json:"new_attempt,omitempty"`
+	NewAttempt bool `protobuf:"varint,6,opt,name=new_attempt,json=newAttempt,proto3" json:"new_attempt,omitempty"`
+	// As in Attempt: why the attempt failed, and one sentence saying so.
+	Reason        FailureReason `protobuf:"varint,7,opt,name=reason,proto3,enum=levers9.v1.FailureReason" json:"reason,omitempty"`
+	Summary       string        `protobuf:"bytes,8,opt,name=summary,proto3" json:"summary,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1181,6 +1281,20 @@ func (x *StateChange) GetNewAttempt() bool {
 		return x.NewAttempt
 	}
 	return false
+}
+
+func (x *StateChange) GetReason() FailureReason {
+	if x != nil {
+		return x.Reason
+	}
+	return FailureReason_FAILURE_REASON_UNSPECIFIED
+}
+
+func (x *StateChange) GetSummary() string {
+	if x != nil {
+		return x.Summary
+	}
+	return ""
 }
 
 type TaskEvent struct {
@@ -1313,7 +1427,7 @@ const file_api_levers9_v1_task_proto_rawDesc = "" +
 	"\x03cwd\x18\f \x01(\tR\x03cwd\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xb9\x03\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x86\x04\n" +
 	"\aAttempt\x12\x16\n" +
 	"\x06number\x18\x01 \x01(\x05R\x06number\x12.\n" +
 	"\x05state\x18\x02 \x01(\x0e2\x18.levers9.v1.AttemptStateR\x05state\x12\x1d\n" +
@@ -1328,7 +1442,9 @@ const file_api_levers9_v1_task_proto_rawDesc = "" +
 	"\amessage\x18\b \x01(\tR\amessage\x12#\n" +
 	"\rdropped_lines\x18\t \x01(\x04R\fdroppedLines\x12!\n" +
 	"\fimage_digest\x18\n" +
-	" \x01(\tR\vimageDigestB\f\n" +
+	" \x01(\tR\vimageDigest\x121\n" +
+	"\x06reason\x18\v \x01(\x0e2\x19.levers9.v1.FailureReasonR\x06reason\x12\x18\n" +
+	"\asummary\x18\f \x01(\tR\asummaryB\f\n" +
 	"\n" +
 	"_exit_code\"\x89\x03\n" +
 	"\x04Task\x12\x0e\n" +
@@ -1374,7 +1490,7 @@ const file_api_levers9_v1_task_proto_rawDesc = "" +
 	"\aLogLine\x12-\n" +
 	"\x06stream\x18\x01 \x01(\x0e2\x15.levers9.v1.LogStreamR\x06stream\x12\x12\n" +
 	"\x04text\x18\x02 \x01(\tR\x04text\x12%\n" +
-	"\x0edropped_before\x18\x03 \x01(\x04R\rdroppedBefore\"\x8c\x02\n" +
+	"\x0edropped_before\x18\x03 \x01(\x04R\rdroppedBefore\"\xd9\x02\n" +
 	"\vStateChange\x124\n" +
 	"\n" +
 	"task_state\x18\x01 \x01(\x0e2\x15.levers9.v1.TaskStateR\ttaskState\x12=\n" +
@@ -1384,7 +1500,9 @@ const file_api_levers9_v1_task_proto_rawDesc = "" +
 	"\texit_code\x18\x04 \x01(\x05H\x00R\bexitCode\x88\x01\x01\x12\x18\n" +
 	"\amessage\x18\x05 \x01(\tR\amessage\x12\x1f\n" +
 	"\vnew_attempt\x18\x06 \x01(\bR\n" +
-	"newAttemptB\f\n" +
+	"newAttempt\x121\n" +
+	"\x06reason\x18\a \x01(\x0e2\x19.levers9.v1.FailureReasonR\x06reason\x12\x18\n" +
+	"\asummary\x18\b \x01(\tR\asummaryB\f\n" +
 	"\n" +
 	"_exit_code\"\xd0\x01\n" +
 	"\tTaskEvent\x12\x16\n" +
@@ -1411,7 +1529,16 @@ const file_api_levers9_v1_task_proto_rawDesc = "" +
 	"\x14ATTEMPT_STATE_FAILED\x10\x04\x12\x1b\n" +
 	"\x17ATTEMPT_STATE_CANCELLED\x10\x05\x12\x1b\n" +
 	"\x17ATTEMPT_STATE_TIMED_OUT\x10\x06\x12\x16\n" +
-	"\x12ATTEMPT_STATE_LOST\x10\a*U\n" +
+	"\x12ATTEMPT_STATE_LOST\x10\a*\x9f\x02\n" +
+	"\rFailureReason\x12\x1e\n" +
+	"\x1aFAILURE_REASON_UNSPECIFIED\x10\x00\x12\x1f\n" +
+	"\x1bFAILURE_REASON_START_FAILED\x10\x01\x12\"\n" +
+	"\x1eFAILURE_REASON_IMAGE_NOT_FOUND\x10\x02\x12$\n" +
+	" FAILURE_REASON_IMAGE_PULL_FAILED\x10\x03\x12\x1f\n" +
+	"\x1bFAILURE_REASON_MOUNT_FAILED\x10\x04\x12!\n" +
+	"\x1dFAILURE_REASON_NETWORK_FAILED\x10\x05\x12 \n" +
+	"\x1cFAILURE_REASON_OUT_OF_MEMORY\x10\x06\x12\x1d\n" +
+	"\x19FAILURE_REASON_PIDS_LIMIT\x10\a*U\n" +
 	"\tLogStream\x12\x1a\n" +
 	"\x16LOG_STREAM_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11LOG_STREAM_STDOUT\x10\x01\x12\x15\n" +
@@ -1438,70 +1565,73 @@ func file_api_levers9_v1_task_proto_rawDescGZIP() []byte {
 	return file_api_levers9_v1_task_proto_rawDescData
 }
 
-var file_api_levers9_v1_task_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
+var file_api_levers9_v1_task_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
 var file_api_levers9_v1_task_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
 var file_api_levers9_v1_task_proto_goTypes = []any{
 	(TaskState)(0),                // 0: levers9.v1.TaskState
 	(AttemptState)(0),             // 1: levers9.v1.AttemptState
-	(LogStream)(0),                // 2: levers9.v1.LogStream
-	(*TaskSpec)(nil),              // 3: levers9.v1.TaskSpec
-	(*Attempt)(nil),               // 4: levers9.v1.Attempt
-	(*Task)(nil),                  // 5: levers9.v1.Task
-	(*SubmitTaskRequest)(nil),     // 6: levers9.v1.SubmitTaskRequest
-	(*SubmitTaskResponse)(nil),    // 7: levers9.v1.SubmitTaskResponse
-	(*GetTaskRequest)(nil),        // 8: levers9.v1.GetTaskRequest
-	(*GetTaskResponse)(nil),       // 9: levers9.v1.GetTaskResponse
-	(*ListTasksRequest)(nil),      // 10: levers9.v1.ListTasksRequest
-	(*ListTasksResponse)(nil),     // 11: levers9.v1.ListTasksResponse
-	(*CancelTaskRequest)(nil),     // 12: levers9.v1.CancelTaskRequest
-	(*CancelTaskResponse)(nil),    // 13: levers9.v1.CancelTaskResponse
-	(*FollowTaskRequest)(nil),     // 14: levers9.v1.FollowTaskRequest
-	(*LogLine)(nil),               // 15: levers9.v1.LogLine
-	(*StateChange)(nil),           // 16: levers9.v1.StateChange
-	(*TaskEvent)(nil),             // 17: levers9.v1.TaskEvent
-	nil,                           // 18: levers9.v1.TaskSpec.EnvEntry
-	(*durationpb.Duration)(nil),   // 19: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil), // 20: google.protobuf.Timestamp
+	(FailureReason)(0),            // 2: levers9.v1.FailureReason
+	(LogStream)(0),                // 3: levers9.v1.LogStream
+	(*TaskSpec)(nil),              // 4: levers9.v1.TaskSpec
+	(*Attempt)(nil),               // 5: levers9.v1.Attempt
+	(*Task)(nil),                  // 6: levers9.v1.Task
+	(*SubmitTaskRequest)(nil),     // 7: levers9.v1.SubmitTaskRequest
+	(*SubmitTaskResponse)(nil),    // 8: levers9.v1.SubmitTaskResponse
+	(*GetTaskRequest)(nil),        // 9: levers9.v1.GetTaskRequest
+	(*GetTaskResponse)(nil),       // 10: levers9.v1.GetTaskResponse
+	(*ListTasksRequest)(nil),      // 11: levers9.v1.ListTasksRequest
+	(*ListTasksResponse)(nil),     // 12: levers9.v1.ListTasksResponse
+	(*CancelTaskRequest)(nil),     // 13: levers9.v1.CancelTaskRequest
+	(*CancelTaskResponse)(nil),    // 14: levers9.v1.CancelTaskResponse
+	(*FollowTaskRequest)(nil),     // 15: levers9.v1.FollowTaskRequest
+	(*LogLine)(nil),               // 16: levers9.v1.LogLine
+	(*StateChange)(nil),           // 17: levers9.v1.StateChange
+	(*TaskEvent)(nil),             // 18: levers9.v1.TaskEvent
+	nil,                           // 19: levers9.v1.TaskSpec.EnvEntry
+	(*durationpb.Duration)(nil),   // 20: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil), // 21: google.protobuf.Timestamp
 }
 var file_api_levers9_v1_task_proto_depIdxs = []int32{
-	18, // 0: levers9.v1.TaskSpec.env:type_name -> levers9.v1.TaskSpec.EnvEntry
-	19, // 1: levers9.v1.TaskSpec.timeout:type_name -> google.protobuf.Duration
+	19, // 0: levers9.v1.TaskSpec.env:type_name -> levers9.v1.TaskSpec.EnvEntry
+	20, // 1: levers9.v1.TaskSpec.timeout:type_name -> google.protobuf.Duration
 	1,  // 2: levers9.v1.Attempt.state:type_name -> levers9.v1.AttemptState
-	20, // 3: levers9.v1.Attempt.scheduled_at:type_name -> google.protobuf.Timestamp
-	20, // 4: levers9.v1.Attempt.started_at:type_name -> google.protobuf.Timestamp
-	20, // 5: levers9.v1.Attempt.finished_at:type_name -> google.protobuf.Timestamp
-	3,  // 6: levers9.v1.Task.spec:type_name -> levers9.v1.TaskSpec
-	0,  // 7: levers9.v1.Task.state:type_name -> levers9.v1.TaskState
-	20, // 8: levers9.v1.Task.created_at:type_name -> google.protobuf.Timestamp
-	20, // 9: levers9.v1.Task.finished_at:type_name -> google.protobuf.Timestamp
-	4,  // 10: levers9.v1.Task.attempts:type_name -> levers9.v1.Attempt
-	3,  // 11: levers9.v1.SubmitTaskRequest.spec:type_name -> levers9.v1.TaskSpec
-	5,  // 12: levers9.v1.SubmitTaskResponse.task:type_name -> levers9.v1.Task
-	5,  // 13: levers9.v1.GetTaskResponse.task:type_name -> levers9.v1.Task
-	0,  // 14: levers9.v1.ListTasksRequest.states:type_name -> levers9.v1.TaskState
-	5,  // 15: levers9.v1.ListTasksResponse.tasks:type_name -> levers9.v1.Task
-	5,  // 16: levers9.v1.CancelTaskResponse.task:type_name -> levers9.v1.Task
-	2,  // 17: levers9.v1.LogLine.stream:type_name -> levers9.v1.LogStream
-	0,  // 18: levers9.v1.StateChange.task_state:type_name -> levers9.v1.TaskState
-	1,  // 19: levers9.v1.StateChange.attempt_state:type_name -> levers9.v1.AttemptState
-	20, // 20: levers9.v1.TaskEvent.time:type_name -> google.protobuf.Timestamp
-	15, // 21: levers9.v1.TaskEvent.log:type_name -> levers9.v1.LogLine
-	16, // 22: levers9.v1.TaskEvent.state:type_name -> levers9.v1.StateChange
-	6,  // 23: levers9.v1.TaskService.SubmitTask:input_type -> levers9.v1.SubmitTaskRequest
-	8,  // 24: levers9.v1.TaskService.GetTask:input_type -> levers9.v1.GetTaskRequest
-	10, // 25: levers9.v1.TaskService.ListTasks:input_type -> levers9.v1.ListTasksRequest
-	12, // 26: levers9.v1.TaskService.CancelTask:input_type -> levers9.v1.CancelTaskRequest
-	14, // 27: levers9.v1.TaskService.FollowTask:input_type -> levers9.v1.FollowTaskRequest
-	7,  // 28: levers9.v1.TaskService.SubmitTask:output_type -> levers9.v1.SubmitTaskResponse
-	9,  // 29: levers9.v1.TaskService.GetTask:output_type -> levers9.v1.GetTaskResponse
-	11, // 30: levers9.v1.TaskService.ListTasks:output_type -> levers9.v1.ListTasksResponse
-	13, // 31: levers9.v1.TaskService.CancelTask:output_type -> levers9.v1.CancelTaskResponse
-	17, // 32: levers9.v1.TaskService.FollowTask:output_type -> levers9.v1.TaskEvent
-	28, // [28:33] is the sub-list for method output_type
-	23, // [23:28] is the sub-list for method input_type
-	23, // [23:23] is the sub-list for extension type_name
-	23, // [23:23] is the sub-list for extension extendee
-	0,  // [0:23] is the sub-list for field type_name
+	21, // 3: levers9.v1.Attempt.scheduled_at:type_name -> google.protobuf.Timestamp
+	21, // 4: levers9.v1.Attempt.started_at:type_name -> google.protobuf.Timestamp
+	21, // 5: levers9.v1.Attempt.finished_at:type_name -> google.protobuf.Timestamp
+	2,  // 6: levers9.v1.Attempt.reason:type_name -> levers9.v1.FailureReason
+	4,  // 7: levers9.v1.Task.spec:type_name -> levers9.v1.TaskSpec
+	0,  // 8: levers9.v1.Task.state:type_name -> levers9.v1.TaskState
+	21, // 9: levers9.v1.Task.created_at:type_name -> google.protobuf.Timestamp
+	21, // 10: levers9.v1.Task.finished_at:type_name -> google.protobuf.Timestamp
+	5,  // 11: levers9.v1.Task.attempts:type_name -> levers9.v1.Attempt
+	4,  // 12: levers9.v1.SubmitTaskRequest.spec:type_name -> levers9.v1.TaskSpec
+	6,  // 13: levers9.v1.SubmitTaskResponse.task:type_name -> levers9.v1.Task
+	6,  // 14: levers9.v1.GetTaskResponse.task:type_name -> levers9.v1.Task
+	0,  // 15: levers9.v1.ListTasksRequest.states:type_name -> levers9.v1.TaskState
+	6,  // 16: levers9.v1.ListTasksResponse.tasks:type_name -> levers9.v1.Task
+	6,  // 17: levers9.v1.CancelTaskResponse.task:type_name -> levers9.v1.Task
+	3,  // 18: levers9.v1.LogLine.stream:type_name -> levers9.v1.LogStream
+	0,  // 19: levers9.v1.StateChange.task_state:type_name -> levers9.v1.TaskState
+	1,  // 20: levers9.v1.StateChange.attempt_state:type_name -> levers9.v1.AttemptState
+	2,  // 21: levers9.v1.StateChange.reason:type_name -> levers9.v1.FailureReason
+	21, // 22: levers9.v1.TaskEvent.time:type_name -> google.protobuf.Timestamp
+	16, // 23: levers9.v1.TaskEvent.log:type_name -> levers9.v1.LogLine
+	17, // 24: levers9.v1.TaskEvent.state:type_name -> levers9.v1.StateChange
+	7,  // 25: levers9.v1.TaskService.SubmitTask:input_type -> levers9.v1.SubmitTaskRequest
+	9,  // 26: levers9.v1.TaskService.GetTask:input_type -> levers9.v1.GetTaskRequest
+	11, // 27: levers9.v1.TaskService.ListTasks:input_type -> levers9.v1.ListTasksRequest
+	13, // 28: levers9.v1.TaskService.CancelTask:input_type -> levers9.v1.CancelTaskRequest
+	15, // 29: levers9.v1.TaskService.FollowTask:input_type -> levers9.v1.FollowTaskRequest
+	8,  // 30: levers9.v1.TaskService.SubmitTask:output_type -> levers9.v1.SubmitTaskResponse
+	10, // 31: levers9.v1.TaskService.GetTask:output_type -> levers9.v1.GetTaskResponse
+	12, // 32: levers9.v1.TaskService.ListTasks:output_type -> levers9.v1.ListTasksResponse
+	14, // 33: levers9.v1.TaskService.CancelTask:output_type -> levers9.v1.CancelTaskResponse
+	18, // 34: levers9.v1.TaskService.FollowTask:output_type -> levers9.v1.TaskEvent
+	30, // [30:35] is the sub-list for method output_type
+	25, // [25:30] is the sub-list for method input_type
+	25, // [25:25] is the sub-list for extension type_name
+	25, // [25:25] is the sub-list for extension extendee
+	0,  // [0:25] is the sub-list for field type_name
 }
 
 func init() { file_api_levers9_v1_task_proto_init() }
@@ -1521,7 +1651,7 @@ func file_api_levers9_v1_task_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_levers9_v1_task_proto_rawDesc), len(file_api_levers9_v1_task_proto_rawDesc)),
-			NumEnums:      3,
+			NumEnums:      4,
 			NumMessages:   16,
 			NumExtensions: 0,
 			NumServices:   1,

@@ -846,11 +846,17 @@ type AttemptUpdate struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// RUNNING once the container started; a terminal state at the end. LOST
 	// reports an attempt an agent restart left behind.
-	State         v1.AttemptState `protobuf:"varint,1,opt,name=state,proto3,enum=levers9.v1.AttemptState" json:"state,omitempty"`
-	ExitCode      int32           `protobuf:"varint,2,opt,name=exit_code,json=exitCode,proto3" json:"exit_code,omitempty"`
-	Message       string          `protobuf:"bytes,3,opt,name=message,proto3" json:"message,omitempty"`
-	DroppedLines  uint64          `protobuf:"varint,4,opt,name=dropped_lines,json=droppedLines,proto3" json:"dropped_lines,omitempty"`
-	ImageDigest   string          `protobuf:"bytes,5,opt,name=image_digest,json=imageDigest,proto3" json:"image_digest,omitempty"`
+	State        v1.AttemptState `protobuf:"varint,1,opt,name=state,proto3,enum=levers9.v1.AttemptState" json:"state,omitempty"`
+	ExitCode     int32           `protobuf:"varint,2,opt,name=exit_code,json=exitCode,proto3" json:"exit_code,omitempty"`
+	Message      string          `protobuf:"bytes,3,opt,name=message,proto3" json:"message,omitempty"`
+	DroppedLines uint64          `protobuf:"varint,4,opt,name=dropped_lines,json=droppedLines,proto3" json:"dropped_lines,omitempty"`
+	ImageDigest  string          `protobuf:"bytes,5,opt,name=image_digest,json=imageDigest,proto3" json:"image_digest,omitempty"`
+	// Why a FAILED attempt failed when the exit code does not say it. With
+	// a start reason (all but OUT_OF_MEMORY and PIDS_LIMIT) exit_code means
+	// nothing: the program never ran. summary is one sentence for people;
+	// message keeps the full chain.
+	Reason        v1.FailureReason `protobuf:"varint,6,opt,name=reason,proto3,enum=levers9.v1.FailureReason" json:"reason,omitempty"`
+	Summary       string           `protobuf:"bytes,7,opt,name=summary,proto3" json:"summary,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -916,6 +922,20 @@ func (x *AttemptUpdate) GetDroppedLines() uint64 {
 func (x *AttemptUpdate) GetImageDigest() string {
 	if x != nil {
 		return x.ImageDigest
+	}
+	return ""
+}
+
+func (x *AttemptUpdate) GetReason() v1.FailureReason {
+	if x != nil {
+		return x.Reason
+	}
+	return v1.FailureReason(0)
+}
+
+func (x *AttemptUpdate) GetSummary() string {
+	if x != nil {
+		return x.Summary
 	}
 	return ""
 }
@@ -1194,13 +1214,15 @@ const file_api_levers9_agent_v1_agent_proto_rawDesc = "" +
 	"\x05found\x18\x01 \x01(\bR\x05found\"\x12\n" +
 	"\x10ListTasksRequest\"Q\n" +
 	"\x11ListTasksResponse\x12<\n" +
-	"\battempts\x18\x01 \x03(\v2 .levers9.agent.v1.RunningAttemptR\battempts\"\xbe\x01\n" +
+	"\battempts\x18\x01 \x03(\v2 .levers9.agent.v1.RunningAttemptR\battempts\"\x8b\x02\n" +
 	"\rAttemptUpdate\x12.\n" +
 	"\x05state\x18\x01 \x01(\x0e2\x18.levers9.v1.AttemptStateR\x05state\x12\x1b\n" +
 	"\texit_code\x18\x02 \x01(\x05R\bexitCode\x12\x18\n" +
 	"\amessage\x18\x03 \x01(\tR\amessage\x12#\n" +
 	"\rdropped_lines\x18\x04 \x01(\x04R\fdroppedLines\x12!\n" +
-	"\fimage_digest\x18\x05 \x01(\tR\vimageDigest\"\xad\x01\n" +
+	"\fimage_digest\x18\x05 \x01(\tR\vimageDigest\x121\n" +
+	"\x06reason\x18\x06 \x01(\x0e2\x19.levers9.v1.FailureReasonR\x06reason\x12\x18\n" +
+	"\asummary\x18\a \x01(\tR\asummary\"\xad\x01\n" +
 	"\rAttemptRecord\x12.\n" +
 	"\x04time\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12'\n" +
 	"\x03log\x18\x02 \x01(\v2\x13.levers9.v1.LogLineH\x00R\x03log\x129\n" +
@@ -1263,7 +1285,8 @@ var file_api_levers9_agent_v1_agent_proto_goTypes = []any{
 	(*durationpb.Duration)(nil),      // 21: google.protobuf.Duration
 	(*v1.SecuritySettings)(nil),      // 22: levers9.v1.SecuritySettings
 	(v1.AttemptState)(0),             // 23: levers9.v1.AttemptState
-	(*v1.LogLine)(nil),               // 24: levers9.v1.LogLine
+	(v1.FailureReason)(0),            // 24: levers9.v1.FailureReason
+	(*v1.LogLine)(nil),               // 25: levers9.v1.LogLine
 }
 var file_api_levers9_agent_v1_agent_proto_depIdxs = []int32{
 	18, // 0: levers9.agent.v1.HeartbeatRequest.inventory:type_name -> levers9.v1.Inventory
@@ -1277,29 +1300,30 @@ var file_api_levers9_agent_v1_agent_proto_depIdxs = []int32{
 	6,  // 8: levers9.agent.v1.RunTaskRequest.attempt:type_name -> levers9.agent.v1.TaskAttempt
 	7,  // 9: levers9.agent.v1.ListTasksResponse.attempts:type_name -> levers9.agent.v1.RunningAttempt
 	23, // 10: levers9.agent.v1.AttemptUpdate.state:type_name -> levers9.v1.AttemptState
-	19, // 11: levers9.agent.v1.AttemptRecord.time:type_name -> google.protobuf.Timestamp
-	24, // 12: levers9.agent.v1.AttemptRecord.log:type_name -> levers9.v1.LogLine
-	14, // 13: levers9.agent.v1.AttemptRecord.update:type_name -> levers9.agent.v1.AttemptUpdate
-	15, // 14: levers9.agent.v1.ReportAttemptRequest.records:type_name -> levers9.agent.v1.AttemptRecord
-	0,  // 15: levers9.agent.v1.Controlplane.Heartbeat:input_type -> levers9.agent.v1.HeartbeatRequest
-	2,  // 16: levers9.agent.v1.Controlplane.RenewCertificate:input_type -> levers9.agent.v1.RenewCertificateRequest
-	16, // 17: levers9.agent.v1.Controlplane.ReportAttempt:input_type -> levers9.agent.v1.ReportAttemptRequest
-	4,  // 18: levers9.agent.v1.Agent.Ping:input_type -> levers9.agent.v1.PingRequest
-	8,  // 19: levers9.agent.v1.Agent.RunTask:input_type -> levers9.agent.v1.RunTaskRequest
-	10, // 20: levers9.agent.v1.Agent.CancelTask:input_type -> levers9.agent.v1.CancelTaskRequest
-	12, // 21: levers9.agent.v1.Agent.ListTasks:input_type -> levers9.agent.v1.ListTasksRequest
-	1,  // 22: levers9.agent.v1.Controlplane.Heartbeat:output_type -> levers9.agent.v1.HeartbeatResponse
-	3,  // 23: levers9.agent.v1.Controlplane.RenewCertificate:output_type -> levers9.agent.v1.RenewCertificateResponse
-	17, // 24: levers9.agent.v1.Controlplane.ReportAttempt:output_type -> levers9.agent.v1.ReportAttemptResponse
-	5,  // 25: levers9.agent.v1.Agent.Ping:output_type -> levers9.agent.v1.PingResponse
-	9,  // 26: levers9.agent.v1.Agent.RunTask:output_type -> levers9.agent.v1.RunTaskResponse
-	11, // 27: levers9.agent.v1.Agent.CancelTask:output_type -> levers9.agent.v1.CancelTaskResponse
-	13, // 28: levers9.agent.v1.Agent.ListTasks:output_type -> levers9.agent.v1.ListTasksResponse
-	22, // [22:29] is the sub-list for method output_type
-	15, // [15:22] is the sub-list for method input_type
-	15, // [15:15] is the sub-list for extension type_name
-	15, // [15:15] is the sub-list for extension extendee
-	0,  // [0:15] is the sub-list for field type_name
+	24, // 11: levers9.agent.v1.AttemptUpdate.reason:type_name -> levers9.v1.FailureReason
+	19, // 12: levers9.agent.v1.AttemptRecord.time:type_name -> google.protobuf.Timestamp
+	25, // 13: levers9.agent.v1.AttemptRecord.log:type_name -> levers9.v1.LogLine
+	14, // 14: levers9.agent.v1.AttemptRecord.update:type_name -> levers9.agent.v1.AttemptUpdate
+	15, // 15: levers9.agent.v1.ReportAttemptRequest.records:type_name -> levers9.agent.v1.AttemptRecord
+	0,  // 16: levers9.agent.v1.Controlplane.Heartbeat:input_type -> levers9.agent.v1.HeartbeatRequest
+	2,  // 17: levers9.agent.v1.Controlplane.RenewCertificate:input_type -> levers9.agent.v1.RenewCertificateRequest
+	16, // 18: levers9.agent.v1.Controlplane.ReportAttempt:input_type -> levers9.agent.v1.ReportAttemptRequest
+	4,  // 19: levers9.agent.v1.Agent.Ping:input_type -> levers9.agent.v1.PingRequest
+	8,  // 20: levers9.agent.v1.Agent.RunTask:input_type -> levers9.agent.v1.RunTaskRequest
+	10, // 21: levers9.agent.v1.Agent.CancelTask:input_type -> levers9.agent.v1.CancelTaskRequest
+	12, // 22: levers9.agent.v1.Agent.ListTasks:input_type -> levers9.agent.v1.ListTasksRequest
+	1,  // 23: levers9.agent.v1.Controlplane.Heartbeat:output_type -> levers9.agent.v1.HeartbeatResponse
+	3,  // 24: levers9.agent.v1.Controlplane.RenewCertificate:output_type -> levers9.agent.v1.RenewCertificateResponse
+	17, // 25: levers9.agent.v1.Controlplane.ReportAttempt:output_type -> levers9.agent.v1.ReportAttemptResponse
+	5,  // 26: levers9.agent.v1.Agent.Ping:output_type -> levers9.agent.v1.PingResponse
+	9,  // 27: levers9.agent.v1.Agent.RunTask:output_type -> levers9.agent.v1.RunTaskResponse
+	11, // 28: levers9.agent.v1.Agent.CancelTask:output_type -> levers9.agent.v1.CancelTaskResponse
+	13, // 29: levers9.agent.v1.Agent.ListTasks:output_type -> levers9.agent.v1.ListTasksResponse
+	23, // [23:30] is the sub-list for method output_type
+	16, // [16:23] is the sub-list for method input_type
+	16, // [16:16] is the sub-list for extension type_name
+	16, // [16:16] is the sub-list for extension extendee
+	0,  // [0:16] is the sub-list for field type_name
 }
 
 func init() { file_api_levers9_agent_v1_agent_proto_init() }
