@@ -76,11 +76,13 @@ func (r *Redis) StartServer(ctx context.Context) error {
 		return err
 	}
 	// The daemon may answer before it writes its pid file, which Stop
-	// needs.
+	// needs; the file exists (empty) for a moment before the pid is in it.
 	pid := filepath.Join(r.Dir, "redis.pid")
 	for deadline := time.Now().Add(10 * time.Second); ; {
-		if _, err := os.Stat(pid); err == nil {
-			return nil
+		if b, err := os.ReadFile(pid); err == nil {
+			if _, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil {
+				return nil
+			}
 		}
 		if time.Now().After(deadline) {
 			return fmt.Errorf("redis-server answers but wrote no %s", pid)
