@@ -95,26 +95,23 @@ func (s *Store) pull(ctx context.Context, ref string) (Image, bool, error) {
 		return img, true, s.saveRef(canonical, img.Digest)
 	}
 
-	ch := s.sf.DoChan(digest.Hex, func() (any, error) {
-		// Detached: other callers may be waiting on this download.
-		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.PullTimeout)
-		defer cancel()
-		return nil, s.fetchAndUnpack(fctx, c, digest, body)
-	})
-	select {
-	case <-ctx.Done():
-		return Image{}, false, fmt.Errorf("pull %s: %w", canonical, ctx.Err())
-	case res := <-ch:
-		if res.Err != nil {
-			return Image{}, false, fmt.Errorf("pull %s: %w", canonical, res.Err)
+	// A GC between the download and loading the record may take the
+	// image again (with no grace under disk pressure): fetch once more.
+	var img Image
+	for try := 0; ; try++ {
+		if err := s.fetch(ctx, c, digest, body); err != nil {
+			return Image{}, false, fmt.Errorf("pull %s: %w", canonical, err)
 		}
-	}
-	if err := s.saveRef(canonical, digest.String()); err != nil {
-		return Image{}, false, fmt.Errorf("pull %s: %w", canonical, err)
-	}
-	img, err := s.image(digest.Hex, canonical)
-	if err != nil {
-		return Image{}, false, fmt.Errorf("pull %s: %w", canonical, err)
+		if err := s.saveRef(canonical, digest.String()); err != nil {
+			return Image{}, false, fmt.Errorf("pull %s: %w", canonical, err)
+		}
+		img, err = s.imageHeld(ctx, digest.Hex, canonical)
+		if err == nil {
+			break
+		}
+		if !errdefs.IsNotFound(err) || try == 2 {
+			return Image{}, false, fmt.Errorf("pull %s: %w", canonical, err)
+		}
 	}
 	if s.cfg.DiskBudget > 0 {
 		if _, err := s.gc(ctx, digest.Hex); err != nil && !errdefs.IsCanceled(err) {
@@ -161,6 +158,33 @@ func (s *Store) choosePlatform(body []byte) (v1.Hash, error) {
 		}
 	}
 	return v1.Hash{}, fmt.Errorf("no manifest for platform %s: %w", want.String(), errdefs.ErrNotFound)
+}
+
+// fetch runs one download of digest however many callers want it.
+func (s *Store) fetch(ctx context.Context, c *registryClient, digest v1.Hash, body []byte) error {
+	ch := s.sf.DoChan(digest.Hex, func() (any, error) {
+		// Detached: other callers may be waiting on this download.
+		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.PullTimeout)
+		defer cancel()
+		return nil, s.fetchAndUnpack(fctx, c, digest, body)
+	})
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case res := <-ch:
+		return res.Err
+	}
+}
+
+// imageHeld loads an image under a shared hold of its lock, so a GC cannot
+// take it half-way (it needs the lock exclusively), and marks it used.
+func (s *Store) imageHeld(ctx context.Context, hex, ref string) (Image, error) {
+	lock, err := lockPath(ctx, s.lockPath(hex), unix.LOCK_SH)
+	if err != nil {
+		return Image{}, err
+	}
+	defer lock.unlock()
+	return s.image(hex, ref)
 }
 
 // fetchAndUnpack downloads every blob of the manifest and unpacks it into
