@@ -5,7 +5,6 @@ import (
 	"io"
 	"net"
 	"os"
-	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -39,11 +38,7 @@ func startReal(t *testing.T, grace string) *realBundle {
 	cfg := env.Config(t)
 	cfg.Controlplane.LostAgentGrace = grace
 	cfg.Worker.DefaultImage = "busybox:sdktest"
-	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "levers9-agent-linux-amd64"), []byte("#!/bin/sh\n"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	cfg.Controlplane.AgentBinariesDir = dir
+	controlplanetest.StandInAgent(t, cfg)
 	in := controlplanetest.Start(t, cfg, true)
 	resp, err := v1.NewAuthServiceClient(in.Conn).Authorize(metadata.AppendToOutgoingContext(context.Background(), "x-levers9-bootstrap-secret", "test-bootstrap-secret-0123456789abcdef"), &v1.AuthorizeRequest{})
 	if err != nil {

@@ -266,3 +266,16 @@ func Exec(t testing.TB, in *Instance, sql string, args ...any) {
 		t.Fatal(err)
 	}
 }
+
+// StandInAgent points cfg's agent binaries at a directory holding a
+// stand-in linux/amd64 agent: CreateMachine wants one to offer, and machines
+// that never download it (scripted ones, tests of the API) need nothing
+// more.
+func StandInAgent(t testing.TB, cfg *config.Config) {
+	t.Helper()
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "levers9-agent-linux-amd64"), []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cfg.Controlplane.AgentBinariesDir = dir
+}

@@ -5,8 +5,6 @@ import (
 	"errors"
 	"io"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -45,11 +43,7 @@ func startRoles(t *testing.T) *roleStack {
 func roleConfig(t *testing.T) *config.Config {
 	cfg := env.Config(t)
 	cfg.Worker.DefaultImage = "busybox:test"
-	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "levers9-agent-linux-amd64"), []byte("#!/bin/sh\n"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	cfg.Controlplane.AgentBinariesDir = dir
+	controlplanetest.StandInAgent(t, cfg)
 	return cfg
 }
 

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -39,13 +38,7 @@ func config1s(t *testing.T) *config.Config {
 	cfg := env.Config(t)
 	cfg.Controlplane.LostAgentGrace = "1s"
 	cfg.Worker.DefaultImage = "busybox:test"
-	// CreateMachine wants an agent binary to offer; these machines never
-	// download it.
-	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "levers9-agent-linux-amd64"), []byte("#!/bin/sh\n"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	cfg.Controlplane.AgentBinariesDir = dir
+	controlplanetest.StandInAgent(t, cfg)
 	return cfg
 }
 
@@ -575,8 +568,10 @@ func TestPushRacingAReconnectIsSentAgain(t *testing.T) {
 			t.Fatalf("task %d (%d dropped pushes): attempts %v", i, drops, done.Attempts)
 		}
 	}
-	if n := len(b.in.Logs.Find("push met a closing session")); n != 8 {
-		t.Errorf("%d re-sends logged, want 8", n)
+	// 8 pushes were dropped; a re-send can also find the machine not yet
+	// back on its next session, which is one more.
+	if n := len(b.in.Logs.Find("push met a closing session")); n < 8 {
+		t.Errorf("%d re-sends logged, want at least 8", n)
 	}
 	m.DropSessionOnRun(100)
 	task := b.submit(t, &v1.TaskSpec{Command: []string{"echo", "never"}}, "")
