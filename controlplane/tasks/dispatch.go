@@ -62,20 +62,28 @@ func (s *Scheduler) dispatch(ctx context.Context, t store.Task, a store.Attempt)
 }
 
 // pushWithResends sends RunTask, and again after a session loss while the
-// grace lasts and the attempt is still wanted on its machine.
+// grace lasts and the attempt is still wanted on its machine. Only calls
+// that reached a session count against maxResends; while the machine has no
+// session at all, it waits for one (within the grace).
 func (s *Scheduler) pushWithResends(ctx context.Context, t store.Task, a store.Attempt, ta *agentv1.TaskAttempt) error {
 	deadline := s.d.now().Add(s.d.config.Controlplane.LostGrace())
 	wait := resendBackoff
-	for sent := 0; ; sent++ {
-		err := s.push(ctx, a.MachineID, ta)
-		if err == nil || !sessionLost(err) || sent == maxResends || stopping(ctx) {
+	for resends := 0; ; {
+		sent, err := s.push(ctx, a.MachineID, ta)
+		if err == nil || !sessionLost(err) || stopping(ctx) {
 			return err
+		}
+		if sent {
+			if resends == maxResends {
+				return err
+			}
+			resends++
 		}
 		if s.d.now().Add(wait).After(deadline) {
 			return err
 		}
 		s.d.log.Info("push met a closing session; sending again on the machine's next one", "task_id", t.ID, "attempt", a.Number,
-			"machine_id", a.MachineID, "resend", sent+1, "err", err)
+			"machine_id", a.MachineID, "resend", resends, "reached_a_session", sent, "err", err)
 		timer := s.d.clock.NewTimer(wait)
 		select {
 		case <-ctx.Done():
@@ -83,7 +91,7 @@ func (s *Scheduler) pushWithResends(ctx context.Context, t store.Task, a store.A
 			return ctx.Err()
 		case <-timer.C():
 		}
-		wait *= 2
+		wait = min(2*wait, 2*time.Second)
 		wanted, werr := s.d.store.AttemptWanted(ctx, a.MachineID, t.ID, a.Number)
 		if werr != nil {
 			return errors.Join(err, werr)
@@ -94,16 +102,17 @@ func (s *Scheduler) pushWithResends(ctx context.Context, t store.Task, a store.A
 	}
 }
 
-// push is one RunTask call on the machine's current session.
-func (s *Scheduler) push(ctx context.Context, machineID string, ta *agentv1.TaskAttempt) error {
+// push is one RunTask call on the machine's current session; sent is false
+// when there was no session to call on.
+func (s *Scheduler) push(ctx context.Context, machineID string, ta *agentv1.TaskAttempt) (sent bool, err error) {
 	pctx, cancel := context.WithTimeout(ctx, pushTimeout)
 	defer cancel()
 	c, err := s.d.conn(pctx, machineID)
 	if err != nil {
-		return err
+		return false, err
 	}
 	_, err = c.RunTask(pctx, &agentv1.RunTaskRequest{Attempt: ta})
-	return err
+	return true, err
 }
 
 // sessionLost reports whether a push failed because the machine's session
