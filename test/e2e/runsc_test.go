@@ -64,7 +64,7 @@ func TestRunscPoolAgentInRootNamespace(t *testing.T) {
 
 	// The agent's bridge gets subnets, and its egress log a netlink group,
 	// no other agent on this host uses (a `make up` agent has the defaults).
-	n, _ := rand.Int(rand.Reader, big.NewInt(20*256))
+	n, _ := rand.Int(rand.Reader, big.NewInt(16*256)) // three hex digits in the v6 prefix below
 	v4 := fmt.Sprintf("10.%d.%d.0/24", 230+n.Int64()/256, n.Int64()%256)
 	v6 := fmt.Sprintf("fd6c:7639:9%03x::/64", n.Int64())
 	nflog := fmt.Sprint(40000 + n.Int64())
