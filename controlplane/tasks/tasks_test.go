@@ -560,7 +560,9 @@ func TestPushRacingAReconnectIsSentAgain(t *testing.T) {
 	cfg.Controlplane.LostAgentGrace = "10s"
 	b := start(t, cfg)
 	m := controlplanetest.StartScriptedMachine(t, b.in, b.ctx, "default", 2, 0)
-	for i, drops := range []int{1, 2, 1, 3, 1} {
+	// At most 2 drops in a row: a re-send may also meet the old session
+	// before the hub has noticed it closed, and 3 re-sends must cover both.
+	for i, drops := range []int{1, 2, 1, 2, 1} {
 		m.DropSessionOnRun(drops)
 		task := b.submit(t, &v1.TaskSpec{Command: []string{"echo", fmt.Sprint(i)}}, "")
 		done := waitState(t, b, task.Id, v1.TaskState_TASK_STATE_SUCCEEDED)
@@ -568,10 +570,10 @@ func TestPushRacingAReconnectIsSentAgain(t *testing.T) {
 			t.Fatalf("task %d (%d dropped pushes): attempts %v", i, drops, done.Attempts)
 		}
 	}
-	// 8 pushes were dropped; a re-send can also find the machine not yet
+	// 7 pushes were dropped; a re-send can also find the machine not yet
 	// back on its next session, which is one more.
-	if n := len(b.in.Logs.Find("push met a closing session")); n < 8 {
-		t.Errorf("%d re-sends logged, want at least 8", n)
+	if n := len(b.in.Logs.Find("push met a closing session")); n < 7 {
+		t.Errorf("%d re-sends logged, want at least 7", n)
 	}
 	m.DropSessionOnRun(100)
 	task := b.submit(t, &v1.TaskSpec{Command: []string{"echo", "never"}}, "")
