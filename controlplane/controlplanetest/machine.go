@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
-	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -194,17 +193,25 @@ type scriptedService struct {
 	m *ScriptedMachine
 }
 
-func (s *scriptedService) RunTask(_ context.Context, req *agentv1.RunTaskRequest) (*agentv1.RunTaskResponse, error) {
+func (s *scriptedService) RunTask(ctx context.Context, req *agentv1.RunTaskRequest) (*agentv1.RunTaskResponse, error) {
 	m := s.m
 	ta := req.GetAttempt()
 	key := fmt.Sprintf("%s/%d", ta.TaskId, ta.Attempt)
 	m.mu.Lock()
-	defer m.mu.Unlock()
 	if m.dropRuns > 0 {
+		// Gone before answering, as an agent that restarts just then: the
+		// call never gets a reply, only the session's end.
 		m.dropRuns--
-		_ = m.session.Close()
-		return nil, errors.New("scripted: session dropped before the attempt was taken")
+		sess := m.session
+		m.mu.Unlock()
+		_ = sess.Close()
+		select {
+		case <-ctx.Done():
+		case <-time.After(30 * time.Second):
+		}
+		return nil, ctx.Err()
 	}
+	defer m.mu.Unlock()
 	if _, ok := m.held[key]; ok {
 		return &agentv1.RunTaskResponse{AlreadyRunning: true}, nil
 	}
