@@ -6,29 +6,36 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/levers9/levers9/controlplane/controlplanetest"
 	"github.com/levers9/levers9/internal/devstack"
 )
 
-// endless yields n bytes of a JSON string body without holding them.
-type endless struct{ n, sent int64 }
+// endless yields n bytes of a JSON string body without holding them. The
+// transport reads it on its own goroutine, possibly after the response, so
+// the count is atomic.
+type endless struct {
+	n    int64
+	sent atomic.Int64
+}
 
 func (e *endless) Read(p []byte) (int, error) {
-	if e.sent >= e.n {
+	sent := e.sent.Load()
+	if sent >= e.n {
 		return 0, io.EOF
 	}
-	if int64(len(p)) > e.n-e.sent {
-		p = p[:e.n-e.sent]
+	if int64(len(p)) > e.n-sent {
+		p = p[:e.n-sent]
 	}
 	for i := range p {
 		p[i] = 'a'
 	}
-	if e.sent == 0 && len(p) >= 9 {
+	if sent == 0 && len(p) >= 9 {
 		copy(p, `{"name":"`)
 	}
-	e.sent += int64(len(p))
+	e.sent.Add(int64(len(p)))
 	return len(p), nil
 }
 
@@ -65,8 +72,8 @@ func TestRESTBodyLimit(t *testing.T) {
 			if err := json.Unmarshal(b, &m); err != nil || !strings.Contains(fmt.Sprint(m["message"]), "4194304") {
 				t.Errorf("body = %.200s, want a JSON error naming the limit", b)
 			}
-			if body.sent > 32<<20 { // the limit, plus what socket buffers took
-				t.Errorf("the server read %d bytes of a refused body", body.sent)
+			if n := body.sent.Load(); n > 32<<20 { // the limit, plus what socket buffers took
+				t.Errorf("the server read %d bytes of a refused body", n)
 			}
 		})
 	}
