@@ -570,13 +570,6 @@ func TestPushRacingAReconnectIsSentAgain(t *testing.T) {
 	for i, drops := range []int{1, 2, 1, 2, 1} {
 		m.DropSessionOnRun(drops)
 		task := b.submit(t, &v1.TaskSpec{Command: []string{"echo", fmt.Sprint(i)}}, "")
-		t.Cleanup(func() {
-			if t.Failed() {
-				for _, r := range b.in.Logs.Find(task.Id) {
-					t.Logf("log: %v", r)
-				}
-			}
-		})
 		done := waitState(t, b, task.Id, v1.TaskState_TASK_STATE_SUCCEEDED)
 		if len(done.Attempts) != 1 || done.Attempts[0].State != v1.AttemptState_ATTEMPT_STATE_SUCCEEDED {
 			t.Fatalf("task %d (%d dropped pushes): attempts %v", i, drops, done.Attempts)
