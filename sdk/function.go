@@ -260,9 +260,28 @@ func NewIdempotencyKey(name string) string {
 // saying why (exit code, cancelled, timed out, lost with no retries left).
 // Cancelling ctx cancels the task, and the error wraps ctx's.
 func (f *Function) Remote(ctx context.Context, args ...string) (*Result, error) {
-	task, err := f.Submit(ctx, args...)
+	spec, err := f.Spec(args...)
 	if err != nil {
 		return nil, err
+	}
+	key := NewIdempotencyKey(f.name)
+	task, err := f.c.Submit(ctx, spec, key)
+	if err != nil {
+		if ctx.Err() == nil {
+			return nil, err
+		}
+		// ctx ended with the submit's reply in flight: the task may exist
+		// and run with nobody waiting for it. The same key finds it (or
+		// makes it, already unwanted) so it can be cancelled.
+		task = f.c.submitDetached(ctx, spec, key)
+		if task == nil {
+			return nil, err
+		}
+		r := &Result{TaskID: task.GetId(), State: task.GetState()}
+		if t := f.c.cancelDetached(ctx, task.GetId()); t != nil {
+			r.State, r.Attempts = t.GetState(), len(t.GetAttempts())
+		}
+		return r, fmt.Errorf("function %s: task %s cancelled: %w", f.name, task.GetId(), ctx.Err())
 	}
 	res, err := f.c.wait(ctx, task.GetId(), f.maxOutput)
 	if ctx.Err() == nil && err != nil && res == nil {
@@ -297,6 +316,18 @@ func (c *Client) cancelDetached(ctx context.Context, id string) *v1.Task {
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
 	t, err := c.Cancel(cctx, id)
+	if err != nil {
+		return nil
+	}
+	return t
+}
+
+// submitDetached repeats a submit after ctx ended, with a short deadline
+// of its own; best effort.
+func (c *Client) submitDetached(ctx context.Context, spec *v1.TaskSpec, key string) *v1.Task {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	t, err := c.Submit(cctx, spec, key)
 	if err != nil {
 		return nil
 	}

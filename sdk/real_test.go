@@ -2,15 +2,23 @@ package sdk
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
-	"github.com/levers9/levers9/controlplane/controlplanetest"
+	"os"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
+
+	"github.com/levers9/levers9/controlplane/controlplanetest"
 
 	v1 "github.com/levers9/levers9/api/levers9/v1"
 	"github.com/levers9/levers9/internal/testenv"
@@ -135,8 +143,9 @@ func TestRemoteEndToEnd(t *testing.T) {
 		return id != ""
 	})
 	scancel()
-	if err := <-done; !errors.Is(err, context.Canceled) {
-		t.Errorf("cancelled Remote: %v", err)
+	rerr := <-done
+	if !errors.Is(rerr, context.Canceled) {
+		t.Errorf("cancelled Remote: %v", rerr)
 	}
 	deadline := time.Now().Add(20 * time.Second)
 	for {
@@ -145,12 +154,66 @@ func TestRemoteEndToEnd(t *testing.T) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("task %s not cancelled: %v %v\ncontrolplane log:\n%s", id, tk, err, b.in.Logs.String())
+			t.Fatalf("task %s not cancelled: %v %v (Remote gave %+v, %v)\ncontrolplane log:\n%s", id, tk, err, sres, rerr, b.in.Logs.String())
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
 	if sres == nil || sres.TaskID != id {
 		t.Errorf("result of a cancelled Remote: %+v", sres)
+	}
+}
+
+// TestRemoteCancelledDuringSubmit: when ctx ends while the submit's reply
+// is on its way, the task the controlplane made is still cancelled, not
+// left to run with nobody waiting for it.
+func TestRemoteCancelledDuringSubmit(t *testing.T) {
+	t.Parallel()
+	b := startReal(t, "1s")
+	creds := insecure.NewCredentials()
+	if f := b.cfg.Controlplane.TLS.CertFile; f != "" {
+		pem, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		roots := x509.NewCertPool()
+		roots.AppendCertsFromPEM(pem)
+		creds = credentials.NewTLS(&tls.Config{RootCAs: roots})
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	sctx, scancel := context.WithCancel(ctx)
+	defer scancel()
+	var cut atomic.Bool
+	// The first submit reaches the controlplane; its reply is lost as the
+	// caller's ctx ends.
+	loseReply := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		err := invoker(ctx, method, req, reply, cc, opts...)
+		if strings.HasSuffix(method, "/SubmitTask") && err == nil && cut.CompareAndSwap(false, true) {
+			scancel()
+			return status.Error(codes.Canceled, "context canceled")
+		}
+		return err
+	}
+	conn, err := grpc.NewClient(b.in.Server.GRPCAddr(),
+		grpc.WithTransportCredentials(creds),
+		grpc.WithUnaryInterceptor(loseReply))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	c := b.client(t, WithConn(conn, b.token))
+
+	res, err := c.Function("sleep", Command("sleep")).Remote(sctx)
+	if !errors.Is(err, context.Canceled) || res == nil || res.TaskID == "" {
+		t.Fatalf("Remote cancelled during submit: %+v, %v", res, err)
+	}
+	tk, err := c.Task(ctx, res.TaskID)
+	if err != nil || tk.State != v1.TaskState_TASK_STATE_CANCELLED {
+		t.Fatalf("task %s after its Remote was cancelled: %v %v", res.TaskID, tk, err)
+	}
+	l, err := c.tasks.ListTasks(c.authed(ctx), &v1.ListTasksRequest{})
+	if err != nil || len(l.Tasks) != 1 {
+		t.Fatalf("tasks: %v %v (want the one cancelled task)", l, err)
 	}
 }
 
