@@ -316,7 +316,7 @@ func (a *Agent) renew(ctx context.Context, cp agentv1.ControlplaneClient) {
 }
 
 func reportPB(r egress.Report) *v1.ReadinessReport {
-	pb := &v1.ReadinessReport{Pool: r.Pool, Mode: string(r.Mode), Total: r.Total, SafeToEnforce: r.SafeToEnforce}
+	pb := &v1.ReadinessReport{Pool: r.Pool, Mode: string(r.Mode), Total: r.Total, SafeToEnforce: r.SafeToEnforce, Blind: r.Blind}
 	if !r.From.IsZero() {
 		pb.From = timestamppb.New(r.From)
 	}
