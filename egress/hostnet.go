@@ -420,7 +420,8 @@ func NFLOGTakenError(group uint16) error {
 // ReleaseHost removes the objects of the claims whose prefix is in
 // prefixes (all claims when empty) and drops them: `make down` calls it
 // after stopping its agents. Claims of agents still running are kept
-// unless force.
+// unless force. A prefix without a claim (an agent older than claims)
+// has its objects removed by name.
 func ReleaseHost(ctx context.Context, hc HostConfig, prefixes []string, force bool) error {
 	hc = hc.WithDefaults()
 	l, err := lockHost(hc.Dir)
@@ -438,6 +439,14 @@ func ReleaseHost(ctx context.Context, hc HostConfig, prefixes []string, force bo
 	}
 	var keep []HostClaim
 	var errs []error
+	for _, pre := range prefixes {
+		if !slices.ContainsFunc(claims, func(c HostClaim) bool { return c.Owner.Prefix == pre }) {
+			// An agent from before claims: its objects by name.
+			if err := RemoveHostObjects(ctx, pre, hc.NodeNetns, ""); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
 	for _, c := range claims {
 		if len(prefixes) > 0 && !slices.Contains(prefixes, c.Owner.Prefix) || !force && c.Owner.Alive() {
 			keep = append(keep, c)
