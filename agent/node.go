@@ -58,9 +58,14 @@ type NodeConfig struct {
 	// (defaults: egress's subnets; the host's non-loopback resolvers).
 	SubnetV4, SubnetV6 string
 	Resolvers          []string
-	// NFLOGGroup is the egress chains' netlink log group (default
-	// egress's); two agents in one network namespace need two groups.
+	// NFLOGGroup is the egress chains' netlink log group. Unset, and
+	// SubnetV4/SubnetV6 unset, are claimed from the host allocator
+	// (egress.ClaimHost), so every agent on a host gets its own.
 	NFLOGGroup uint16
+	// HostNet configures the host allocator: where claims are kept
+	// (default egress.DefaultHostDir) and the subnet pools and NFLOG
+	// groups it hands out.
+	HostNet egress.HostConfig
 	// Controlplane are allow entries containers may always reach.
 	Controlplane []string
 	Logger       *slog.Logger
@@ -180,7 +185,18 @@ func BuildNode(ctx context.Context, c NodeConfig) (*Node, error) {
 				log.Warn("no usable resolver in /etc/resolv.conf (only loopback ones); containers use public resolvers, set --resolvers to choose", "resolvers", resolvers)
 			}
 		}
-		n.Egress, err = egress.NewNode(egress.Config{Prefix: c.Prefix, SubnetV4: c.SubnetV4, SubnetV6: c.SubnetV6, NFLOGGroup: c.NFLOGGroup,
+		owner, err := egress.SelfOwner(c.Prefix, c.MachineID, c.StateDir, "")
+		if err != nil {
+			return nil, fmt.Errorf("host network: %w", err)
+		}
+		hc := c.HostNet
+		hc.Logger = log
+		claim, err := egress.ClaimHost(ctx, hc, owner, egress.Want{SubnetV4: c.SubnetV4, SubnetV6: c.SubnetV6, NFLOGGroup: c.NFLOGGroup})
+		if err != nil {
+			return nil, fmt.Errorf("this agent cannot get its container network: %w", err)
+		}
+		log.Info("container network claimed", "prefix", c.Prefix, "subnet_v4", claim.SubnetV4, "subnet_v6", claim.SubnetV6, "nflog_group", claim.NFLOGGroup)
+		n.Egress, err = egress.NewNode(egress.Config{Prefix: c.Prefix, SubnetV4: claim.SubnetV4, SubnetV6: claim.SubnetV6, NFLOGGroup: claim.NFLOGGroup,
 			Resolvers: resolvers, Controlplane: c.Controlplane, StateDir: filepath.Join(c.StateDir, "network")}, log, nil)
 		if err != nil {
 			return nil, err

@@ -316,7 +316,7 @@ func (a *Agent) renew(ctx context.Context, cp agentv1.ControlplaneClient) {
 }
 
 func reportPB(r egress.Report) *v1.ReadinessReport {
-	pb := &v1.ReadinessReport{Pool: r.Pool, Mode: string(r.Mode), Total: r.Total, SafeToEnforce: r.SafeToEnforce}
+	pb := &v1.ReadinessReport{Pool: r.Pool, Mode: string(r.Mode), Total: r.Total, SafeToEnforce: r.SafeToEnforce, Blind: r.Blind}
 	if !r.From.IsZero() {
 		pb.From = timestamppb.New(r.From)
 	}
@@ -347,9 +347,12 @@ func runCmd(ctx context.Context, args []string, _, stderr io.Writer) error {
 	insecure := fs.String("insecure-registries", "", "registries reached over plain HTTP, comma-separated (e.g. a local 127.0.0.1:5000)")
 	fs.Int64Var(&nc.ImageDiskBudget, "image-disk-budget", 0, "cap of the image cache in bytes (0: no eviction)")
 	fs.BoolVar(&nc.NoNetwork, "no-network", false, "run containers with loopback only (no egress network)")
-	fs.StringVar(&nc.SubnetV4, "subnet-v4", "", "container IPv4 subnet (default "+egress.DefaultSubnetV4+")")
-	fs.StringVar(&nc.SubnetV6, "subnet-v6", "", "container IPv6 ULA subnet (default "+egress.DefaultSubnetV6+")")
-	fs.Func("nflog-group", "netlink log group of the egress chains; each agent on a host needs its own (default "+strconv.Itoa(egress.DefaultNFLOGGroup)+")", func(v string) error {
+	fs.StringVar(&nc.SubnetV4, "subnet-v4", "", "container IPv4 subnet (default: a free /"+strconv.Itoa(egress.DefaultHostBitsV4)+" of --subnet-pool-v4)")
+	fs.StringVar(&nc.SubnetV6, "subnet-v6", "", "container IPv6 ULA subnet (default: a free /64 of --subnet-pool-v6)")
+	fs.StringVar(&nc.HostNet.PoolV4, "subnet-pool-v4", "", "where agents on this host get their IPv4 subnets (default "+egress.DefaultHostPoolV4+")")
+	fs.StringVar(&nc.HostNet.PoolV6, "subnet-pool-v6", "", "where agents on this host get their IPv6 subnets (default "+egress.DefaultHostPoolV6+")")
+	fs.StringVar(&nc.HostNet.Dir, "host-net-dir", "", "the host-wide claims of agents' subnets and NFLOG groups (default "+egress.DefaultHostDir+")")
+	fs.Func("nflog-group", "netlink log group of the egress chains; each agent on a host needs its own (default: a free one from "+strconv.Itoa(egress.DefaultNFLOGFirst)+")", func(v string) error {
 		g, err := strconv.ParseUint(v, 10, 16)
 		if err != nil || g == 0 {
 			return fmt.Errorf("%q is not a group number in 1..65535", v)

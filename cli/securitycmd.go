@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc"
@@ -18,8 +19,9 @@ func (a *app) securityCmd() *cobra.Command {
 		Short: "What the pool's egress rules refused, or would have in observe mode: is enforce safe?",
 		Long: `Merge the latest egress readiness reports of the pool's machines: connections the egress
 chains refused (enforce) or would have refused (observe), by class, task and sampled destination,
-over the agents' report window. "safe to enforce" means machines reported and nothing would have
-been refused.`,
+over the agents' report window. "safe to enforce" means machines reported, each could see its
+containers' traffic (a machine whose container subnet is routed elsewhere, e.g. through a bridge an
+earlier agent left, makes it "unknown"), and nothing would have been refused.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			resp, err := rpc(a, func(ctx context.Context, conn *grpc.ClientConn) (*v1.GetReadinessReportResponse, error) {
@@ -36,6 +38,8 @@ been refused.`,
 			switch {
 			case r.MachinesReporting == 0:
 				verdict = "unknown: no machine reported yet"
+			case len(r.MachinesBlind) > 0:
+				verdict = fmt.Sprintf("unknown: %d machine(s) cannot see their containers' traffic: %s", len(r.MachinesBlind), strings.Join(r.MachinesBlind, "; "))
 			case r.SafeToEnforce:
 				verdict = "yes: nothing would have been refused"
 			}

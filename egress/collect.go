@@ -4,8 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"net/netip"
 	"os"
+	"strconv"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/levers9/levers9/internal/errdefs"
 )
@@ -63,7 +68,50 @@ func (n *Node) ReadinessReport(pool string) Report {
 	if !ok {
 		mode = n.plan.policy.mode
 	}
-	return n.readiness.Report(pool, mode)
+	rep := n.readiness.Report(pool, mode)
+	if rep.Blind = n.blind(); rep.Blind != "" {
+		rep.SafeToEnforce = false
+	}
+	return rep
+}
+
+// blind says why the rule counters cannot see this node's containers'
+// traffic, "" when they can: replies to a container address must route
+// out this node's bridge. A bridge another agent left with the same
+// subnet takes them (its route comes first), so containers reach neither
+// the host nor the internet and a report of nothing refused means nothing.
+func (n *Node) blind() string {
+	n.mu.Lock()
+	setup := n.setupDone
+	n.mu.Unlock()
+	if !setup {
+		return "the container network is not set up"
+	}
+	h, err := n.ns.handle()
+	if err != nil {
+		return "cannot inspect the node's network: " + err.Error()
+	}
+	defer h.Close()
+	bridge := names{n.plan.cfg.Prefix}.bridge()
+	br, err := h.LinkByName(bridge)
+	if err != nil {
+		return fmt.Sprintf("bridge %s is missing", bridge)
+	}
+	for _, a := range []netip.Addr{n.plan.gw4.Next(), n.plan.gw6.Next()} {
+		rs, err := h.RouteGet(net.IP(a.AsSlice()))
+		if err != nil || len(rs) == 0 {
+			return fmt.Sprintf("no route to container address %s", a)
+		}
+		if idx := rs[0].LinkIndex; idx != br.Attrs().Index {
+			dev := strconv.Itoa(idx)
+			if l, err := h.LinkByIndex(idx); err == nil {
+				dev = l.Attrs().Name
+			}
+			return fmt.Sprintf("traffic to container address %s goes out %s, not this agent's bridge %s (another bridge holds subnet %s): containers cannot reach the host or the internet and the counters miss their traffic",
+				a, dev, bridge, n.plan.v4)
+		}
+	}
+	return ""
 }
 
 // handleMatch attributes a logged match to its container by source address,
@@ -109,6 +157,9 @@ func (n *Node) Start(ctx context.Context) error {
 		conn, err = openNFLOG(n.plan.cfg.NFLOGGroup)
 		return err
 	})
+	if errors.Is(err, unix.EPERM) || errors.Is(err, unix.EBUSY) {
+		return NFLOGTakenError(n.plan.cfg.NFLOGGroup)
+	}
 	if err != nil {
 		return fmt.Errorf("start egress: %w", err)
 	}

@@ -106,6 +106,10 @@ type Report struct {
 	ByTask        []TaskCount         `json:"byTask"`
 	Destinations  []DestinationSample `json:"destinations"`
 	SafeToEnforce bool                `json:"safeToEnforce"`
+	// Blind, when set, says why this node's counters cannot see its
+	// containers' traffic; the report then proves nothing and
+	// SafeToEnforce is false.
+	Blind string `json:"blind,omitempty"`
 }
 
 // Report builds the report for pool.
@@ -175,6 +179,9 @@ func (rep Report) Text() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "pool %s (mode %s), %s to %s\n", rep.Pool, rep.Mode,
 		rep.From.Format(time.RFC3339), rep.To.Format(time.RFC3339))
+	if rep.Blind != "" {
+		fmt.Fprintf(&b, "safe to enforce: unknown: %s\n", rep.Blind)
+	}
 	if rep.SafeToEnforce {
 		b.WriteString("nothing would have been refused: enforce is safe for this window\n")
 		return b.String()

@@ -67,6 +67,9 @@ func (s *SecurityService) readiness(ctx context.Context, pool string) (*v1.Readi
 			continue
 		}
 		out.MachinesReporting++
+		if r.Blind != "" {
+			out.MachinesBlind = append(out.MachinesBlind, id+": "+r.Blind)
+		}
 		out.Total += r.Total
 		if r.From != nil && (out.From == nil || r.From.AsTime().Before(out.From.AsTime())) {
 			out.From = r.From
@@ -109,7 +112,9 @@ func (s *SecurityService) readiness(ctx context.Context, pool string) (*v1.Readi
 		out.Destinations = out.Destinations[:maxDestinations]
 	}
 	sort.Strings(out.MachinesSilent)
-	// Safe means: machines did report, and nothing would have been refused.
-	out.SafeToEnforce = out.MachinesReporting > 0 && out.Total == 0
+	sort.Strings(out.MachinesBlind)
+	// Safe means: machines did report, each could see its containers'
+	// traffic, and nothing would have been refused.
+	out.SafeToEnforce = out.MachinesReporting > 0 && out.Total == 0 && len(out.MachinesBlind) == 0
 	return out, nil
 }

@@ -17,7 +17,6 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	v1 "github.com/levers9/levers9/api/levers9/v1"
-	"github.com/levers9/levers9/egress"
 	"github.com/levers9/levers9/enroll"
 	"github.com/levers9/levers9/internal/errdefs"
 )
@@ -27,7 +26,9 @@ import (
 // every other declared pool gets .levers9-dev/agent-POOL/, agent-POOL.pid
 // and agent-POOL.log, and container subnets of its own so its bridge does
 // not clash with the others (a machine belongs to exactly one pool, so
-// one agent per pool). Its subnets and NFLOG group are numbered by slot.
+// one agent per pool). Each agent claims its subnets and NFLOG group from
+// the host allocator (egress.ClaimHost), so two checkouts never clash
+// either; Down releases them.
 type localAgent struct {
 	pool string
 	dir  string // state, etc, bin and join.sh below it
@@ -41,13 +42,11 @@ func (p Paths) agentFor(pool string, slot int) localAgent {
 	if pool == "default" {
 		return localAgent{pool: pool, dir: p.file("agent"), pid: p.file("agent.pid"), log: p.file("agent.log")}
 	}
-	return localAgent{pool: pool, dir: p.file("agent-" + pool), pid: p.file("agent-" + pool + ".pid"), log: p.file("agent-" + pool + ".log"),
-		args: []string{"--subnet-v4", fmt.Sprintf("10.%d.0.0/16", 209+slot), "--subnet-v6", fmt.Sprintf("fd6c:7639:%x::/64", 0x9000+slot),
-			"--nflog-group", strconv.Itoa(egress.DefaultNFLOGGroup + slot)}}
+	return localAgent{pool: pool, dir: p.file("agent-" + pool), pid: p.file("agent-" + pool + ".pid"), log: p.file("agent-" + pool + ".log")}
 }
 
-// maxPoolAgents bounds the extra agents (their IPv4 subnets are
-// 10.210.0.0/16 up to 10.255.0.0/16).
+// maxPoolAgents bounds the extra agents (each claims its own subnets
+// from the host allocator).
 const maxPoolAgents = 46
 
 // ensureAgents runs one agent per declared pool, stops the agents of

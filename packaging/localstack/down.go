@@ -5,9 +5,12 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"syscall"
 	"time"
 
+	"github.com/levers9/levers9/agent"
+	"github.com/levers9/levers9/egress"
 	"github.com/levers9/levers9/internal/devstack"
 )
 
@@ -23,6 +26,7 @@ func Down(ctx context.Context, p Paths, out io.Writer) error {
 		pool := poolOfPidFile(pidFile)
 		stopProcess(pidFile, "the agent of pool "+pool, say)
 	}
+	releaseNetwork(ctx, st, say)
 	stopProcess(p.file("controlplane.pid"), "the controlplane", say)
 	if fileExists(p.file("registry/registry.pid")) {
 		say("stopping the image registry")
@@ -62,4 +66,32 @@ func stopProcess(pidFile, what string, say func(string, ...any)) {
 		}
 	}
 	os.Remove(pidFile)
+}
+
+// releaseNetwork removes the stopped agents' bridges, chains, NAT rules and
+// host claims, so nothing of them routes the next Up's containers astray.
+func releaseNetwork(ctx context.Context, st *State, say func(string, ...any)) {
+	var prefixes []string
+	for _, id := range append([]string{st.LocalMachineID}, poolMachineIDs(st)...) {
+		if id != "" {
+			prefixes = append(prefixes, agent.NodeConfig{MachineID: id}.WithDefaults().Prefix)
+		}
+	}
+	if len(prefixes) == 0 {
+		return
+	}
+	say("removing the agents' container networks (%s)", strings.Join(prefixes, ", "))
+	if err := egress.ReleaseHost(ctx, egress.HostConfig{}, prefixes, false); err != nil {
+		say("warning: removing the agents' container networks: %v", err)
+	}
+}
+
+func poolMachineIDs(st *State) []string {
+	var ids []string
+	for _, pm := range st.PoolMachines {
+		if pm != nil {
+			ids = append(ids, pm.MachineID)
+		}
+	}
+	return ids
 }

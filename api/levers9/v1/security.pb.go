@@ -217,8 +217,14 @@ type ReadinessReport struct {
 	// How many machines' reports went into this one.
 	MachinesReporting int32    `protobuf:"varint,10,opt,name=machines_reporting,json=machinesReporting,proto3" json:"machines_reporting,omitempty"`
 	MachinesSilent    []string `protobuf:"bytes,11,rep,name=machines_silent,json=machinesSilent,proto3" json:"machines_silent,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// From one agent: why its counters cannot see its containers' traffic
+	// (e.g. another bridge holds its subnet); "" when they can.
+	Blind string `protobuf:"bytes,90,opt,name=blind,proto3" json:"blind,omitempty"`
+	// Merged: "MACHINE: reason" for each reporting machine that is blind.
+	// Any makes safe_to_enforce false.
+	MachinesBlind []string `protobuf:"bytes,91,rep,name=machines_blind,json=machinesBlind,proto3" json:"machines_blind,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ReadinessReport) Reset() {
@@ -328,6 +334,20 @@ func (x *ReadinessReport) GetMachinesSilent() []string {
 	return nil
 }
 
+func (x *ReadinessReport) GetBlind() string {
+	if x != nil {
+		return x.Blind
+	}
+	return ""
+}
+
+func (x *ReadinessReport) GetMachinesBlind() []string {
+	if x != nil {
+		return x.MachinesBlind
+	}
+	return nil
+}
+
 type GetReadinessReportRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Pool          string                 `protobuf:"bytes,1,opt,name=pool,proto3" json:"pool,omitempty"`
@@ -433,7 +453,7 @@ const file_api_levers9_v1_security_proto_rawDesc = "" +
 	"\x05class\x18\x01 \x01(\tR\x05class\x12 \n" +
 	"\vdestination\x18\x02 \x01(\tR\vdestination\x12\x12\n" +
 	"\x04task\x18\x03 \x01(\tR\x04task\x12\x18\n" +
-	"\asamples\x18\x04 \x01(\x04R\asamples\"\xdd\x03\n" +
+	"\asamples\x18\x04 \x01(\x04R\asamples\"\x9a\x04\n" +
 	"\x0fReadinessReport\x12\x12\n" +
 	"\x04pool\x18\x01 \x01(\tR\x04pool\x12\x12\n" +
 	"\x04mode\x18\x02 \x01(\tR\x04mode\x12.\n" +
@@ -446,7 +466,9 @@ const file_api_levers9_v1_security_proto_rawDesc = "" +
 	"\x0fsafe_to_enforce\x18\t \x01(\bR\rsafeToEnforce\x12-\n" +
 	"\x12machines_reporting\x18\n" +
 	" \x01(\x05R\x11machinesReporting\x12'\n" +
-	"\x0fmachines_silent\x18\v \x03(\tR\x0emachinesSilent\"/\n" +
+	"\x0fmachines_silent\x18\v \x03(\tR\x0emachinesSilent\x12\x14\n" +
+	"\x05blind\x18Z \x01(\tR\x05blind\x12%\n" +
+	"\x0emachines_blind\x18[ \x03(\tR\rmachinesBlind\"/\n" +
 	"\x19GetReadinessReportRequest\x12\x12\n" +
 	"\x04pool\x18\x01 \x01(\tR\x04pool\"Q\n" +
 	"\x1aGetReadinessReportResponse\x123\n" +
