@@ -78,7 +78,7 @@ func Join(ctx context.Context, o JoinOptions) (Settings, error) {
 		return Settings{}, fmt.Errorf("the controlplane returned a certificate for another key: %w", err)
 	}
 	st := Settings{MachineID: resp.MachineId, Pool: resp.Pool, Controlplane: o.Controlplane, TunnelAddrs: resp.TunnelAddrs,
-		ControlplaneCA: len(cpCA) > 0}
+		ControlplaneCA: len(cpCA) > 0, Labels: resp.Labels}
 	if err := o.State.save(st, keyPEM, []byte(resp.CertificatePem), []byte(resp.CaPem), cpCA); err != nil {
 		return Settings{}, fmt.Errorf("save the credential in %s: %w", o.State.Dir, err)
 	}

@@ -263,7 +263,7 @@ func (a *Agent) collect(ctx context.Context) *v1.Inventory {
 	pb := &v1.Inventory{Hostname: inv.Hostname, Os: inv.OS, Arch: inv.Arch, Kernel: inv.KernelRelease,
 		Cpus: int32(inv.CPU.Count), CpuModel: inv.CPU.Model, MemoryBytes: inv.MemoryTotalBytes,
 		DiskBytes: inv.Disk.TotalBytes, RuncVersion: inv.RuncVersion, RunscVersion: inv.RunscVersion,
-		Apparmor: inv.AppArmorEnabled}
+		Apparmor: inv.AppArmorEnabled, Labels: a.settings.Labels}
 	for _, g := range inv.GPUs {
 		pb.Gpus = append(pb.Gpus, &v1.Gpu{Index: int32(g.Index), Uuid: g.UUID, Name: g.Name, MemoryBytes: g.MemoryTotalBytes,
 			DriverVersion: g.DriverVersion, CudaVersion: g.CUDADriverVersion})

@@ -33,6 +33,9 @@ type Settings struct {
 	// ControlplaneCA is set when the controlplane's certificate needs a
 	// private CA.
 	ControlplaneCA bool `json:"controlplaneCA"`
+	// Labels are the machine's labels (machine create --label), as the
+	// enrollment returned them; the inventory reports them.
+	Labels map[string]string `json:"labels,omitempty"`
 }
 
 func (s State) path(name string) string { return filepath.Join(s.Dir, name) }

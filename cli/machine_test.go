@@ -96,4 +96,29 @@ func TestMachineCreateWritesPrivateScript(t *testing.T) {
 	if strings.Count(out, `"id"`) != 1 {
 		t.Errorf("machines after a refused and an accepted create: %s", out)
 	}
+
+	// Labels: repeatable, shown by create, list and show; a bad one is
+	// refused naming it, and creates nothing.
+	for _, bad := range []struct{ arg, want string }{
+		{"zone", `--label "zone": want KEY=VALUE`},
+		{"zone=eu west", `label "zone": value "eu west"`},
+	} {
+		if _, errOut, code := b.run(t, "", nil, "machine", "create", "--pool", "default", "--label", bad.arg); code == 0 || !strings.Contains(errOut, bad.want) {
+			t.Errorf("--label %s: %s, want %s", bad.arg, errOut, bad.want)
+		}
+	}
+	out, errOut, code = b.run(t, "", nil, "machine", "create", "--pool", "default", "--name", "labelled", "--label", "zone=eu", "--label", "example.com/disk=ssd")
+	if code != 0 || !strings.Contains(out, "labels: example.com/disk=ssd,zone=eu") {
+		t.Fatalf("machine create with labels: %s %s", out, errOut)
+	}
+	id = regexp.MustCompile(`machine (m_[a-z2-7]+)`).FindStringSubmatch(out)
+	if out, _, _ = b.run(t, "", nil, "machine", "list"); !regexp.MustCompile(`labelled .* example.com/disk=ssd,zone=eu`).MatchString(out) {
+		t.Errorf("machine list lacks the labels: %s", out)
+	}
+	if out, _, _ = b.run(t, "", nil, "machine", "show", id[1]); !regexp.MustCompile(`Labels:\s+example.com/disk=ssd,zone=eu`).MatchString(out) {
+		t.Errorf("machine show lacks the labels: %s", out)
+	}
+	if out, _, _ = b.run(t, "", nil, "machine", "list", "-o", "json"); strings.Count(out, `"id"`) != 2 {
+		t.Errorf("machines after refused labels: %s", out)
+	}
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 	"time"
 
@@ -38,9 +39,10 @@ func (a *app) machineCreateCmd() *cobra.Command {
 		pool, name string
 		joinTTL    time.Duration
 		floor      enroll.Floor
+		labelArgs  []string
 	)
 	create := &cobra.Command{
-		Use:   "create --pool NAME [--name NAME] [--join-ttl 1h] [--min-profile P] [--min-seccomp S] [--min-egress E]",
+		Use:   "create --pool NAME [--name NAME] [--label K=V]... [--join-ttl 1h] [--min-profile P] [--min-seccomp S] [--min-egress E]",
 		Short: "Create a machine and the join script that enrolls it",
 		Long: `Create a machine record with a single-use join token (1 hour by default) and write the
 join script, token inside, to ~/.levers9/machines/ID.sh with mode 0600. Copy that file to the
@@ -49,15 +51,24 @@ machine and run it there as root; the printed command hides the token.
 --min-profile, --min-seccomp and --min-egress set the machine's security floor: the script
 starts the agent with them, and the agent refuses any task whose container security is looser,
 whatever the controlplane sends. The CLI writes them into the script; the controlplane never
-sees them.`,
+sees them.
+
+--label K=V (repeatable) labels the machine, as Kubernetes labels (an optional DNS-subdomain
+prefix and "/", a name of up to 63 letters, digits, '-', '_' and '.', a value of the same kind
+or empty). The agent reports them in its inventory. A pool whose nodeSelector (in the
+controlplane config) names labels the machine lacks refuses it when the script joins.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := floor.Validate(); err != nil {
 				return err
 			}
+			labels, err := parseLabels(labelArgs)
+			if err != nil {
+				return err
+			}
 			resp, err := rpc(a, func(ctx context.Context, conn *grpc.ClientConn) (*v1.CreateMachineResponse, error) {
 				return v1.NewMachineServiceClient(conn).CreateMachine(ctx, &v1.CreateMachineRequest{
-					Pool: pool, Name: name, JoinTtlSeconds: int64(joinTTL / time.Second)})
+					Pool: pool, Name: name, JoinTtlSeconds: int64(joinTTL / time.Second), Labels: labels})
 			})
 			if err != nil {
 				return err
@@ -82,6 +93,9 @@ sees them.`,
 			}
 			m := resp.Machine
 			fmt.Fprintf(a.io.Out, "machine %s (%s) created in pool %s\n", m.Id, m.Name, m.Pool)
+			if len(m.Labels) > 0 {
+				fmt.Fprintf(a.io.Out, "labels: %s\n", labelString(m.Labels))
+			}
 			if !floor.IsZero() {
 				fmt.Fprintf(a.io.Out, "security floor: %s (the agent refuses looser tasks)\n", floor)
 			}
@@ -94,6 +108,7 @@ sees them.`,
 	}
 	create.Flags().StringVar(&pool, "pool", "", "pool to join (see `levers9 pool list`)")
 	create.Flags().StringVar(&name, "name", "", "machine name (made up when empty)")
+	create.Flags().StringArrayVar(&labelArgs, "label", nil, "label K=V for the machine (repeatable); a pool's nodeSelector selects machines by label")
 	create.Flags().DurationVar(&joinTTL, "join-ttl", 0, "how long the join token stays valid (default: the controlplane's, 1h)")
 	create.Flags().StringVar(&floor.Profile, "min-profile", "", "machine's floor for the container profile: legacy < hardened (default none)")
 	create.Flags().StringVar(&floor.Seccomp, "min-seccomp", "", "machine's floor for seccomp: off < log < enforce (default none)")
@@ -120,11 +135,11 @@ func (a *app) machineListCmd() *cobra.Command {
 				return a.printJSON(resp)
 			}
 			w := newTab(a)
-			fmt.Fprintln(w, "ID\tNAME\tPOOL\tSTATE\tLAST HEARTBEAT\tAGENT\tTRANSPORT\tCPUS\tGPUS")
+			fmt.Fprintln(w, "ID\tNAME\tPOOL\tSTATE\tLAST HEARTBEAT\tAGENT\tTRANSPORT\tCPUS\tGPUS\tLABELS")
 			for _, m := range resp.Machines {
 				inv := m.GetInventory()
-				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\n", m.Id, m.Name, m.Pool, machineState(m.State), ago(m),
-					dash(m.AgentVersion), dash(m.Transport), inv.GetCpus(), len(inv.GetGpus()))
+				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\n", m.Id, m.Name, m.Pool, machineState(m.State), ago(m),
+					dash(m.AgentVersion), dash(m.Transport), inv.GetCpus(), len(inv.GetGpus()), dash(labelString(m.Labels)))
 			}
 			return w.Flush()
 		},
@@ -154,6 +169,7 @@ func (a *app) machineShowCmd() *cobra.Command {
 			w := newTab(a)
 			for _, kv := range [][2]string{
 				{"ID", m.Id}, {"Name", m.Name}, {"Pool", m.Pool}, {"State", machineState(m.State)},
+				{"Labels", dash(labelString(m.Labels))},
 				{"Transport", dash(m.Transport)}, {"Last heartbeat", ago(m)}, {"Agent", dash(m.AgentVersion)},
 				{"Enrolled", when(m.EnrolledAt)}, {"Certificate expires", when(m.CertificateExpiresAt)},
 				{"Hostname", dash(inv.GetHostname())}, {"Kernel", dash(inv.GetKernel())},
@@ -199,6 +215,39 @@ func (a *app) machineDeleteCmd() *cobra.Command {
 	return del
 }
 
+// parseLabels turns --label K=V flags into a map; the controlplane checks
+// each label's syntax.
+func parseLabels(args []string) (map[string]string, error) {
+	if len(args) == 0 {
+		return nil, nil
+	}
+	out := make(map[string]string, len(args))
+	for _, arg := range args {
+		k, v, ok := strings.Cut(arg, "=")
+		if !ok || k == "" {
+			return nil, fmt.Errorf("--label %q: want KEY=VALUE (the value may be empty: KEY=)", arg)
+		}
+		if old, dup := out[k]; dup && old != v {
+			return nil, fmt.Errorf("--label %q: label %q is given twice (%q and %q)", arg, k, old, v)
+		}
+		out[k] = v
+	}
+	return out, nil
+}
+
+// labelString shows labels as k=v,k=v in key order.
+func labelString(labels map[string]string) string {
+	keys := make([]string, 0, len(labels))
+	for k := range labels {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for i, k := range keys {
+		keys[i] = k + "=" + labels[k]
+	}
+	return strings.Join(keys, ",")
+}
+
 func dash(s string) string {
 	if s == "" {
 		return "-"
@@ -223,7 +272,7 @@ func (a *app) poolCmd() *cobra.Command {
 				return a.printJSON(resp)
 			}
 			w := newTab(a)
-			fmt.Fprintln(w, "POOL\tMACHINES\tONLINE\tGPUS FREE/TOTAL\tRUNTIME\tPROFILE\tSECCOMP\tNET_RAW\tISOLATION\tEGRESS\tSHARED")
+			fmt.Fprintln(w, "POOL\tMACHINES\tONLINE\tGPUS FREE/TOTAL\tRUNTIME\tPROFILE\tSECCOMP\tNET_RAW\tISOLATION\tEGRESS\tSHARED\tMOUNTS\tNODE SELECTOR")
 			for _, p := range resp.Pools {
 				sec := p.GetSecurity()
 				netRaw := "kept"
@@ -236,8 +285,9 @@ func (a *app) poolCmd() *cobra.Command {
 				if p.Shared {
 					shared = "yes"
 				}
-				fmt.Fprintf(w, "%s\t%d\t%d\t%d/%d\t%s\t%s\t%s\t%s\t%v\t%s\t%s\n", p.Name, p.Machines, p.MachinesOnline, p.GpusFree, p.GpusTotal,
-					sec.GetRuntime(), sec.GetProfile(), sec.GetSeccomp(), netRaw, sec.GetBridgePortIsolation(), sec.GetEgressMode(), shared)
+				fmt.Fprintf(w, "%s\t%d\t%d\t%d/%d\t%s\t%s\t%s\t%s\t%v\t%s\t%s\t%s\t%s\n", p.Name, p.Machines, p.MachinesOnline, p.GpusFree, p.GpusTotal,
+					sec.GetRuntime(), sec.GetProfile(), sec.GetSeccomp(), netRaw, sec.GetBridgePortIsolation(), sec.GetEgressMode(), shared,
+					dash(sec.GetVolumeMountValidation()), dash(labelString(p.NodeSelector)))
 			}
 			return w.Flush()
 		},

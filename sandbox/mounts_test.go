@@ -159,7 +159,9 @@ func TestOnlyTaskVolumesJudged(t *testing.T) {
 	etc := []Mount{{Source: "/etc", Destination: "/host-etc", ReadOnly: true}}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	run := func(t *testing.T, mode MountValidation, id string, mounts []Mount) (string, string, error) {
+	// run starts a task on a node whose validation is mode, in a pool
+	// whose pushed validation is poolMode.
+	runIn := func(t *testing.T, mode, poolMode MountValidation, id string, mounts []Mount) (string, string, error) {
 		t.Helper()
 		var logs, out syncBuffer
 		sb, err := New(Config{StateDir: "/run/l9s-test", CgroupParent: "/l9s-test", Host: b.host, MountValidation: mode,
@@ -168,7 +170,8 @@ func TestOnlyTaskVolumesJudged(t *testing.T) {
 			t.Fatal(err)
 		}
 		task := TaskSpec{ID: id, Rootfs: rootfs, Args: []string{"cat", "/etc/resolv.conf"}, Mounts: mounts, AgentMounts: agentMounts}
-		h, err := sb.Run(ctx, task, Security{Profile: ProfileHardened, Seccomp: SeccompEnforce, Runtime: RuntimeRunc}, Stdio{Stdout: &out, Stderr: &out})
+		h, err := sb.Run(ctx, task, Security{Profile: ProfileHardened, Seccomp: SeccompEnforce, Runtime: RuntimeRunc, MountValidation: poolMode},
+			Stdio{Stdout: &out, Stderr: &out})
 		if err != nil {
 			return logs.String(), out.String(), err
 		}
@@ -177,6 +180,10 @@ func TestOnlyTaskVolumesJudged(t *testing.T) {
 			t.Fatalf("exit %+v %v: %s", st, err, out.String())
 		}
 		return logs.String(), out.String(), nil
+	}
+	run := func(t *testing.T, mode MountValidation, id string, mounts []Mount) (string, string, error) {
+		t.Helper()
+		return runIn(t, mode, "", id, mounts)
 	}
 	const warning = "sensitive volume mount allowed in log mode"
 
@@ -199,6 +206,26 @@ func TestOnlyTaskVolumesJudged(t *testing.T) {
 		_, _, err := run(t, MountValidationEnforce, "judged-etc", etc)
 		if !errdefs.IsPermissionDenied(err) || !strings.Contains(err.Error(), "task.mounts[0].source") || strings.Contains(err.Error(), resolv) {
 			t.Errorf("mounting /etc under enforce: %v", err)
+		}
+	})
+	// The pool's pushed worker.volumeMountValidation: enforce wins over a
+	// node left at log, and log on an enforcing node loosens nothing.
+	t.Run("pool enforce on a log node", func(t *testing.T) {
+		logs, _, err := runIn(t, MountValidationLog, MountValidationEnforce, "judged-pool", etc)
+		if !errdefs.IsPermissionDenied(err) || !strings.Contains(err.Error(), "task.mounts[0].source") || strings.Contains(logs, warning) {
+			t.Errorf("mounting /etc in a pool set to enforce: %v (logs %s)", err, logs)
+		}
+	})
+	t.Run("pool log on an enforcing node", func(t *testing.T) {
+		_, _, err := runIn(t, MountValidationEnforce, MountValidationLog, "judged-node", etc)
+		if !errdefs.IsPermissionDenied(err) {
+			t.Errorf("mounting /etc on a node set to enforce, pool at log: %v", err)
+		}
+	})
+	t.Run("pool log on a log node", func(t *testing.T) {
+		logs, out, err := runIn(t, MountValidationLog, MountValidationLog, "judged-both-log", etc)
+		if err != nil || !strings.Contains(out, "192.0.2.53") || strings.Count(logs, warning) != 1 {
+			t.Errorf("log everywhere: %v, output %q, logs %s", err, out, logs)
 		}
 	})
 }

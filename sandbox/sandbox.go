@@ -134,6 +134,16 @@ func (h *Handle) State(ctx context.Context) (State, error) { return h.rt.State(c
 // Idempotent.
 func (h *Handle) Delete(ctx context.Context) error { return h.rt.Delete(ctx, h.ID) }
 
+// mountValidator is the node's validator, switched to enforce when the
+// pool's pushed settings say enforce (the stricter of the two wins).
+func (s *Sandbox) mountValidator(sec Security) MountValidator {
+	v := s.mounts
+	if sec.MountValidation == MountValidationEnforce {
+		v.Mode = MountValidationEnforce
+	}
+	return v
+}
+
 // Run tightens the pool's settings with the task's requests, validates the
 // task's volumes (Mounts, not the agent's own AgentMounts), builds the spec, and creates and starts the container.
 // The caller must Delete the handle.
@@ -146,7 +156,7 @@ func (s *Sandbox) Run(ctx context.Context, task TaskSpec, pool Security, stdio S
 	if err != nil {
 		return nil, fmt.Errorf("task %s: %w", task.ID, err)
 	}
-	viol, err := s.mounts.Check(ctx, task.ID, task.Mounts)
+	viol, err := s.mountValidator(sec).Check(ctx, task.ID, task.Mounts)
 	if err != nil {
 		return nil, errdefs.WithRetry(err, false)
 	}

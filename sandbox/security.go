@@ -57,6 +57,11 @@ type Security struct {
 	// issue names, because docker-in-docker and images built around sudo
 	// break without setuid.
 	NoNewPrivilegesExceptions NNPExceptions `json:"noNewPrivilegesExceptions"`
+	// MountValidation is the pool's worker.volumeMountValidation as the
+	// controlplane pushed it; empty keeps the node's (Config.MountValidation).
+	// The stricter of the two applies: a pool set to enforce refuses
+	// sensitive volume sources on a node left at log.
+	MountValidation MountValidation `json:"mountValidation,omitempty"`
 }
 
 // NNPExceptions says which containers keep setuid working under the hardened
@@ -98,6 +103,9 @@ func (s Security) Validate() error {
 	}
 	if s.Runtime != RuntimeRunc && s.Runtime != RuntimeRunsc {
 		errs = append(errs, fmt.Errorf("worker.containerSecurity.runtime: %q is not runc or runsc", s.Runtime))
+	}
+	if m := s.MountValidation; m != "" && m != MountValidationLog && m != MountValidationEnforce {
+		errs = append(errs, fmt.Errorf("worker.volumeMountValidation: %q is not log or enforce", m))
 	}
 	if len(errs) == 0 {
 		return nil

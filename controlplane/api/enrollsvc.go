@@ -3,11 +3,13 @@ package api
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	"google.golang.org/grpc/peer"
 
 	v1 "github.com/levers9/levers9/api/levers9/v1"
 	"github.com/levers9/levers9/controlplane/bus"
+	"github.com/levers9/levers9/controlplane/config"
 	"github.com/levers9/levers9/controlplane/store"
 	"github.com/levers9/levers9/enroll"
 	"github.com/levers9/levers9/internal/errdefs"
@@ -58,8 +60,15 @@ func (s *EnrollService) enroll(ctx context.Context, req *v1.EnrollRequest) (*v1.
 	}
 	var certPEM []byte
 	m, err := s.Store.Enroll(ctx, jt.ID, s.now(), jt.Matches, func(m store.Machine) (store.Enrollment, error) {
-		if _, ok := s.Config.Worker.Pools[m.Pool]; !ok {
+		pool, ok := s.Config.Worker.Pools[m.Pool]
+		if !ok {
 			return store.Enrollment{}, fmt.Errorf("pool %q of machine %s no longer exists: %w", m.Pool, m.ID, store.ErrJoinRefused)
+		}
+		if missing := config.Unselected(pool.NodeSelector, m.Labels); len(missing) > 0 {
+			// The token is not consumed: the operator can change the
+			// pool's nodeSelector and the same script joins.
+			return store.Enrollment{}, fmt.Errorf("pool %q selects machines by worker.pools.%s.nodeSelector, and machine %s lacks the label %s: create the machine with `levers9 machine create --pool %s --label %s` (or change the pool's nodeSelector): %w",
+				m.Pool, m.Pool, m.ID, strings.Join(missing, ", "), m.Pool, strings.Join(missing, " --label "), store.ErrJoinRefused)
 		}
 		pemBytes, notAfter, err := ca.Sign(csr, m.ID, s.Config.Controlplane.CertTTL())
 		if err != nil {
@@ -79,5 +88,5 @@ func (s *EnrollService) enroll(ctx context.Context, req *v1.EnrollRequest) (*v1.
 	s.Log.Info("machine enrolled", "audit", true, "workspace_id", m.WorkspaceID, "machine_id", m.ID, "pool", m.Pool, "hostname", m.Hostname)
 	s.publish(ctx, bus.Event{Workspace: m.WorkspaceID, Kind: "machine.enrolled", Object: m.ID})
 	return &v1.EnrollResponse{MachineId: m.ID, Pool: m.Pool, CertificatePem: string(certPEM), CaPem: string(ca.CertPEM()),
-		ExpiresAt: ts(m.CertNotAfter), TunnelAddrs: []string{s.Public.Tunnel}}, nil
+		ExpiresAt: ts(m.CertNotAfter), TunnelAddrs: []string{s.Public.Tunnel}, Labels: m.Labels}, nil
 }

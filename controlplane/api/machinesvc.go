@@ -2,12 +2,14 @@ package api
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
 	v1 "github.com/levers9/levers9/api/levers9/v1"
 	"github.com/levers9/levers9/controlplane/auth"
 	"github.com/levers9/levers9/controlplane/bus"
+	"github.com/levers9/levers9/controlplane/config"
 	"github.com/levers9/levers9/controlplane/store"
 	"github.com/levers9/levers9/enroll"
 	"github.com/levers9/levers9/internal/errdefs"
@@ -33,7 +35,7 @@ type MachineService struct {
 func (d *Deps) machinePB(m store.Machine) *v1.Machine {
 	pb := &v1.Machine{Id: m.ID, Name: m.Name, Pool: m.Pool, WorkspaceId: m.WorkspaceID, CreatedAt: ts(&m.CreatedAt),
 		EnrolledAt: ts(m.EnrolledAt), LastHeartbeat: ts(m.LastHeartbeat), AgentVersion: m.AgentVersion,
-		CertificateExpiresAt: ts(m.CertNotAfter)}
+		CertificateExpiresAt: ts(m.CertNotAfter), Labels: m.Labels}
 	if m.EnrolledAt == nil {
 		pb.State = v1.MachineState_MACHINE_STATE_PENDING
 		pb.JoinExpiresAt = ts(m.JoinExpiresAt)
@@ -84,6 +86,9 @@ func (s *MachineService) createMachine(ctx context.Context, req *v1.CreateMachin
 	if err := checkName("name", name); err != nil {
 		return nil, err
 	}
+	if errs := config.CheckLabels("labels", req.GetLabels()); len(errs) > 0 {
+		return nil, fmt.Errorf("%w: %w", errors.Join(errs...), errdefs.ErrInvalidArgument)
+	}
 	ttl := s.Config.Controlplane.JoinTokenTTL()
 	if req.GetJoinTtlSeconds() != 0 {
 		if req.GetJoinTtlSeconds() < 60 || req.GetJoinTtlSeconds() > 7*24*3600 {
@@ -102,7 +107,7 @@ func (s *MachineService) createMachine(ctx context.Context, req *v1.CreateMachin
 	}
 	now := s.now()
 	jtID, token, hash := enroll.MintJoinToken()
-	m := store.Machine{ID: machineID, WorkspaceID: p.WorkspaceID, Name: name, Pool: pool, CreatedAt: now}
+	m := store.Machine{ID: machineID, WorkspaceID: p.WorkspaceID, Name: name, Pool: pool, CreatedAt: now, Labels: req.GetLabels()}
 	expires := now.Add(ttl)
 	script, err := enroll.JoinScript(enroll.ScriptParams{MachineID: m.ID, Pool: pool, ControlplaneGRPC: s.Public.GRPC,
 		ControlplaneREST: s.Public.REST, CAPEM: s.Public.CAPEM, AgentSHA256: sums, Token: token, ExpiresAt: expires, DevBuild: req.GetDevBuild()})
@@ -116,7 +121,7 @@ func (s *MachineService) createMachine(ctx context.Context, req *v1.CreateMachin
 		return nil, err
 	}
 	m.JoinExpiresAt = &expires
-	s.Log.Info("machine created", "workspace_id", p.WorkspaceID, "machine_id", m.ID, "pool", pool, "join_token_id", jtID)
+	s.Log.Info("machine created", "workspace_id", p.WorkspaceID, "machine_id", m.ID, "pool", pool, "join_token_id", jtID, "labels", m.Labels)
 	s.publish(ctx, bus.Event{Workspace: p.WorkspaceID, Kind: "machine.created", Object: m.ID})
 	return &v1.CreateMachineResponse{Machine: s.machinePB(m), JoinToken: token, JoinScript: script}, nil
 }

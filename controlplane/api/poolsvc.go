@@ -31,12 +31,22 @@ func (s *PoolService) ListPools(ctx context.Context, _ *v1.ListPoolsRequest) (*v
 	wsName := "" // read once, if a pool's workspaces list needs it
 	resp := &v1.ListPoolsResponse{}
 	byName := map[string]*v1.Pool{}
+	// GPUs held by active attempts, per machine of each pool: free GPUs
+	// are the online machines' GPUs less these.
+	held := map[string]int32{}
 	for _, name := range s.Config.Worker.PoolNames() {
 		cfg := s.Config.Worker.Pools[name]
 		pool := &v1.Pool{Name: name, GpuType: cfg.GPUType, NodeSelector: cfg.NodeSelector, Security: tasks.SecuritySettings(s.Config, name),
 			Shared: cfg.Shared}
 		byName[name] = pool
 		resp.Pools = append(resp.Pools, pool)
+		inPool, err := s.Store.PoolMachines(ctx, name)
+		if err != nil {
+			return nil, errdefs.ToGRPC(err)
+		}
+		for _, pm := range inPool {
+			held[pm.ID] = int32(len(pm.UsedGPUs))
+		}
 		if !cfg.Shared {
 			continue
 		}
@@ -50,11 +60,7 @@ func (s *PoolService) ListPools(ctx context.Context, _ *v1.ListPoolsRequest) (*v
 		if !cfg.SharedWith(p.WorkspaceID, wsName) {
 			continue
 		}
-		others, err := s.Store.PoolMachines(ctx, name)
-		if err != nil {
-			return nil, errdefs.ToGRPC(err)
-		}
-		for _, pm := range others {
+		for _, pm := range inPool {
 			if pm.WorkspaceID == p.WorkspaceID {
 				continue // counted with the caller's own below
 			}
@@ -63,7 +69,7 @@ func (s *PoolService) ListPools(ctx context.Context, _ *v1.ListPoolsRequest) (*v
 				_ = protoJSON.Unmarshal(pm.Inventory, &inv)
 			}
 			_, online := s.Presence.Online(pm.ID)
-			countMachine(pool, online, &inv)
+			countMachine(pool, online, &inv, held[pm.ID])
 		}
 	}
 	for _, m := range machines {
@@ -72,13 +78,14 @@ func (s *PoolService) ListPools(ctx context.Context, _ *v1.ListPoolsRequest) (*v
 			continue
 		}
 		pb := s.machinePB(m)
-		countMachine(pool, pb.State == v1.MachineState_MACHINE_STATE_ONLINE, pb.GetInventory())
+		countMachine(pool, pb.State == v1.MachineState_MACHINE_STATE_ONLINE, pb.GetInventory(), held[m.ID])
 	}
 	return resp, nil
 }
 
-// countMachine adds a machine to its pool's figures.
-func countMachine(pool *v1.Pool, online bool, inv *v1.Inventory) {
+// countMachine adds a machine to its pool's figures; held is how many of
+// its GPUs active attempts (scheduled or running) hold.
+func countMachine(pool *v1.Pool, online bool, inv *v1.Inventory, held int32) {
 	pool.Machines++
 	if !online {
 		return
@@ -86,7 +93,5 @@ func countMachine(pool *v1.Pool, online bool, inv *v1.Inventory) {
 	pool.MachinesOnline++
 	gpus := int32(len(inv.GetGpus()))
 	pool.GpusTotal += gpus
-	// Free GPUs are total minus those held by running tasks; until the
-	// count of held GPUs is wired here, all are shown free.
-	pool.GpusFree += gpus
+	pool.GpusFree += max(gpus-held, 0)
 }

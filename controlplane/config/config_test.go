@@ -2,6 +2,8 @@ package config
 
 import (
 	"errors"
+	"fmt"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -125,6 +127,7 @@ worker:
     Bad_Name: {runtime: kata}
     mine: {workspaces: [a]}
     ops: {shared: true, workspaces: [a, "no spaces", a]}
+    eu: {nodeSelector: {"zone!": eu}, volumeMountValidation: sometimes}
 `
 	_, err := Load(strings.NewReader(yml), nil)
 	if err == nil {
@@ -138,6 +141,7 @@ worker:
 		"worker.containerSecurity.egress.allow[3]", "worker.containerSecurity.egress.allow[4]",
 		"worker.pools.Bad_Name", "worker.pools.Bad_Name.runtime",
 		"worker.pools.mine.workspaces", "worker.pools.ops.workspaces[1]", "worker.pools.ops.workspaces[2]",
+		"worker.pools.eu.nodeSelector", "worker.pools.eu.volumeMountValidation",
 	} {
 		if !strings.Contains(err.Error(), want+":") {
 			t.Errorf("error does not name %s:\n%v", want, err)
@@ -257,4 +261,23 @@ func TestReplicaSecrets(t *testing.T) {
 			t.Errorf("a secret is in the error: %v", err)
 		}
 	})
+}
+
+func TestCheckLabel(t *testing.T) {
+	t.Parallel()
+	for _, ok := range [][2]string{{"zone", "eu"}, {"zone", ""}, {"example.com/gpu", "l40s"}, {"a", "A_b.c-9"}, {"k8s.io/z", "1"}} {
+		if err := CheckLabel(ok[0], ok[1]); err != nil {
+			t.Errorf("%s=%s: %v", ok[0], ok[1], err)
+		}
+	}
+	for _, bad := range [][2]string{{"", "x"}, {"-zone", "x"}, {"zone", "x-"}, {"a b", "c"}, {"UP/zone", "x"}, {"/zone", "x"},
+		{"a/b/c", "x"}, {strings.Repeat("k", 64), "x"}, {"zone", strings.Repeat("v", 64)}} {
+		err := CheckLabel(bad[0], bad[1])
+		if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("label %q", bad[0])) {
+			t.Errorf("%q=%q: %v, want an error naming the label", bad[0], bad[1], err)
+		}
+	}
+	if got := Unselected(map[string]string{"zone": "eu", "gpu": "l40s"}, map[string]string{"zone": "us"}); !slices.Equal(got, []string{"gpu=l40s", "zone=eu"}) {
+		t.Errorf("Unselected = %v", got)
+	}
 }

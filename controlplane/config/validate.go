@@ -96,6 +96,12 @@ func (c *Config) Validate() error {
 		oneOf(bad, key+".runtime", p.Runtime, "runc", "runsc")
 		validateSecurity(bad, &errs, key+".security", p.Security)
 		validateWorkspaces(bad, key, p)
+		if p.VolumeMountValidation != "" {
+			oneOf(bad, key+".volumeMountValidation", p.VolumeMountValidation, "log", "enforce")
+		}
+		// The selector's labels follow the machines' label rules, so a
+		// selector no machine could ever match is refused at load.
+		errs = append(errs, CheckLabels(key+".nodeSelector", p.NodeSelector)...)
 	}
 	return errors.Join(errs...)
 }

@@ -44,9 +44,16 @@ type Egress struct {
 // Pool is one named pool of machines.
 type Pool struct {
 	// Runtime is runc or runsc (default runc).
-	Runtime      string            `yaml:"runtime"`
-	GPUType      string            `yaml:"gpuType"`
+	Runtime string `yaml:"runtime"`
+	GPUType string `yaml:"gpuType"`
+	// NodeSelector selects the pool's machines by label. For pools of
+	// joined machines, a machine whose labels (machine create --label)
+	// lack any of these is refused when it enrolls. For Kubernetes pools
+	// the same key is the worker pods' node selector.
 	NodeSelector map[string]string `yaml:"nodeSelector"`
+	// VolumeMountValidation overrides worker.volumeMountValidation for
+	// this pool (log or enforce); empty inherits.
+	VolumeMountValidation string `yaml:"volumeMountValidation"`
 	// Security overrides keys of worker.containerSecurity for this pool;
 	// unset keys inherit.
 	Security ContainerSecurity `yaml:"security"`
@@ -116,6 +123,15 @@ func (w *Worker) PoolNames() []string {
 	}
 	sort.Strings(names)
 	return names
+}
+
+// EffectiveMountValidation is the pool's volume mount validation: its
+// override, or worker.volumeMountValidation.
+func (w *Worker) EffectiveMountValidation(pool string) string {
+	if p, ok := w.Pools[pool]; ok && p.VolumeMountValidation != "" {
+		return p.VolumeMountValidation
+	}
+	return w.VolumeMountValidation
 }
 
 // EffectiveSecurity is the pool's security: the worker's settings with the

@@ -48,6 +48,7 @@ type ScriptedMachine struct {
 	dropRuns int
 	held     map[string]context.CancelFunc
 	started  []string // "task/attempt" in start order
+	attempts []*agentv1.TaskAttempt
 	running  int
 	peak     int
 	stopped  bool
@@ -122,6 +123,14 @@ func (m *ScriptedMachine) Started() []string {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return append([]string(nil), m.started...)
+}
+
+// Attempts are the attempts pushed to it that it started, as received, in
+// order.
+func (m *ScriptedMachine) Attempts() []*agentv1.TaskAttempt {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return append([]*agentv1.TaskAttempt(nil), m.attempts...)
 }
 
 // PeakRunning is the most attempts it ran at once.
@@ -218,6 +227,7 @@ func (s *scriptedService) RunTask(ctx context.Context, req *agentv1.RunTaskReque
 	ctx, cancel := context.WithCancel(context.Background())
 	m.held[key] = cancel
 	m.started = append(m.started, key)
+	m.attempts = append(m.attempts, ta)
 	m.running++
 	m.peak = max(m.peak, m.running)
 	go m.play(ctx, ta, key)

@@ -35,16 +35,22 @@ type Machine struct {
 	Inventory []byte
 	// JoinExpiresAt is the expiry of the machine's unused join token, if any.
 	JoinExpiresAt *time.Time
+	// Labels are the machine's labels (machine create --label); never nil
+	// once read.
+	Labels map[string]string
 }
 
 const machineColumns = `m.id, m.workspace_id, m.name, m.pool, m.created_at, m.enrolled_at, m.deleted_at,
 	coalesce(m.cert_serial, ''), coalesce(m.prev_cert_serial, ''), m.cert_not_after, m.agent_version, m.hostname, m.last_heartbeat, m.transport, m.inventory,
-	(SELECT max(j.expires_at) FROM join_tokens j WHERE j.machine_id = m.id AND j.used_at IS NULL)`
+	(SELECT max(j.expires_at) FROM join_tokens j WHERE j.machine_id = m.id AND j.used_at IS NULL), m.labels`
 
 func scanMachine(row interface{ Scan(...any) error }) (Machine, error) {
 	var m Machine
 	err := row.Scan(&m.ID, &m.WorkspaceID, &m.Name, &m.Pool, &m.CreatedAt, &m.EnrolledAt, &m.DeletedAt,
-		&m.CertSerial, &m.PrevCertSerial, &m.CertNotAfter, &m.AgentVersion, &m.Hostname, &m.LastHeartbeat, &m.Transport, &m.Inventory, &m.JoinExpiresAt)
+		&m.CertSerial, &m.PrevCertSerial, &m.CertNotAfter, &m.AgentVersion, &m.Hostname, &m.LastHeartbeat, &m.Transport, &m.Inventory, &m.JoinExpiresAt, &m.Labels)
+	if m.Labels == nil {
+		m.Labels = map[string]string{}
+	}
 	return m, err
 }
 
@@ -59,8 +65,12 @@ type JoinTokenRow struct {
 // CreateMachine inserts a pending machine and its join token.
 func (s *Store) CreateMachine(ctx context.Context, m Machine, jt JoinTokenRow) error {
 	return s.tx(ctx, func(tx pgx.Tx) error {
-		_, err := tx.Exec(ctx, `INSERT INTO machines (id, workspace_id, name, pool, created_at) VALUES ($1, $2, $3, $4, $5)`,
-			m.ID, m.WorkspaceID, m.Name, m.Pool, m.CreatedAt)
+		labels := m.Labels
+		if labels == nil {
+			labels = map[string]string{}
+		}
+		_, err := tx.Exec(ctx, `INSERT INTO machines (id, workspace_id, name, pool, created_at, labels) VALUES ($1, $2, $3, $4, $5, $6)`,
+			m.ID, m.WorkspaceID, m.Name, m.Pool, m.CreatedAt, labels)
 		if err != nil {
 			return wrap("create machine "+m.Name, err)
 		}

@@ -141,5 +141,5 @@ func SecuritySettings(c *config.Config, pool string) *v1.SecuritySettings {
 	sec := c.Worker.EffectiveSecurity(pool)
 	return &v1.SecuritySettings{Profile: sec.Profile, Seccomp: sec.Seccomp, DropNetRaw: *sec.DropNetRaw,
 		BridgePortIsolation: *sec.BridgePortIsolation, EgressMode: sec.Egress.Mode, EgressAllow: sec.Egress.Allow,
-		Runtime: c.Worker.Pools[pool].Runtime}
+		Runtime: c.Worker.Pools[pool].Runtime, VolumeMountValidation: c.Worker.EffectiveMountValidation(pool)}
 }

@@ -86,8 +86,11 @@ type SecuritySettings struct {
 	EgressMode          string                 `protobuf:"bytes,5,opt,name=egress_mode,json=egressMode,proto3" json:"egress_mode,omitempty"`
 	EgressAllow         []string               `protobuf:"bytes,6,rep,name=egress_allow,json=egressAllow,proto3" json:"egress_allow,omitempty"`
 	Runtime             string                 `protobuf:"bytes,7,opt,name=runtime,proto3" json:"runtime,omitempty"`
-	unknownFields       protoimpl.UnknownFields
-	sizeCache           protoimpl.SizeCache
+	// worker.volumeMountValidation (or the pool's override): log or enforce,
+	// how the agent judges the host sources of a task's volumes.
+	VolumeMountValidation string `protobuf:"bytes,70,opt,name=volume_mount_validation,json=volumeMountValidation,proto3" json:"volume_mount_validation,omitempty"`
+	unknownFields         protoimpl.UnknownFields
+	sizeCache             protoimpl.SizeCache
 }
 
 func (x *SecuritySettings) Reset() {
@@ -165,6 +168,13 @@ func (x *SecuritySettings) GetEgressAllow() []string {
 func (x *SecuritySettings) GetRuntime() string {
 	if x != nil {
 		return x.Runtime
+	}
+	return ""
+}
+
+func (x *SecuritySettings) GetVolumeMountValidation() string {
+	if x != nil {
+		return x.VolumeMountValidation
 	}
 	return ""
 }
@@ -460,6 +470,9 @@ type Inventory struct {
 	RunscVersion  string                 `protobuf:"bytes,11,opt,name=runsc_version,json=runscVersion,proto3" json:"runsc_version,omitempty"`
 	Apparmor      bool                   `protobuf:"varint,12,opt,name=apparmor,proto3" json:"apparmor,omitempty"`
 	Gpus          []*Gpu                 `protobuf:"bytes,13,rep,name=gpus,proto3" json:"gpus,omitempty"`
+	// The machine's labels (from `levers9 machine create --label`), as the
+	// agent learned them at join.
+	Labels        map[string]string `protobuf:"bytes,70,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -585,6 +598,13 @@ func (x *Inventory) GetGpus() []*Gpu {
 	return nil
 }
 
+func (x *Inventory) GetLabels() map[string]string {
+	if x != nil {
+		return x.Labels
+	}
+	return nil
+}
+
 type Machine struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -601,8 +621,11 @@ type Machine struct {
 	Inventory            *Inventory             `protobuf:"bytes,11,opt,name=inventory,proto3" json:"inventory,omitempty"`
 	JoinExpiresAt        *timestamppb.Timestamp `protobuf:"bytes,12,opt,name=join_expires_at,json=joinExpiresAt,proto3" json:"join_expires_at,omitempty"`
 	CertificateExpiresAt *timestamppb.Timestamp `protobuf:"bytes,13,opt,name=certificate_expires_at,json=certificateExpiresAt,proto3" json:"certificate_expires_at,omitempty"`
-	unknownFields        protoimpl.UnknownFields
-	sizeCache            protoimpl.SizeCache
+	// Labels given at `levers9 machine create --label k=v`; a pool's
+	// nodeSelector selects machines by them.
+	Labels        map[string]string `protobuf:"bytes,70,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Machine) Reset() {
@@ -726,6 +749,13 @@ func (x *Machine) GetCertificateExpiresAt() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *Machine) GetLabels() map[string]string {
+	if x != nil {
+		return x.Labels
+	}
+	return nil
+}
+
 type CreateMachineRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Pool  string                 `protobuf:"bytes,1,opt,name=pool,proto3" json:"pool,omitempty"`
@@ -735,7 +765,10 @@ type CreateMachineRequest struct {
 	JoinTtlSeconds int64 `protobuf:"varint,3,opt,name=join_ttl_seconds,json=joinTtlSeconds,proto3" json:"join_ttl_seconds,omitempty"`
 	// Hand the machine an agent built from the controlplane's own source
 	// (only when the controlplane runs with LEVERS9_AGENT_DEV_BUILDS=true).
-	DevBuild      bool `protobuf:"varint,4,opt,name=dev_build,json=devBuild,proto3" json:"dev_build,omitempty"`
+	DevBuild bool `protobuf:"varint,4,opt,name=dev_build,json=devBuild,proto3" json:"dev_build,omitempty"`
+	// Labels, validated like Kubernetes labels. A pool with a nodeSelector
+	// refuses at join a machine whose labels do not match it.
+	Labels        map[string]string `protobuf:"bytes,70,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -796,6 +829,13 @@ func (x *CreateMachineRequest) GetDevBuild() bool {
 		return x.DevBuild
 	}
 	return false
+}
+
+func (x *CreateMachineRequest) GetLabels() map[string]string {
+	if x != nil {
+		return x.Labels
+	}
+	return nil
 }
 
 type CreateMachineResponse struct {
@@ -1194,7 +1234,9 @@ type EnrollResponse struct {
 	CaPem     string                 `protobuf:"bytes,4,opt,name=ca_pem,json=caPem,proto3" json:"ca_pem,omitempty"`
 	ExpiresAt *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=expires_at,json=expiresAt,proto3" json:"expires_at,omitempty"`
 	// Where the agent's tunnel goes (HOST:PORT, UDP and TCP).
-	TunnelAddrs   []string `protobuf:"bytes,6,rep,name=tunnel_addrs,json=tunnelAddrs,proto3" json:"tunnel_addrs,omitempty"`
+	TunnelAddrs []string `protobuf:"bytes,6,rep,name=tunnel_addrs,json=tunnelAddrs,proto3" json:"tunnel_addrs,omitempty"`
+	// The machine's labels, which the agent reports in its inventory.
+	Labels        map[string]string `protobuf:"bytes,70,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1271,12 +1313,19 @@ func (x *EnrollResponse) GetTunnelAddrs() []string {
 	return nil
 }
 
+func (x *EnrollResponse) GetLabels() map[string]string {
+	if x != nil {
+		return x.Labels
+	}
+	return nil
+}
+
 var File_api_levers9_v1_machine_proto protoreflect.FileDescriptor
 
 const file_api_levers9_v1_machine_proto_rawDesc = "" +
 	"\n" +
 	"\x1capi/levers9/v1/machine.proto\x12\n" +
-	"levers9.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xfa\x01\n" +
+	"levers9.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xb2\x02\n" +
 	"\x10SecuritySettings\x12\x18\n" +
 	"\aprofile\x18\x01 \x01(\tR\aprofile\x12\x18\n" +
 	"\aseccomp\x18\x02 \x01(\tR\aseccomp\x12 \n" +
@@ -1286,7 +1335,8 @@ const file_api_levers9_v1_machine_proto_rawDesc = "" +
 	"\vegress_mode\x18\x05 \x01(\tR\n" +
 	"egressMode\x12!\n" +
 	"\fegress_allow\x18\x06 \x03(\tR\vegressAllow\x12\x18\n" +
-	"\aruntime\x18\a \x01(\tR\aruntime\"\x92\x03\n" +
+	"\aruntime\x18\a \x01(\tR\aruntime\x126\n" +
+	"\x17volume_mount_validation\x18F \x01(\tR\x15volumeMountValidation\"\x92\x03\n" +
 	"\x04Pool\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x19\n" +
 	"\bgpu_type\x18\x02 \x01(\tR\agpuType\x12G\n" +
@@ -1310,7 +1360,7 @@ const file_api_levers9_v1_machine_proto_rawDesc = "" +
 	"\x04name\x18\x03 \x01(\tR\x04name\x12!\n" +
 	"\fmemory_bytes\x18\x04 \x01(\x04R\vmemoryBytes\x12%\n" +
 	"\x0edriver_version\x18\x05 \x01(\tR\rdriverVersion\x12!\n" +
-	"\fcuda_version\x18\x06 \x01(\tR\vcudaVersion\"\x87\x03\n" +
+	"\fcuda_version\x18\x06 \x01(\tR\vcudaVersion\"\xfd\x03\n" +
 	"\tInventory\x12\x1a\n" +
 	"\bhostname\x18\x01 \x01(\tR\bhostname\x12\x0e\n" +
 	"\x02os\x18\x02 \x01(\tR\x02os\x12\x12\n" +
@@ -1326,7 +1376,11 @@ const file_api_levers9_v1_machine_proto_rawDesc = "" +
 	" \x01(\tR\vruncVersion\x12#\n" +
 	"\rrunsc_version\x18\v \x01(\tR\frunscVersion\x12\x1a\n" +
 	"\bapparmor\x18\f \x01(\bR\bapparmor\x12#\n" +
-	"\x04gpus\x18\r \x03(\v2\x0f.levers9.v1.GpuR\x04gpus\"\xdd\x04\n" +
+	"\x04gpus\x18\r \x03(\v2\x0f.levers9.v1.GpuR\x04gpus\x129\n" +
+	"\x06labels\x18F \x03(\v2!.levers9.v1.Inventory.LabelsEntryR\x06labels\x1a9\n" +
+	"\vLabelsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xd1\x05\n" +
 	"\aMachine\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x12\n" +
@@ -1343,12 +1397,20 @@ const file_api_levers9_v1_machine_proto_rawDesc = "" +
 	" \x01(\tR\ttransport\x123\n" +
 	"\tinventory\x18\v \x01(\v2\x15.levers9.v1.InventoryR\tinventory\x12B\n" +
 	"\x0fjoin_expires_at\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\rjoinExpiresAt\x12P\n" +
-	"\x16certificate_expires_at\x18\r \x01(\v2\x1a.google.protobuf.TimestampR\x14certificateExpiresAt\"\x85\x01\n" +
+	"\x16certificate_expires_at\x18\r \x01(\v2\x1a.google.protobuf.TimestampR\x14certificateExpiresAt\x127\n" +
+	"\x06labels\x18F \x03(\v2\x1f.levers9.v1.Machine.LabelsEntryR\x06labels\x1a9\n" +
+	"\vLabelsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x86\x02\n" +
 	"\x14CreateMachineRequest\x12\x12\n" +
 	"\x04pool\x18\x01 \x01(\tR\x04pool\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12(\n" +
 	"\x10join_ttl_seconds\x18\x03 \x01(\x03R\x0ejoinTtlSeconds\x12\x1b\n" +
-	"\tdev_build\x18\x04 \x01(\bR\bdevBuild\"\x86\x01\n" +
+	"\tdev_build\x18\x04 \x01(\bR\bdevBuild\x12D\n" +
+	"\x06labels\x18F \x03(\v2,.levers9.v1.CreateMachineRequest.LabelsEntryR\x06labels\x1a9\n" +
+	"\vLabelsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x86\x01\n" +
 	"\x15CreateMachineResponse\x12-\n" +
 	"\amachine\x18\x01 \x01(\v2\x13.levers9.v1.MachineR\amachine\x12\x1d\n" +
 	"\n" +
@@ -1371,7 +1433,7 @@ const file_api_levers9_v1_machine_proto_rawDesc = "" +
 	"join_token\x18\x01 \x01(\tR\tjoinToken\x12\x17\n" +
 	"\acsr_pem\x18\x02 \x01(\tR\x06csrPem\x12#\n" +
 	"\ragent_version\x18\x03 \x01(\tR\fagentVersion\x12\x1a\n" +
-	"\bhostname\x18\x04 \x01(\tR\bhostname\"\xe1\x01\n" +
+	"\bhostname\x18\x04 \x01(\tR\bhostname\"\xdc\x02\n" +
 	"\x0eEnrollResponse\x12\x1d\n" +
 	"\n" +
 	"machine_id\x18\x01 \x01(\tR\tmachineId\x12\x12\n" +
@@ -1380,7 +1442,11 @@ const file_api_levers9_v1_machine_proto_rawDesc = "" +
 	"\x06ca_pem\x18\x04 \x01(\tR\x05caPem\x129\n" +
 	"\n" +
 	"expires_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\x12!\n" +
-	"\ftunnel_addrs\x18\x06 \x03(\tR\vtunnelAddrs*}\n" +
+	"\ftunnel_addrs\x18\x06 \x03(\tR\vtunnelAddrs\x12>\n" +
+	"\x06labels\x18F \x03(\v2&.levers9.v1.EnrollResponse.LabelsEntryR\x06labels\x1a9\n" +
+	"\vLabelsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01*}\n" +
 	"\fMachineState\x12\x1d\n" +
 	"\x19MACHINE_STATE_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15MACHINE_STATE_PENDING\x10\x01\x12\x18\n" +
@@ -1410,7 +1476,7 @@ func file_api_levers9_v1_machine_proto_rawDescGZIP() []byte {
 }
 
 var file_api_levers9_v1_machine_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_api_levers9_v1_machine_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
+var file_api_levers9_v1_machine_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
 var file_api_levers9_v1_machine_proto_goTypes = []any{
 	(MachineState)(0),             // 0: levers9.v1.MachineState
 	(*SecuritySettings)(nil),      // 1: levers9.v1.SecuritySettings
@@ -1431,41 +1497,49 @@ var file_api_levers9_v1_machine_proto_goTypes = []any{
 	(*EnrollRequest)(nil),         // 16: levers9.v1.EnrollRequest
 	(*EnrollResponse)(nil),        // 17: levers9.v1.EnrollResponse
 	nil,                           // 18: levers9.v1.Pool.NodeSelectorEntry
-	(*timestamppb.Timestamp)(nil), // 19: google.protobuf.Timestamp
+	nil,                           // 19: levers9.v1.Inventory.LabelsEntry
+	nil,                           // 20: levers9.v1.Machine.LabelsEntry
+	nil,                           // 21: levers9.v1.CreateMachineRequest.LabelsEntry
+	nil,                           // 22: levers9.v1.EnrollResponse.LabelsEntry
+	(*timestamppb.Timestamp)(nil), // 23: google.protobuf.Timestamp
 }
 var file_api_levers9_v1_machine_proto_depIdxs = []int32{
 	18, // 0: levers9.v1.Pool.node_selector:type_name -> levers9.v1.Pool.NodeSelectorEntry
 	1,  // 1: levers9.v1.Pool.security:type_name -> levers9.v1.SecuritySettings
 	2,  // 2: levers9.v1.ListPoolsResponse.pools:type_name -> levers9.v1.Pool
 	5,  // 3: levers9.v1.Inventory.gpus:type_name -> levers9.v1.Gpu
-	0,  // 4: levers9.v1.Machine.state:type_name -> levers9.v1.MachineState
-	19, // 5: levers9.v1.Machine.created_at:type_name -> google.protobuf.Timestamp
-	19, // 6: levers9.v1.Machine.enrolled_at:type_name -> google.protobuf.Timestamp
-	19, // 7: levers9.v1.Machine.last_heartbeat:type_name -> google.protobuf.Timestamp
-	6,  // 8: levers9.v1.Machine.inventory:type_name -> levers9.v1.Inventory
-	19, // 9: levers9.v1.Machine.join_expires_at:type_name -> google.protobuf.Timestamp
-	19, // 10: levers9.v1.Machine.certificate_expires_at:type_name -> google.protobuf.Timestamp
-	7,  // 11: levers9.v1.CreateMachineResponse.machine:type_name -> levers9.v1.Machine
-	7,  // 12: levers9.v1.ListMachinesResponse.machines:type_name -> levers9.v1.Machine
-	7,  // 13: levers9.v1.GetMachineResponse.machine:type_name -> levers9.v1.Machine
-	19, // 14: levers9.v1.EnrollResponse.expires_at:type_name -> google.protobuf.Timestamp
-	3,  // 15: levers9.v1.PoolService.ListPools:input_type -> levers9.v1.ListPoolsRequest
-	8,  // 16: levers9.v1.MachineService.CreateMachine:input_type -> levers9.v1.CreateMachineRequest
-	10, // 17: levers9.v1.MachineService.ListMachines:input_type -> levers9.v1.ListMachinesRequest
-	12, // 18: levers9.v1.MachineService.GetMachine:input_type -> levers9.v1.GetMachineRequest
-	14, // 19: levers9.v1.MachineService.DeleteMachine:input_type -> levers9.v1.DeleteMachineRequest
-	16, // 20: levers9.v1.EnrollService.Enroll:input_type -> levers9.v1.EnrollRequest
-	4,  // 21: levers9.v1.PoolService.ListPools:output_type -> levers9.v1.ListPoolsResponse
-	9,  // 22: levers9.v1.MachineService.CreateMachine:output_type -> levers9.v1.CreateMachineResponse
-	11, // 23: levers9.v1.MachineService.ListMachines:output_type -> levers9.v1.ListMachinesResponse
-	13, // 24: levers9.v1.MachineService.GetMachine:output_type -> levers9.v1.GetMachineResponse
-	15, // 25: levers9.v1.MachineService.DeleteMachine:output_type -> levers9.v1.DeleteMachineResponse
-	17, // 26: levers9.v1.EnrollService.Enroll:output_type -> levers9.v1.EnrollResponse
-	21, // [21:27] is the sub-list for method output_type
-	15, // [15:21] is the sub-list for method input_type
-	15, // [15:15] is the sub-list for extension type_name
-	15, // [15:15] is the sub-list for extension extendee
-	0,  // [0:15] is the sub-list for field type_name
+	19, // 4: levers9.v1.Inventory.labels:type_name -> levers9.v1.Inventory.LabelsEntry
+	0,  // 5: levers9.v1.Machine.state:type_name -> levers9.v1.MachineState
+	23, // 6: levers9.v1.Machine.created_at:type_name -> google.protobuf.Timestamp
+	23, // 7: levers9.v1.Machine.enrolled_at:type_name -> google.protobuf.Timestamp
+	23, // 8: levers9.v1.Machine.last_heartbeat:type_name -> google.protobuf.Timestamp
+	6,  // 9: levers9.v1.Machine.inventory:type_name -> levers9.v1.Inventory
+	23, // 10: levers9.v1.Machine.join_expires_at:type_name -> google.protobuf.Timestamp
+	23, // 11: levers9.v1.Machine.certificate_expires_at:type_name -> google.protobuf.Timestamp
+	20, // 12: levers9.v1.Machine.labels:type_name -> levers9.v1.Machine.LabelsEntry
+	21, // 13: levers9.v1.CreateMachineRequest.labels:type_name -> levers9.v1.CreateMachineRequest.LabelsEntry
+	7,  // 14: levers9.v1.CreateMachineResponse.machine:type_name -> levers9.v1.Machine
+	7,  // 15: levers9.v1.ListMachinesResponse.machines:type_name -> levers9.v1.Machine
+	7,  // 16: levers9.v1.GetMachineResponse.machine:type_name -> levers9.v1.Machine
+	23, // 17: levers9.v1.EnrollResponse.expires_at:type_name -> google.protobuf.Timestamp
+	22, // 18: levers9.v1.EnrollResponse.labels:type_name -> levers9.v1.EnrollResponse.LabelsEntry
+	3,  // 19: levers9.v1.PoolService.ListPools:input_type -> levers9.v1.ListPoolsRequest
+	8,  // 20: levers9.v1.MachineService.CreateMachine:input_type -> levers9.v1.CreateMachineRequest
+	10, // 21: levers9.v1.MachineService.ListMachines:input_type -> levers9.v1.ListMachinesRequest
+	12, // 22: levers9.v1.MachineService.GetMachine:input_type -> levers9.v1.GetMachineRequest
+	14, // 23: levers9.v1.MachineService.DeleteMachine:input_type -> levers9.v1.DeleteMachineRequest
+	16, // 24: levers9.v1.EnrollService.Enroll:input_type -> levers9.v1.EnrollRequest
+	4,  // 25: levers9.v1.PoolService.ListPools:output_type -> levers9.v1.ListPoolsResponse
+	9,  // 26: levers9.v1.MachineService.CreateMachine:output_type -> levers9.v1.CreateMachineResponse
+	11, // 27: levers9.v1.MachineService.ListMachines:output_type -> levers9.v1.ListMachinesResponse
+	13, // 28: levers9.v1.MachineService.GetMachine:output_type -> levers9.v1.GetMachineResponse
+	15, // 29: levers9.v1.MachineService.DeleteMachine:output_type -> levers9.v1.DeleteMachineResponse
+	17, // 30: levers9.v1.EnrollService.Enroll:output_type -> levers9.v1.EnrollResponse
+	25, // [25:31] is the sub-list for method output_type
+	19, // [19:25] is the sub-list for method input_type
+	19, // [19:19] is the sub-list for extension type_name
+	19, // [19:19] is the sub-list for extension extendee
+	0,  // [0:19] is the sub-list for field type_name
 }
 
 func init() { file_api_levers9_v1_machine_proto_init() }
@@ -1479,7 +1553,7 @@ func file_api_levers9_v1_machine_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_levers9_v1_machine_proto_rawDesc), len(file_api_levers9_v1_machine_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   18,
+			NumMessages:   22,
 			NumExtensions: 0,
 			NumServices:   3,
 		},
