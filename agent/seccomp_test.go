@@ -124,8 +124,11 @@ func TestSeccompWatch(t *testing.T) {
 
 	// A node whose kernel log cannot be read runs log-mode tasks unwatched.
 	bad := NewSeccompWatch(SeccompWatchConfig{Reader: &fakeReader{fail: errors.New("open /dev/kmsg: permission denied")}})
-	if bad.watch(task, q) || bad.watch(task, q) {
+	if bad.watch(task, q) {
 		t.Error("watched without a kernel log")
+	}
+	if bad.watch(seccompTask("t_c", sandbox.SeccompLog, sandbox.RuntimeRunc), q) {
+		t.Error("watched without a kernel log, the second time")
 	}
 	bad.Stop()
 	var none *SeccompWatch
