@@ -3,11 +3,13 @@
 // client, inventory and heartbeats, and the tasks it runs for the
 // controlplane: RunTask, CancelTask and ListTasks served over the tunnel,
 // backed by agent/taskrun, with each attempt's progress sent back through
-// ReportAttempt as numbered records (RUNNING, output lines, the terminal
-// state) that are resent until acknowledged, so a controlplane restart
+// ReportAttempt as numbered records (RUNNING, output lines, seccomp
+// log-mode totals, the terminal state) that are resent until acknowledged, so a controlplane restart
 // loses nothing, and whose unsent output is bounded (the oldest lines go,
 // counted). An attempt is held, and listed in every heartbeat, from the
-// RunTask that took it until its terminal record is acknowledged.
+// RunTask that took it until its terminal record is acknowledged. Under
+// seccomp log mode (SeccompWatch) it reads the kernel log for the syscalls
+// enforce would refuse and attributes them to attempts.
 //
 // It dials out and never listens on a network port. It never imports the
 // controlplane; it talks to it only through api/ over the tunnel or the

@@ -15,6 +15,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/levers9/levers9/agent/taskrun"
 	"github.com/levers9/levers9/egress"
@@ -68,6 +69,12 @@ type NodeConfig struct {
 	HostNet egress.HostConfig
 	// Controlplane are allow entries containers may always reach.
 	Controlplane []string
+	// SeccompObserver, when set, is told of every seccomp log-mode record
+	// attributed to a task (the worker metrics' counter).
+	SeccompObserver SeccompObserver
+	// SeccompFlush is how often an attempt's changed seccomp totals are
+	// sent (default DefaultSeccompFlush).
+	SeccompFlush time.Duration
 	Logger       *slog.Logger
 }
 
@@ -127,6 +134,9 @@ func (c NodeConfig) Validate() error {
 type Node struct {
 	Runner *taskrun.Runner
 	Egress *egress.Node
+	// Seccomp reads the kernel log for seccomp log-mode records once a
+	// task runs under that mode.
+	Seccomp *SeccompWatch
 }
 
 // Readiness returns the egress node as a ReadinessSource, nil without one.
@@ -143,6 +153,7 @@ func (n *Node) Close() {
 	if n.Egress != nil {
 		n.Egress.Stop()
 	}
+	n.Seccomp.Stop()
 }
 
 // BuildNode makes the sandbox (runc, and runsc when installed: c.RunscPath), the image
@@ -158,8 +169,19 @@ func BuildNode(ctx context.Context, c NodeConfig) (*Node, error) {
 	if err != nil {
 		return nil, fmt.Errorf("detect the host: %w", err)
 	}
+	n := &Node{}
+	var watch *SeccompWatch
+	reader, err := sandbox.NewSeccompLogReader(sandbox.SeccompLogConfig{Prefix: c.Prefix, Logger: log.With("component", "seccomp"),
+		OnEvent: func(ev sandbox.SeccompEvent) { watch.Handle(ev) }})
+	if err != nil {
+		return nil, err
+	}
+	watch = NewSeccompWatch(SeccompWatchConfig{Reader: reader, Observer: c.SeccompObserver, Flush: c.SeccompFlush,
+		Logger: log.With("component", "seccomp")})
+	n.Seccomp = watch
 	sb, err := sandbox.New(sandbox.Config{Prefix: c.Prefix, StateDir: filepath.Join(c.StateDir, "containers"),
-		CgroupParent: "/" + c.Prefix, SensitivePaths: []string{c.StateDir}, Host: host, RunscPath: c.RunscPath, Logger: log})
+		CgroupParent: "/" + c.Prefix, SensitivePaths: []string{c.StateDir}, Host: host, RunscPath: c.RunscPath,
+		SeccompLog: reader, Logger: log})
 	if err != nil {
 		return nil, err
 	}
@@ -175,7 +197,6 @@ func BuildNode(ctx context.Context, c NodeConfig) (*Node, error) {
 	if err != nil {
 		return nil, err
 	}
-	n := &Node{}
 	if !c.NoNetwork {
 		resolvers := c.Resolvers
 		if len(resolvers) == 0 {

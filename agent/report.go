@@ -66,6 +66,13 @@ func recordSize(r *agentv1.AttemptRecord) int {
 	if l := r.GetLog(); l != nil {
 		return recordOverhead + len(l.Text)
 	}
+	if sc := r.GetSeccomp(); sc != nil {
+		n := recordOverhead
+		for _, c := range sc.Syscalls {
+			n += 16 + len(c.Syscall)
+		}
+		return n
+	}
 	return recordOverhead + len(r.GetUpdate().GetMessage())
 }
 
@@ -75,7 +82,8 @@ func recordSize(r *agentv1.AttemptRecord) int {
 // numbered record is kept, with its number, until acknowledged.
 //
 // The order is fixed by the attempt's life: the RUNNING update, the output
-// lines, the terminal update. Output read before the RUNNING update is
+// lines (with the latest seccomp totals after the lines queued before
+// them), the terminal update. Output read before the RUNNING update is
 // known waits for it, so RUNNING is always record 1 of an attempt that
 // started.
 type reportQueue struct {
@@ -90,6 +98,9 @@ type reportQueue struct {
 	logs     []*agentv1.AttemptRecord // unsent, oldest first
 	logBytes int
 	terminal *agentv1.AttemptRecord
+	// seccomp is the latest unsent seccomp totals record: each replaces
+	// the one before (they are cumulative), and none is ever dropped.
+	seccomp *agentv1.AttemptRecord
 	// termSeq is the terminal record's number once it has one.
 	termSeq uint64
 	acked   uint64
@@ -172,6 +183,18 @@ func (q *reportQueue) monotonic(r *agentv1.AttemptRecord) {
 	}
 }
 
+// pushSeccomp queues an attempt's seccomp totals, replacing unsent ones.
+func (q *reportQueue) pushSeccomp(r *agentv1.AttemptRecord) {
+	q.mu.Lock()
+	q.monotonic(r)
+	q.seccomp = r
+	started := q.running != nil || len(q.sent) > 0 || q.acked > 0 || q.terminal != nil
+	q.mu.Unlock()
+	if started {
+		q.wake()
+	}
+}
+
 // pushTerminal queues the last record; its dropped_lines gets the lines
 // dropped here added.
 func (q *reportQueue) pushTerminal(r *agentv1.AttemptRecord) {
@@ -219,7 +242,11 @@ func (q *reportQueue) batch() (first uint64, records []*agentv1.AttemptRecord) {
 		}
 		if len(q.logs) == 0 {
 			q.logs = nil
-			if q.terminal != nil && room(q.terminal) {
+			if q.seccomp != nil && room(q.seccomp) {
+				take(q.seccomp)
+				q.seccomp = nil
+			}
+			if q.seccomp == nil && q.terminal != nil && room(q.terminal) {
 				q.termSeq = next
 				take(q.terminal)
 				q.terminal = nil

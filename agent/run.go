@@ -62,6 +62,10 @@ type RunOptions struct {
 	// Clock times heartbeats and report retries and stamps reports
 	// (default the wall clock). The tunnel's is Client.Clock.
 	Clock clock.Clock
+	// Seccomp attributes seccomp log-mode records to the attempts the
+	// Runner runs (BuildNode makes it; nil: not attributed). The Node
+	// owns it.
+	Seccomp *SeccompWatch
 	// Floor is the operator's --min-* flags: the loosest security this
 	// machine runs. Settings left empty keep the floor saved in the state
 	// directory (none at first).
@@ -155,6 +159,7 @@ func NewAgent(o RunOptions) (*Agent, error) {
 		}
 		a.tasks = newTasks(o.Runner, send, o.Report, o.Clock, o.Log.With("component", "tasks", "machine_id", st.MachineID), st.Pool)
 		a.tasks.floor = a.floor
+		a.tasks.seccomp = o.Seccomp
 	}
 	a.srv = grpc.NewServer(tunnel.ServerOptions(tunnel.Limits{})...)
 	agentv1.RegisterAgentServer(a.srv, &agentService{machineID: st.MachineID, tasks: a.tasks})
@@ -400,7 +405,7 @@ func runCmd(ctx context.Context, args []string, _, stderr io.Writer) error {
 		return fmt.Errorf("build the task runner: %w", err)
 	}
 	defer node.Close()
-	o.Runner, o.Egress = node.Runner, node.Readiness()
+	o.Runner, o.Egress, o.Seccomp = node.Runner, node.Readiness(), node.Seccomp
 	a, err := NewAgent(o)
 	if err != nil {
 		return err

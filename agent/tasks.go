@@ -85,6 +85,8 @@ type tasks struct {
 	// floor is the machine's security minimum: attempts below it are
 	// refused before anything starts.
 	floor enroll.Floor
+	// seccomp, when set, attributes seccomp log-mode records to attempts.
+	seccomp *SeccompWatch
 
 	// mu guards the fields below.
 	mu       sync.Mutex
@@ -152,6 +154,7 @@ func (t *tasks) run(a *agentv1.TaskAttempt) (alreadyRunning bool, err error) {
 	killCtx, cancel := context.WithCancel(context.WithoutCancel(t.ctx))
 	h := &held{key: key, cancel: cancel, q: newReportQueue(t.cfg)}
 	t.held[key] = h
+	watched := t.seccomp.watch(task, h.q)
 	t.wg.Add(2)
 	log := t.log.With("task_id", a.TaskId, "attempt", a.Attempt, "pool", task.Pool)
 	rep := &reporter{taskID: a.TaskId, attempt: a.Attempt, q: h.q, send: t.send, clock: t.clock, log: log,
@@ -165,13 +168,13 @@ func (t *tasks) run(a *agentv1.TaskAttempt) (alreadyRunning bool, err error) {
 	go func() {
 		defer t.wg.Done()
 		defer cancel()
-		t.execute(killCtx, h, task, log)
+		t.execute(killCtx, h, task, log, watched)
 	}()
 	return false, nil
 }
 
 // execute runs the attempt and queues its records.
-func (t *tasks) execute(ctx context.Context, h *held, task taskrun.Task, log *slog.Logger) {
+func (t *tasks) execute(ctx context.Context, h *held, task taskrun.Task, log *slog.Logger, watched bool) {
 	var failMsg string
 	out := taskrun.Output{
 		Logs: taskrun.LogSinkFunc(func(_ context.Context, l taskrun.LogLine) error {
@@ -196,7 +199,14 @@ func (t *tasks) execute(ctx context.Context, h *held, task taskrun.Task, log *sl
 		// The agent is shutting down: the container (if any) keeps
 		// running, and the next agent's Reconcile finds it.
 		log.Info("attempt detached: agent shutting down")
+		if watched {
+			t.seccomp.forget(task.RunID())
+		}
 		return
+	}
+	if watched {
+		// Its seccomp totals go before the terminal record.
+		t.seccomp.finish(task.RunID())
 	}
 	u := &agentv1.AttemptUpdate{State: stateOf(res.State), ExitCode: int32(res.Exit.Code),
 		DroppedLines: res.DroppedLines, ImageDigest: res.ImageDigest}

@@ -16,12 +16,14 @@ func (a *app) securityCmd() *cobra.Command {
 	var pool string
 	report := &cobra.Command{
 		Use:   "report --pool NAME",
-		Short: "What the pool's egress rules refused, or would have in observe mode: is enforce safe?",
+		Short: "What the pool's egress rules and seccomp refused, or would have in observe/log mode: is enforce safe?",
 		Long: `Merge the latest egress readiness reports of the pool's machines: connections the egress
 chains refused (enforce) or would have refused (observe), by class, task and sampled destination,
 over the agents' report window. "safe to enforce" means machines reported, each could see its
 containers' traffic (a machine whose container subnet is routed elsewhere, e.g. through a bridge an
-earlier agent left, makes it "unknown"), and nothing would have been refused.`,
+earlier agent left, makes it "unknown"), and nothing would have been refused. Then the pool's
+seccomp: the syscalls its log mode let through that enforce would refuse, with counts and tasks,
+over the tasks of the last 7 days.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			resp, err := rpc(a, func(ctx context.Context, conn *grpc.ClientConn) (*v1.GetReadinessReportResponse, error) {
@@ -49,7 +51,7 @@ earlier agent left, makes it "unknown"), and nothing would have been refused.`,
 				fmt.Fprintf(a.io.Out, "machines without a report: %v\n", r.MachinesSilent)
 			}
 			if r.Total == 0 {
-				return nil
+				return a.printSeccompReport(resp.Seccomp)
 			}
 			fmt.Fprintf(a.io.Out, "\n%d connection(s) refused or would have been:\n", r.Total)
 			w := newTab(a)
@@ -65,7 +67,10 @@ earlier agent left, makes it "unknown"), and nothing would have been refused.`,
 			for _, d := range r.Destinations {
 				fmt.Fprintf(w, "%s\t%s\t%s\t%d\n", d.Destination, d.Class, d.Task, d.Samples)
 			}
-			return w.Flush()
+			if err := w.Flush(); err != nil {
+				return err
+			}
+			return a.printSeccompReport(resp.Seccomp)
 		},
 	}
 	report.Flags().StringVar(&pool, "pool", "", "the pool to report on")

@@ -287,3 +287,25 @@ func splitAuditFields(s string) []string {
 	}
 	return out
 }
+
+// Audit architecture tokens (AUDIT_ARCH_*) as the kernel prints them.
+const (
+	auditArchX86_64  = "c000003e"
+	auditArchAARCH64 = "c00000b7"
+)
+
+// SyscallName names a syscall of a seccomp record: "keyctl" on the
+// architectures levers9 runs on, else "syscall N (arch A)".
+func SyscallName(arch string, nr int) string {
+	var m map[int]string
+	switch strings.ToLower(arch) {
+	case auditArchX86_64:
+		m = syscallsAMD64
+	case auditArchAARCH64:
+		m = syscallsARM64
+	}
+	if name, ok := m[nr]; ok {
+		return name
+	}
+	return fmt.Sprintf("syscall %d (arch %s)", nr, arch)
+}

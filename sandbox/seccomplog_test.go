@@ -179,3 +179,21 @@ func TestSeccompLogAttribution(t *testing.T) {
 		t.Error("registering the metric twice succeeded")
 	}
 }
+
+func TestSyscallName(t *testing.T) {
+	for _, tc := range []struct {
+		arch string
+		nr   int
+		want string
+	}{
+		{"c000003e", 248, "add_key"},
+		{"C000003E", 101, "ptrace"},
+		{"c00000b7", 217, "add_key"},
+		{"40000003", 286, "syscall 286 (arch 40000003)"},
+		{"c000003e", 9999, "syscall 9999 (arch c000003e)"},
+	} {
+		if got := SyscallName(tc.arch, tc.nr); got != tc.want {
+			t.Errorf("SyscallName(%s, %d) = %q, want %q", tc.arch, tc.nr, got, tc.want)
+		}
+	}
+}

@@ -105,5 +105,10 @@ func (t Task) Validate() error {
 // cache's task mount and (with the sandbox prefix) the container.
 func (t Task) runID() string { return t.ID + "." + strconv.Itoa(t.Attempt) }
 
+// RunID names the attempt on this node: it is the sandbox's task ID, so
+// its container is the sandbox's ContainerID(RunID()) and seccomp records
+// carry it.
+func (t Task) RunID() string { return t.runID() }
+
 // gpuSpec is the sandbox's NVIDIA_VISIBLE_DEVICES-style GPU selection.
 func (t Task) gpuSpec() string { return strings.Join(t.GPUDevices, ",") }

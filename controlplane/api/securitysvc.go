@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"time"
 
 	"google.golang.org/protobuf/encoding/protojson"
 
@@ -15,6 +16,10 @@ import (
 // maxDestinations bounds the sampled destinations a merged report lists.
 const maxDestinations = 50
 
+// seccompWindow is how far back the seccomp part of a report looks: tasks
+// created within it (their event streams are kept as long).
+const seccompWindow = 7 * 24 * time.Hour
+
 // SecurityService implements levers9.v1.SecurityService.
 type SecurityService struct {
 	v1.UnimplementedSecurityServiceServer
@@ -25,7 +30,33 @@ type SecurityService struct {
 // machines in a pool.
 func (s *SecurityService) GetReadinessReport(ctx context.Context, req *v1.GetReadinessReportRequest) (*v1.GetReadinessReportResponse, error) {
 	rep, err := s.readiness(ctx, req.GetPool())
-	return &v1.GetReadinessReportResponse{Report: rep}, errdefs.ToGRPC(err)
+	if err != nil {
+		return nil, errdefs.ToGRPC(err)
+	}
+	sc, err := s.seccomp(ctx, req.GetPool())
+	return &v1.GetReadinessReportResponse{Report: rep, Seccomp: sc}, errdefs.ToGRPC(err)
+}
+
+// seccomp sums what seccomp log mode recorded for the caller's tasks of a
+// pool over seccompWindow. Safe to enforce means: tasks ran under log mode
+// and none made a syscall enforce would refuse.
+func (s *SecurityService) seccomp(ctx context.Context, pool string) (*v1.SeccompReport, error) {
+	p, err := auth.MustPrincipal(ctx)
+	if err != nil {
+		return nil, err
+	}
+	got, err := s.Store.PoolSeccomp(ctx, p.WorkspaceID, pool, s.now().Add(-seccompWindow))
+	if err != nil {
+		return nil, err
+	}
+	out := &v1.SeccompReport{Mode: s.Config.Worker.EffectiveSecurity(pool).Seccomp, TasksObserved: uint32(got.Observed)}
+	for _, c := range got.Syscalls {
+		out.Total += uint64(c.Count)
+		out.Syscalls = append(out.Syscalls, &v1.SeccompSyscallReport{Syscall: c.Syscall, Count: uint64(c.Count),
+			Tasks: uint32(c.Tasks), TaskIds: c.TaskIDs})
+	}
+	out.SafeToEnforce = got.Observed > 0 && out.Total == 0
+	return out, nil
 }
 
 func (s *SecurityService) readiness(ctx context.Context, pool string) (*v1.ReadinessReport, error) {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"google.golang.org/protobuf/proto"
@@ -115,8 +116,14 @@ func (in *intake) store(ctx context.Context, machineID string, req *agentv1.Repo
 			}
 			finished = finished || done
 			ev.Event = &v1.TaskEvent_State{State: sc}
+		case *agentv1.AttemptRecord_Seccomp:
+			// Cumulative totals: storing them again on a resend is a no-op.
+			if err := in.d.store.RecordSeccomp(ctx, taskID, n, seccompCounts(r.Seccomp)); err != nil {
+				return 0, false, err
+			}
+			ev.Event = &v1.TaskEvent_Seccomp{Seccomp: r.Seccomp}
 		default:
-			return 0, false, fmt.Errorf("report: record %d has no log line or update: %w", first, errdefs.ErrInvalidArgument)
+			return 0, false, fmt.Errorf("report: record %d has no log line, update or seccomp totals: %w", first, errdefs.ErrInvalidArgument)
 		}
 		b, err := proto.Marshal(ev)
 		if err != nil {
@@ -130,6 +137,15 @@ func (in *intake) store(ctx context.Context, machineID string, req *agentv1.Repo
 		}
 	}
 	return acked, finished, flush()
+}
+
+// seccompCounts turns an agent's seccomp totals into the store's.
+func seccompCounts(s *v1.SeccompLogged) []store.SeccompCount {
+	out := make([]store.SeccompCount, 0, len(s.GetSyscalls()))
+	for _, c := range s.GetSyscalls() {
+		out = append(out, store.SeccompCount{Syscall: c.GetSyscall(), Count: int64(min(c.GetCount(), math.MaxInt64))})
+	}
+	return out
 }
 
 // applyUpdate moves the attempt and task in Postgres (idempotent) and

@@ -75,13 +75,22 @@ func (s *Submitter) Submit(ctx context.Context, workspaceID string, spec *v1.Tas
 	return t, existing, err
 }
 
-// Get returns a task of the workspace.
+// Get returns a task of the workspace, with what seccomp log mode
+// recorded for it.
 func (s *Submitter) Get(ctx context.Context, workspaceID, id string) (*v1.Task, error) {
 	t, atts, err := s.d.store.GetTask(ctx, workspaceID, id)
 	if err != nil {
 		return nil, err
 	}
-	return taskPB(t, atts), nil
+	sc, err := s.d.store.TaskSeccomp(ctx, t.ID)
+	if err != nil {
+		return nil, err
+	}
+	out := taskPB(t, atts)
+	for _, c := range sc {
+		out.SeccompLogged = append(out.SeccompLogged, &v1.SeccompSyscall{Syscall: c.Syscall, Count: uint64(c.Count)})
+	}
+	return out, nil
 }
 
 // List returns a page of the workspace's tasks, newest first.

@@ -393,8 +393,11 @@ func (x *GetReadinessReportRequest) GetPool() string {
 }
 
 type GetReadinessReportResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Report        *ReadinessReport       `protobuf:"bytes,1,opt,name=report,proto3" json:"report,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Report *ReadinessReport       `protobuf:"bytes,1,opt,name=report,proto3" json:"report,omitempty"`
+	// What the pool's seccomp log mode recorded: the syscalls enforce would
+	// refuse.
+	Seccomp       *SeccompReport `protobuf:"bytes,30,opt,name=seccomp,proto3" json:"seccomp,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -436,6 +439,166 @@ func (x *GetReadinessReportResponse) GetReport() *ReadinessReport {
 	return nil
 }
 
+func (x *GetReadinessReportResponse) GetSeccomp() *SeccompReport {
+	if x != nil {
+		return x.Seccomp
+	}
+	return nil
+}
+
+// SeccompSyscallReport is one syscall across a pool's tasks.
+type SeccompSyscallReport struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Syscall string                 `protobuf:"bytes,1,opt,name=syscall,proto3" json:"syscall,omitempty"`
+	// Records the kernel logged (a lower bound: it rate-limits them).
+	Count uint64 `protobuf:"varint,2,opt,name=count,proto3" json:"count,omitempty"`
+	// How many tasks made it, and up to 10 of them, most recent first.
+	Tasks         uint32   `protobuf:"varint,3,opt,name=tasks,proto3" json:"tasks,omitempty"`
+	TaskIds       []string `protobuf:"bytes,4,rep,name=task_ids,json=taskIds,proto3" json:"task_ids,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SeccompSyscallReport) Reset() {
+	*x = SeccompSyscallReport{}
+	mi := &file_api_levers9_v1_security_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SeccompSyscallReport) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SeccompSyscallReport) ProtoMessage() {}
+
+func (x *SeccompSyscallReport) ProtoReflect() protoreflect.Message {
+	mi := &file_api_levers9_v1_security_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SeccompSyscallReport.ProtoReflect.Descriptor instead.
+func (*SeccompSyscallReport) Descriptor() ([]byte, []int) {
+	return file_api_levers9_v1_security_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *SeccompSyscallReport) GetSyscall() string {
+	if x != nil {
+		return x.Syscall
+	}
+	return ""
+}
+
+func (x *SeccompSyscallReport) GetCount() uint64 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
+func (x *SeccompSyscallReport) GetTasks() uint32 {
+	if x != nil {
+		return x.Tasks
+	}
+	return 0
+}
+
+func (x *SeccompSyscallReport) GetTaskIds() []string {
+	if x != nil {
+		return x.TaskIds
+	}
+	return nil
+}
+
+// SeccompReport is what a pool's seccomp log mode recorded for the
+// caller's tasks (kept as long as the tasks are).
+type SeccompReport struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The pool's seccomp mode (off, log, enforce).
+	Mode     string                  `protobuf:"bytes,1,opt,name=mode,proto3" json:"mode,omitempty"`
+	Total    uint64                  `protobuf:"varint,2,opt,name=total,proto3" json:"total,omitempty"`
+	Syscalls []*SeccompSyscallReport `protobuf:"bytes,3,rep,name=syscalls,proto3" json:"syscalls,omitempty"`
+	// Tasks of the pool ran under log mode and none made a syscall enforce
+	// would refuse.
+	SafeToEnforce bool `protobuf:"varint,4,opt,name=safe_to_enforce,json=safeToEnforce,proto3" json:"safe_to_enforce,omitempty"`
+	// Tasks of the pool that ran under log mode (on runc).
+	TasksObserved uint32 `protobuf:"varint,5,opt,name=tasks_observed,json=tasksObserved,proto3" json:"tasks_observed,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SeccompReport) Reset() {
+	*x = SeccompReport{}
+	mi := &file_api_levers9_v1_security_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SeccompReport) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SeccompReport) ProtoMessage() {}
+
+func (x *SeccompReport) ProtoReflect() protoreflect.Message {
+	mi := &file_api_levers9_v1_security_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SeccompReport.ProtoReflect.Descriptor instead.
+func (*SeccompReport) Descriptor() ([]byte, []int) {
+	return file_api_levers9_v1_security_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *SeccompReport) GetMode() string {
+	if x != nil {
+		return x.Mode
+	}
+	return ""
+}
+
+func (x *SeccompReport) GetTotal() uint64 {
+	if x != nil {
+		return x.Total
+	}
+	return 0
+}
+
+func (x *SeccompReport) GetSyscalls() []*SeccompSyscallReport {
+	if x != nil {
+		return x.Syscalls
+	}
+	return nil
+}
+
+func (x *SeccompReport) GetSafeToEnforce() bool {
+	if x != nil {
+		return x.SafeToEnforce
+	}
+	return false
+}
+
+func (x *SeccompReport) GetTasksObserved() uint32 {
+	if x != nil {
+		return x.TasksObserved
+	}
+	return 0
+}
+
 var File_api_levers9_v1_security_proto protoreflect.FileDescriptor
 
 const file_api_levers9_v1_security_proto_rawDesc = "" +
@@ -470,9 +633,21 @@ const file_api_levers9_v1_security_proto_rawDesc = "" +
 	"\x05blind\x18Z \x01(\tR\x05blind\x12%\n" +
 	"\x0emachines_blind\x18[ \x03(\tR\rmachinesBlind\"/\n" +
 	"\x19GetReadinessReportRequest\x12\x12\n" +
-	"\x04pool\x18\x01 \x01(\tR\x04pool\"Q\n" +
+	"\x04pool\x18\x01 \x01(\tR\x04pool\"\x86\x01\n" +
 	"\x1aGetReadinessReportResponse\x123\n" +
-	"\x06report\x18\x01 \x01(\v2\x1b.levers9.v1.ReadinessReportR\x06report2v\n" +
+	"\x06report\x18\x01 \x01(\v2\x1b.levers9.v1.ReadinessReportR\x06report\x123\n" +
+	"\aseccomp\x18\x1e \x01(\v2\x19.levers9.v1.SeccompReportR\aseccomp\"w\n" +
+	"\x14SeccompSyscallReport\x12\x18\n" +
+	"\asyscall\x18\x01 \x01(\tR\asyscall\x12\x14\n" +
+	"\x05count\x18\x02 \x01(\x04R\x05count\x12\x14\n" +
+	"\x05tasks\x18\x03 \x01(\rR\x05tasks\x12\x19\n" +
+	"\btask_ids\x18\x04 \x03(\tR\ataskIds\"\xc6\x01\n" +
+	"\rSeccompReport\x12\x12\n" +
+	"\x04mode\x18\x01 \x01(\tR\x04mode\x12\x14\n" +
+	"\x05total\x18\x02 \x01(\x04R\x05total\x12<\n" +
+	"\bsyscalls\x18\x03 \x03(\v2 .levers9.v1.SeccompSyscallReportR\bsyscalls\x12&\n" +
+	"\x0fsafe_to_enforce\x18\x04 \x01(\bR\rsafeToEnforce\x12%\n" +
+	"\x0etasks_observed\x18\x05 \x01(\rR\rtasksObserved2v\n" +
 	"\x0fSecurityService\x12c\n" +
 	"\x12GetReadinessReport\x12%.levers9.v1.GetReadinessReportRequest\x1a&.levers9.v1.GetReadinessReportResponseB5Z3github.com/levers9/levers9/api/levers9/v1;levers9v1b\x06proto3"
 
@@ -488,7 +663,7 @@ func file_api_levers9_v1_security_proto_rawDescGZIP() []byte {
 	return file_api_levers9_v1_security_proto_rawDescData
 }
 
-var file_api_levers9_v1_security_proto_msgTypes = make([]protoimpl.MessageInfo, 6)
+var file_api_levers9_v1_security_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
 var file_api_levers9_v1_security_proto_goTypes = []any{
 	(*EgressClassCount)(nil),           // 0: levers9.v1.EgressClassCount
 	(*EgressTaskCount)(nil),            // 1: levers9.v1.EgressTaskCount
@@ -496,22 +671,26 @@ var file_api_levers9_v1_security_proto_goTypes = []any{
 	(*ReadinessReport)(nil),            // 3: levers9.v1.ReadinessReport
 	(*GetReadinessReportRequest)(nil),  // 4: levers9.v1.GetReadinessReportRequest
 	(*GetReadinessReportResponse)(nil), // 5: levers9.v1.GetReadinessReportResponse
-	(*timestamppb.Timestamp)(nil),      // 6: google.protobuf.Timestamp
+	(*SeccompSyscallReport)(nil),       // 6: levers9.v1.SeccompSyscallReport
+	(*SeccompReport)(nil),              // 7: levers9.v1.SeccompReport
+	(*timestamppb.Timestamp)(nil),      // 8: google.protobuf.Timestamp
 }
 var file_api_levers9_v1_security_proto_depIdxs = []int32{
-	6, // 0: levers9.v1.ReadinessReport.from:type_name -> google.protobuf.Timestamp
-	6, // 1: levers9.v1.ReadinessReport.to:type_name -> google.protobuf.Timestamp
+	8, // 0: levers9.v1.ReadinessReport.from:type_name -> google.protobuf.Timestamp
+	8, // 1: levers9.v1.ReadinessReport.to:type_name -> google.protobuf.Timestamp
 	0, // 2: levers9.v1.ReadinessReport.by_class:type_name -> levers9.v1.EgressClassCount
 	1, // 3: levers9.v1.ReadinessReport.by_task:type_name -> levers9.v1.EgressTaskCount
 	2, // 4: levers9.v1.ReadinessReport.destinations:type_name -> levers9.v1.EgressDestination
 	3, // 5: levers9.v1.GetReadinessReportResponse.report:type_name -> levers9.v1.ReadinessReport
-	4, // 6: levers9.v1.SecurityService.GetReadinessReport:input_type -> levers9.v1.GetReadinessReportRequest
-	5, // 7: levers9.v1.SecurityService.GetReadinessReport:output_type -> levers9.v1.GetReadinessReportResponse
-	7, // [7:8] is the sub-list for method output_type
-	6, // [6:7] is the sub-list for method input_type
-	6, // [6:6] is the sub-list for extension type_name
-	6, // [6:6] is the sub-list for extension extendee
-	0, // [0:6] is the sub-list for field type_name
+	7, // 6: levers9.v1.GetReadinessReportResponse.seccomp:type_name -> levers9.v1.SeccompReport
+	6, // 7: levers9.v1.SeccompReport.syscalls:type_name -> levers9.v1.SeccompSyscallReport
+	4, // 8: levers9.v1.SecurityService.GetReadinessReport:input_type -> levers9.v1.GetReadinessReportRequest
+	5, // 9: levers9.v1.SecurityService.GetReadinessReport:output_type -> levers9.v1.GetReadinessReportResponse
+	9, // [9:10] is the sub-list for method output_type
+	8, // [8:9] is the sub-list for method input_type
+	8, // [8:8] is the sub-list for extension type_name
+	8, // [8:8] is the sub-list for extension extendee
+	0, // [0:8] is the sub-list for field type_name
 }
 
 func init() { file_api_levers9_v1_security_proto_init() }
@@ -525,7 +704,7 @@ func file_api_levers9_v1_security_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_levers9_v1_security_proto_rawDesc), len(file_api_levers9_v1_security_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   6,
+			NumMessages:   8,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -575,8 +575,11 @@ type Task struct {
 	Message        string     `protobuf:"bytes,7,opt,name=message,proto3" json:"message,omitempty"`
 	Attempts       []*Attempt `protobuf:"bytes,8,rep,name=attempts,proto3" json:"attempts,omitempty"`
 	IdempotencyKey string     `protobuf:"bytes,9,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// Syscalls seccomp log mode let through that enforce would have
+	// refused, summed over the attempts (pools with seccomp: log, runc).
+	SeccompLogged []*SeccompSyscall `protobuf:"bytes,30,rep,name=seccomp_logged,json=seccompLogged,proto3" json:"seccomp_logged,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Task) Reset() {
@@ -670,6 +673,13 @@ func (x *Task) GetIdempotencyKey() string {
 		return x.IdempotencyKey
 	}
 	return ""
+}
+
+func (x *Task) GetSeccompLogged() []*SeccompSyscall {
+	if x != nil {
+		return x.SeccompLogged
+	}
+	return nil
 }
 
 type SubmitTaskRequest struct {
@@ -1307,6 +1317,7 @@ type TaskEvent struct {
 	//
 	//	*TaskEvent_Log
 	//	*TaskEvent_State
+	//	*TaskEvent_Seccomp
 	Event         isTaskEvent_Event `protobuf_oneof:"event"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1388,6 +1399,15 @@ func (x *TaskEvent) GetState() *StateChange {
 	return nil
 }
 
+func (x *TaskEvent) GetSeccomp() *SeccompLogged {
+	if x != nil {
+		if x, ok := x.Event.(*TaskEvent_Seccomp); ok {
+			return x.Seccomp
+		}
+	}
+	return nil
+}
+
 type isTaskEvent_Event interface {
 	isTaskEvent_Event()
 }
@@ -1400,9 +1420,119 @@ type TaskEvent_State struct {
 	State *StateChange `protobuf:"bytes,5,opt,name=state,proto3,oneof"`
 }
 
+type TaskEvent_Seccomp struct {
+	// The attempt's seccomp log-mode totals so far (each replaces the
+	// attempt's previous one).
+	Seccomp *SeccompLogged `protobuf:"bytes,30,opt,name=seccomp,proto3,oneof"`
+}
+
 func (*TaskEvent_Log) isTaskEvent_Event() {}
 
 func (*TaskEvent_State) isTaskEvent_Event() {}
+
+func (*TaskEvent_Seccomp) isTaskEvent_Event() {}
+
+// SeccompSyscall is a syscall that seccomp log mode let through and
+// enforce would have refused, with how often the kernel logged it (a lower
+// bound: the kernel rate-limits these records).
+type SeccompSyscall struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The syscall's name on the machine's architecture ("keyctl"), or
+	// "syscall N (arch A)" when the agent does not know it.
+	Syscall       string `protobuf:"bytes,1,opt,name=syscall,proto3" json:"syscall,omitempty"`
+	Count         uint64 `protobuf:"varint,2,opt,name=count,proto3" json:"count,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SeccompSyscall) Reset() {
+	*x = SeccompSyscall{}
+	mi := &file_api_levers9_v1_task_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SeccompSyscall) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SeccompSyscall) ProtoMessage() {}
+
+func (x *SeccompSyscall) ProtoReflect() protoreflect.Message {
+	mi := &file_api_levers9_v1_task_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SeccompSyscall.ProtoReflect.Descriptor instead.
+func (*SeccompSyscall) Descriptor() ([]byte, []int) {
+	return file_api_levers9_v1_task_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *SeccompSyscall) GetSyscall() string {
+	if x != nil {
+		return x.Syscall
+	}
+	return ""
+}
+
+func (x *SeccompSyscall) GetCount() uint64 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
+// SeccompLogged is an attempt's seccomp log-mode totals so far.
+type SeccompLogged struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Syscalls      []*SeccompSyscall      `protobuf:"bytes,1,rep,name=syscalls,proto3" json:"syscalls,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SeccompLogged) Reset() {
+	*x = SeccompLogged{}
+	mi := &file_api_levers9_v1_task_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SeccompLogged) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SeccompLogged) ProtoMessage() {}
+
+func (x *SeccompLogged) ProtoReflect() protoreflect.Message {
+	mi := &file_api_levers9_v1_task_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SeccompLogged.ProtoReflect.Descriptor instead.
+func (*SeccompLogged) Descriptor() ([]byte, []int) {
+	return file_api_levers9_v1_task_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *SeccompLogged) GetSyscalls() []*SeccompSyscall {
+	if x != nil {
+		return x.Syscalls
+	}
+	return nil
+}
 
 var File_api_levers9_v1_task_proto protoreflect.FileDescriptor
 
@@ -1446,7 +1576,7 @@ const file_api_levers9_v1_task_proto_rawDesc = "" +
 	"\x06reason\x18\v \x01(\x0e2\x19.levers9.v1.FailureReasonR\x06reason\x12\x18\n" +
 	"\asummary\x18\f \x01(\tR\asummaryB\f\n" +
 	"\n" +
-	"_exit_code\"\x89\x03\n" +
+	"_exit_code\"\xcc\x03\n" +
 	"\x04Task\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12(\n" +
 	"\x04spec\x18\x02 \x01(\v2\x14.levers9.v1.TaskSpecR\x04spec\x12+\n" +
@@ -1458,7 +1588,8 @@ const file_api_levers9_v1_task_proto_rawDesc = "" +
 	"\texit_code\x18\x06 \x01(\x05H\x00R\bexitCode\x88\x01\x01\x12\x18\n" +
 	"\amessage\x18\a \x01(\tR\amessage\x12/\n" +
 	"\battempts\x18\b \x03(\v2\x13.levers9.v1.AttemptR\battempts\x12'\n" +
-	"\x0fidempotency_key\x18\t \x01(\tR\x0eidempotencyKeyB\f\n" +
+	"\x0fidempotency_key\x18\t \x01(\tR\x0eidempotencyKey\x12A\n" +
+	"\x0eseccomp_logged\x18\x1e \x03(\v2\x1a.levers9.v1.SeccompSyscallR\rseccompLoggedB\f\n" +
 	"\n" +
 	"_exit_code\"f\n" +
 	"\x11SubmitTaskRequest\x12(\n" +
@@ -1504,14 +1635,20 @@ const file_api_levers9_v1_task_proto_rawDesc = "" +
 	"\x06reason\x18\a \x01(\x0e2\x19.levers9.v1.FailureReasonR\x06reason\x12\x18\n" +
 	"\asummary\x18\b \x01(\tR\asummaryB\f\n" +
 	"\n" +
-	"_exit_code\"\xd0\x01\n" +
+	"_exit_code\"\x87\x02\n" +
 	"\tTaskEvent\x12\x16\n" +
 	"\x06cursor\x18\x01 \x01(\tR\x06cursor\x12.\n" +
 	"\x04time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12\x18\n" +
 	"\aattempt\x18\x03 \x01(\x05R\aattempt\x12'\n" +
 	"\x03log\x18\x04 \x01(\v2\x13.levers9.v1.LogLineH\x00R\x03log\x12/\n" +
-	"\x05state\x18\x05 \x01(\v2\x17.levers9.v1.StateChangeH\x00R\x05stateB\a\n" +
-	"\x05event*\xd6\x01\n" +
+	"\x05state\x18\x05 \x01(\v2\x17.levers9.v1.StateChangeH\x00R\x05state\x125\n" +
+	"\aseccomp\x18\x1e \x01(\v2\x19.levers9.v1.SeccompLoggedH\x00R\aseccompB\a\n" +
+	"\x05event\"@\n" +
+	"\x0eSeccompSyscall\x12\x18\n" +
+	"\asyscall\x18\x01 \x01(\tR\asyscall\x12\x14\n" +
+	"\x05count\x18\x02 \x01(\x04R\x05count\"G\n" +
+	"\rSeccompLogged\x126\n" +
+	"\bsyscalls\x18\x01 \x03(\v2\x1a.levers9.v1.SeccompSyscallR\bsyscalls*\xd6\x01\n" +
 	"\tTaskState\x12\x1a\n" +
 	"\x16TASK_STATE_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12TASK_STATE_PENDING\x10\x01\x12\x18\n" +
@@ -1566,7 +1703,7 @@ func file_api_levers9_v1_task_proto_rawDescGZIP() []byte {
 }
 
 var file_api_levers9_v1_task_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_api_levers9_v1_task_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
+var file_api_levers9_v1_task_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
 var file_api_levers9_v1_task_proto_goTypes = []any{
 	(TaskState)(0),                // 0: levers9.v1.TaskState
 	(AttemptState)(0),             // 1: levers9.v1.AttemptState
@@ -1587,51 +1724,56 @@ var file_api_levers9_v1_task_proto_goTypes = []any{
 	(*LogLine)(nil),               // 16: levers9.v1.LogLine
 	(*StateChange)(nil),           // 17: levers9.v1.StateChange
 	(*TaskEvent)(nil),             // 18: levers9.v1.TaskEvent
-	nil,                           // 19: levers9.v1.TaskSpec.EnvEntry
-	(*durationpb.Duration)(nil),   // 20: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil), // 21: google.protobuf.Timestamp
+	(*SeccompSyscall)(nil),        // 19: levers9.v1.SeccompSyscall
+	(*SeccompLogged)(nil),         // 20: levers9.v1.SeccompLogged
+	nil,                           // 21: levers9.v1.TaskSpec.EnvEntry
+	(*durationpb.Duration)(nil),   // 22: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil), // 23: google.protobuf.Timestamp
 }
 var file_api_levers9_v1_task_proto_depIdxs = []int32{
-	19, // 0: levers9.v1.TaskSpec.env:type_name -> levers9.v1.TaskSpec.EnvEntry
-	20, // 1: levers9.v1.TaskSpec.timeout:type_name -> google.protobuf.Duration
+	21, // 0: levers9.v1.TaskSpec.env:type_name -> levers9.v1.TaskSpec.EnvEntry
+	22, // 1: levers9.v1.TaskSpec.timeout:type_name -> google.protobuf.Duration
 	1,  // 2: levers9.v1.Attempt.state:type_name -> levers9.v1.AttemptState
-	21, // 3: levers9.v1.Attempt.scheduled_at:type_name -> google.protobuf.Timestamp
-	21, // 4: levers9.v1.Attempt.started_at:type_name -> google.protobuf.Timestamp
-	21, // 5: levers9.v1.Attempt.finished_at:type_name -> google.protobuf.Timestamp
+	23, // 3: levers9.v1.Attempt.scheduled_at:type_name -> google.protobuf.Timestamp
+	23, // 4: levers9.v1.Attempt.started_at:type_name -> google.protobuf.Timestamp
+	23, // 5: levers9.v1.Attempt.finished_at:type_name -> google.protobuf.Timestamp
 	2,  // 6: levers9.v1.Attempt.reason:type_name -> levers9.v1.FailureReason
 	4,  // 7: levers9.v1.Task.spec:type_name -> levers9.v1.TaskSpec
 	0,  // 8: levers9.v1.Task.state:type_name -> levers9.v1.TaskState
-	21, // 9: levers9.v1.Task.created_at:type_name -> google.protobuf.Timestamp
-	21, // 10: levers9.v1.Task.finished_at:type_name -> google.protobuf.Timestamp
+	23, // 9: levers9.v1.Task.created_at:type_name -> google.protobuf.Timestamp
+	23, // 10: levers9.v1.Task.finished_at:type_name -> google.protobuf.Timestamp
 	5,  // 11: levers9.v1.Task.attempts:type_name -> levers9.v1.Attempt
-	4,  // 12: levers9.v1.SubmitTaskRequest.spec:type_name -> levers9.v1.TaskSpec
-	6,  // 13: levers9.v1.SubmitTaskResponse.task:type_name -> levers9.v1.Task
-	6,  // 14: levers9.v1.GetTaskResponse.task:type_name -> levers9.v1.Task
-	0,  // 15: levers9.v1.ListTasksRequest.states:type_name -> levers9.v1.TaskState
-	6,  // 16: levers9.v1.ListTasksResponse.tasks:type_name -> levers9.v1.Task
-	6,  // 17: levers9.v1.CancelTaskResponse.task:type_name -> levers9.v1.Task
-	3,  // 18: levers9.v1.LogLine.stream:type_name -> levers9.v1.LogStream
-	0,  // 19: levers9.v1.StateChange.task_state:type_name -> levers9.v1.TaskState
-	1,  // 20: levers9.v1.StateChange.attempt_state:type_name -> levers9.v1.AttemptState
-	2,  // 21: levers9.v1.StateChange.reason:type_name -> levers9.v1.FailureReason
-	21, // 22: levers9.v1.TaskEvent.time:type_name -> google.protobuf.Timestamp
-	16, // 23: levers9.v1.TaskEvent.log:type_name -> levers9.v1.LogLine
-	17, // 24: levers9.v1.TaskEvent.state:type_name -> levers9.v1.StateChange
-	7,  // 25: levers9.v1.TaskService.SubmitTask:input_type -> levers9.v1.SubmitTaskRequest
-	9,  // 26: levers9.v1.TaskService.GetTask:input_type -> levers9.v1.GetTaskRequest
-	11, // 27: levers9.v1.TaskService.ListTasks:input_type -> levers9.v1.ListTasksRequest
-	13, // 28: levers9.v1.TaskService.CancelTask:input_type -> levers9.v1.CancelTaskRequest
-	15, // 29: levers9.v1.TaskService.FollowTask:input_type -> levers9.v1.FollowTaskRequest
-	8,  // 30: levers9.v1.TaskService.SubmitTask:output_type -> levers9.v1.SubmitTaskResponse
-	10, // 31: levers9.v1.TaskService.GetTask:output_type -> levers9.v1.GetTaskResponse
-	12, // 32: levers9.v1.TaskService.ListTasks:output_type -> levers9.v1.ListTasksResponse
-	14, // 33: levers9.v1.TaskService.CancelTask:output_type -> levers9.v1.CancelTaskResponse
-	18, // 34: levers9.v1.TaskService.FollowTask:output_type -> levers9.v1.TaskEvent
-	30, // [30:35] is the sub-list for method output_type
-	25, // [25:30] is the sub-list for method input_type
-	25, // [25:25] is the sub-list for extension type_name
-	25, // [25:25] is the sub-list for extension extendee
-	0,  // [0:25] is the sub-list for field type_name
+	19, // 12: levers9.v1.Task.seccomp_logged:type_name -> levers9.v1.SeccompSyscall
+	4,  // 13: levers9.v1.SubmitTaskRequest.spec:type_name -> levers9.v1.TaskSpec
+	6,  // 14: levers9.v1.SubmitTaskResponse.task:type_name -> levers9.v1.Task
+	6,  // 15: levers9.v1.GetTaskResponse.task:type_name -> levers9.v1.Task
+	0,  // 16: levers9.v1.ListTasksRequest.states:type_name -> levers9.v1.TaskState
+	6,  // 17: levers9.v1.ListTasksResponse.tasks:type_name -> levers9.v1.Task
+	6,  // 18: levers9.v1.CancelTaskResponse.task:type_name -> levers9.v1.Task
+	3,  // 19: levers9.v1.LogLine.stream:type_name -> levers9.v1.LogStream
+	0,  // 20: levers9.v1.StateChange.task_state:type_name -> levers9.v1.TaskState
+	1,  // 21: levers9.v1.StateChange.attempt_state:type_name -> levers9.v1.AttemptState
+	2,  // 22: levers9.v1.StateChange.reason:type_name -> levers9.v1.FailureReason
+	23, // 23: levers9.v1.TaskEvent.time:type_name -> google.protobuf.Timestamp
+	16, // 24: levers9.v1.TaskEvent.log:type_name -> levers9.v1.LogLine
+	17, // 25: levers9.v1.TaskEvent.state:type_name -> levers9.v1.StateChange
+	20, // 26: levers9.v1.TaskEvent.seccomp:type_name -> levers9.v1.SeccompLogged
+	19, // 27: levers9.v1.SeccompLogged.syscalls:type_name -> levers9.v1.SeccompSyscall
+	7,  // 28: levers9.v1.TaskService.SubmitTask:input_type -> levers9.v1.SubmitTaskRequest
+	9,  // 29: levers9.v1.TaskService.GetTask:input_type -> levers9.v1.GetTaskRequest
+	11, // 30: levers9.v1.TaskService.ListTasks:input_type -> levers9.v1.ListTasksRequest
+	13, // 31: levers9.v1.TaskService.CancelTask:input_type -> levers9.v1.CancelTaskRequest
+	15, // 32: levers9.v1.TaskService.FollowTask:input_type -> levers9.v1.FollowTaskRequest
+	8,  // 33: levers9.v1.TaskService.SubmitTask:output_type -> levers9.v1.SubmitTaskResponse
+	10, // 34: levers9.v1.TaskService.GetTask:output_type -> levers9.v1.GetTaskResponse
+	12, // 35: levers9.v1.TaskService.ListTasks:output_type -> levers9.v1.ListTasksResponse
+	14, // 36: levers9.v1.TaskService.CancelTask:output_type -> levers9.v1.CancelTaskResponse
+	18, // 37: levers9.v1.TaskService.FollowTask:output_type -> levers9.v1.TaskEvent
+	33, // [33:38] is the sub-list for method output_type
+	28, // [28:33] is the sub-list for method input_type
+	28, // [28:28] is the sub-list for extension type_name
+	28, // [28:28] is the sub-list for extension extendee
+	0,  // [0:28] is the sub-list for field type_name
 }
 
 func init() { file_api_levers9_v1_task_proto_init() }
@@ -1645,6 +1787,7 @@ func file_api_levers9_v1_task_proto_init() {
 	file_api_levers9_v1_task_proto_msgTypes[14].OneofWrappers = []any{
 		(*TaskEvent_Log)(nil),
 		(*TaskEvent_State)(nil),
+		(*TaskEvent_Seccomp)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -1652,7 +1795,7 @@ func file_api_levers9_v1_task_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_levers9_v1_task_proto_rawDesc), len(file_api_levers9_v1_task_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   16,
+			NumMessages:   18,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

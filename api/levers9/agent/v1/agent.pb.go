@@ -947,6 +947,7 @@ type AttemptRecord struct {
 	//
 	//	*AttemptRecord_Log
 	//	*AttemptRecord_Update
+	//	*AttemptRecord_Seccomp
 	Record        isAttemptRecord_Record `protobuf_oneof:"record"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1014,6 +1015,15 @@ func (x *AttemptRecord) GetUpdate() *AttemptUpdate {
 	return nil
 }
 
+func (x *AttemptRecord) GetSeccomp() *v1.SeccompLogged {
+	if x != nil {
+		if x, ok := x.Record.(*AttemptRecord_Seccomp); ok {
+			return x.Seccomp
+		}
+	}
+	return nil
+}
+
 type isAttemptRecord_Record interface {
 	isAttemptRecord_Record()
 }
@@ -1026,9 +1036,18 @@ type AttemptRecord_Update struct {
 	Update *AttemptUpdate `protobuf:"bytes,3,opt,name=update,proto3,oneof"`
 }
 
+type AttemptRecord_Seccomp struct {
+	// The attempt's seccomp log-mode totals so far: syscalls the kernel
+	// logged for its container. Cumulative, so storing one twice or
+	// out of order loses nothing.
+	Seccomp *v1.SeccompLogged `protobuf:"bytes,30,opt,name=seccomp,proto3,oneof"`
+}
+
 func (*AttemptRecord_Log) isAttemptRecord_Record() {}
 
 func (*AttemptRecord_Update) isAttemptRecord_Record() {}
+
+func (*AttemptRecord_Seccomp) isAttemptRecord_Record() {}
 
 type ReportAttemptRequest struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
@@ -1222,11 +1241,12 @@ const file_api_levers9_agent_v1_agent_proto_rawDesc = "" +
 	"\rdropped_lines\x18\x04 \x01(\x04R\fdroppedLines\x12!\n" +
 	"\fimage_digest\x18\x05 \x01(\tR\vimageDigest\x121\n" +
 	"\x06reason\x18\x06 \x01(\x0e2\x19.levers9.v1.FailureReasonR\x06reason\x12\x18\n" +
-	"\asummary\x18\a \x01(\tR\asummary\"\xad\x01\n" +
+	"\asummary\x18\a \x01(\tR\asummary\"\xe4\x01\n" +
 	"\rAttemptRecord\x12.\n" +
 	"\x04time\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12'\n" +
 	"\x03log\x18\x02 \x01(\v2\x13.levers9.v1.LogLineH\x00R\x03log\x129\n" +
-	"\x06update\x18\x03 \x01(\v2\x1f.levers9.agent.v1.AttemptUpdateH\x00R\x06updateB\b\n" +
+	"\x06update\x18\x03 \x01(\v2\x1f.levers9.agent.v1.AttemptUpdateH\x00R\x06update\x125\n" +
+	"\aseccomp\x18\x1e \x01(\v2\x19.levers9.v1.SeccompLoggedH\x00R\aseccompB\b\n" +
 	"\x06record\"\xa1\x01\n" +
 	"\x14ReportAttemptRequest\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12\x18\n" +
@@ -1287,6 +1307,7 @@ var file_api_levers9_agent_v1_agent_proto_goTypes = []any{
 	(v1.AttemptState)(0),             // 23: levers9.v1.AttemptState
 	(v1.FailureReason)(0),            // 24: levers9.v1.FailureReason
 	(*v1.LogLine)(nil),               // 25: levers9.v1.LogLine
+	(*v1.SeccompLogged)(nil),         // 26: levers9.v1.SeccompLogged
 }
 var file_api_levers9_agent_v1_agent_proto_depIdxs = []int32{
 	18, // 0: levers9.agent.v1.HeartbeatRequest.inventory:type_name -> levers9.v1.Inventory
@@ -1304,26 +1325,27 @@ var file_api_levers9_agent_v1_agent_proto_depIdxs = []int32{
 	19, // 12: levers9.agent.v1.AttemptRecord.time:type_name -> google.protobuf.Timestamp
 	25, // 13: levers9.agent.v1.AttemptRecord.log:type_name -> levers9.v1.LogLine
 	14, // 14: levers9.agent.v1.AttemptRecord.update:type_name -> levers9.agent.v1.AttemptUpdate
-	15, // 15: levers9.agent.v1.ReportAttemptRequest.records:type_name -> levers9.agent.v1.AttemptRecord
-	0,  // 16: levers9.agent.v1.Controlplane.Heartbeat:input_type -> levers9.agent.v1.HeartbeatRequest
-	2,  // 17: levers9.agent.v1.Controlplane.RenewCertificate:input_type -> levers9.agent.v1.RenewCertificateRequest
-	16, // 18: levers9.agent.v1.Controlplane.ReportAttempt:input_type -> levers9.agent.v1.ReportAttemptRequest
-	4,  // 19: levers9.agent.v1.Agent.Ping:input_type -> levers9.agent.v1.PingRequest
-	8,  // 20: levers9.agent.v1.Agent.RunTask:input_type -> levers9.agent.v1.RunTaskRequest
-	10, // 21: levers9.agent.v1.Agent.CancelTask:input_type -> levers9.agent.v1.CancelTaskRequest
-	12, // 22: levers9.agent.v1.Agent.ListTasks:input_type -> levers9.agent.v1.ListTasksRequest
-	1,  // 23: levers9.agent.v1.Controlplane.Heartbeat:output_type -> levers9.agent.v1.HeartbeatResponse
-	3,  // 24: levers9.agent.v1.Controlplane.RenewCertificate:output_type -> levers9.agent.v1.RenewCertificateResponse
-	17, // 25: levers9.agent.v1.Controlplane.ReportAttempt:output_type -> levers9.agent.v1.ReportAttemptResponse
-	5,  // 26: levers9.agent.v1.Agent.Ping:output_type -> levers9.agent.v1.PingResponse
-	9,  // 27: levers9.agent.v1.Agent.RunTask:output_type -> levers9.agent.v1.RunTaskResponse
-	11, // 28: levers9.agent.v1.Agent.CancelTask:output_type -> levers9.agent.v1.CancelTaskResponse
-	13, // 29: levers9.agent.v1.Agent.ListTasks:output_type -> levers9.agent.v1.ListTasksResponse
-	23, // [23:30] is the sub-list for method output_type
-	16, // [16:23] is the sub-list for method input_type
-	16, // [16:16] is the sub-list for extension type_name
-	16, // [16:16] is the sub-list for extension extendee
-	0,  // [0:16] is the sub-list for field type_name
+	26, // 15: levers9.agent.v1.AttemptRecord.seccomp:type_name -> levers9.v1.SeccompLogged
+	15, // 16: levers9.agent.v1.ReportAttemptRequest.records:type_name -> levers9.agent.v1.AttemptRecord
+	0,  // 17: levers9.agent.v1.Controlplane.Heartbeat:input_type -> levers9.agent.v1.HeartbeatRequest
+	2,  // 18: levers9.agent.v1.Controlplane.RenewCertificate:input_type -> levers9.agent.v1.RenewCertificateRequest
+	16, // 19: levers9.agent.v1.Controlplane.ReportAttempt:input_type -> levers9.agent.v1.ReportAttemptRequest
+	4,  // 20: levers9.agent.v1.Agent.Ping:input_type -> levers9.agent.v1.PingRequest
+	8,  // 21: levers9.agent.v1.Agent.RunTask:input_type -> levers9.agent.v1.RunTaskRequest
+	10, // 22: levers9.agent.v1.Agent.CancelTask:input_type -> levers9.agent.v1.CancelTaskRequest
+	12, // 23: levers9.agent.v1.Agent.ListTasks:input_type -> levers9.agent.v1.ListTasksRequest
+	1,  // 24: levers9.agent.v1.Controlplane.Heartbeat:output_type -> levers9.agent.v1.HeartbeatResponse
+	3,  // 25: levers9.agent.v1.Controlplane.RenewCertificate:output_type -> levers9.agent.v1.RenewCertificateResponse
+	17, // 26: levers9.agent.v1.Controlplane.ReportAttempt:output_type -> levers9.agent.v1.ReportAttemptResponse
+	5,  // 27: levers9.agent.v1.Agent.Ping:output_type -> levers9.agent.v1.PingResponse
+	9,  // 28: levers9.agent.v1.Agent.RunTask:output_type -> levers9.agent.v1.RunTaskResponse
+	11, // 29: levers9.agent.v1.Agent.CancelTask:output_type -> levers9.agent.v1.CancelTaskResponse
+	13, // 30: levers9.agent.v1.Agent.ListTasks:output_type -> levers9.agent.v1.ListTasksResponse
+	24, // [24:31] is the sub-list for method output_type
+	17, // [17:24] is the sub-list for method input_type
+	17, // [17:17] is the sub-list for extension type_name
+	17, // [17:17] is the sub-list for extension extendee
+	0,  // [0:17] is the sub-list for field type_name
 }
 
 func init() { file_api_levers9_agent_v1_agent_proto_init() }
@@ -1334,6 +1356,7 @@ func file_api_levers9_agent_v1_agent_proto_init() {
 	file_api_levers9_agent_v1_agent_proto_msgTypes[15].OneofWrappers = []any{
 		(*AttemptRecord_Log)(nil),
 		(*AttemptRecord_Update)(nil),
+		(*AttemptRecord_Seccomp)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
