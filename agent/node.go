@@ -63,7 +63,10 @@ type NodeConfig struct {
 	NFLOGGroup uint16
 	// Controlplane are allow entries containers may always reach.
 	Controlplane []string
-	Logger       *slog.Logger
+	// Metrics takes the egress and image cache metrics (nil: a fresh
+	// registry nobody reads).
+	Metrics *Metrics
+	Logger  *slog.Logger
 }
 
 // PinnedRunsc is where `make deps` (packaging/dev/runsc.sh) installs the
@@ -97,6 +100,9 @@ func (c NodeConfig) WithDefaults() NodeConfig {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Metrics == nil {
+		c.Metrics = NewMetrics()
 	}
 	return c
 }
@@ -166,7 +172,7 @@ func BuildNode(ctx context.Context, c NodeConfig) (*Node, error) {
 	}
 	store, err := image.New(image.Config{Root: filepath.Join(c.StateDir, "images"), Registry: c.ImageRegistry,
 		Registries: registries, InsecureRegistries: c.InsecureRegistries, DiskBudget: c.ImageDiskBudget,
-		MountSource: "levers9-" + c.Prefix, Logger: log})
+		MountSource: "levers9-" + c.Prefix, Logger: log, Registerer: c.Metrics.Registry})
 	if err != nil {
 		return nil, err
 	}
@@ -181,7 +187,7 @@ func BuildNode(ctx context.Context, c NodeConfig) (*Node, error) {
 			}
 		}
 		n.Egress, err = egress.NewNode(egress.Config{Prefix: c.Prefix, SubnetV4: c.SubnetV4, SubnetV6: c.SubnetV6, NFLOGGroup: c.NFLOGGroup,
-			Resolvers: resolvers, Controlplane: c.Controlplane, StateDir: filepath.Join(c.StateDir, "network")}, log, nil)
+			Resolvers: resolvers, Controlplane: c.Controlplane, StateDir: filepath.Join(c.StateDir, "network")}, log, c.Metrics.Registry)
 		if err != nil {
 			return nil, err
 		}

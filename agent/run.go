@@ -62,6 +62,11 @@ type RunOptions struct {
 	// Clock times heartbeats and report retries and stamps reports
 	// (default the wall clock). The tunnel's is Client.Clock.
 	Clock clock.Clock
+	// Metrics is the agent's registry (default a fresh one): snapshots of
+	// it go to the controlplane every MetricsInterval (default
+	// DefaultMetricsInterval) unless a heartbeat answer names another.
+	Metrics         *Metrics
+	MetricsInterval time.Duration
 	// Floor is the operator's --min-* flags: the loosest security this
 	// machine runs. Settings left empty keep the floor saved in the state
 	// directory (none at first).
@@ -87,6 +92,11 @@ type Agent struct {
 	cp    *grpc.ClientConn
 	tasks *tasks // nil without a Runner
 	floor enroll.Floor
+	// metricsEvery is the snapshot interval the controlplane asked for
+	// (0: RunOptions.MetricsInterval).
+	metricsEvery atomic.Int64
+	metricsStop  context.CancelFunc
+	metricsDone  chan struct{}
 }
 
 // NewAgent loads the state written by Join.
@@ -96,6 +106,12 @@ func NewAgent(o RunOptions) (*Agent, error) {
 	}
 	if o.HeartbeatInterval == 0 {
 		o.HeartbeatInterval = 10 * time.Second
+	}
+	if o.Metrics == nil {
+		o.Metrics = NewMetrics()
+	}
+	if o.MetricsInterval <= 0 {
+		o.MetricsInterval = DefaultMetricsInterval
 	}
 	o.Clock = clock.OrReal(o.Clock)
 	st, err := o.State.Settings()
@@ -155,6 +171,7 @@ func NewAgent(o RunOptions) (*Agent, error) {
 		}
 		a.tasks = newTasks(o.Runner, send, o.Report, o.Clock, o.Log.With("component", "tasks", "machine_id", st.MachineID), st.Pool)
 		a.tasks.floor = a.floor
+		a.tasks.metrics = o.Metrics
 	}
 	a.srv = grpc.NewServer(tunnel.ServerOptions(tunnel.Limits{})...)
 	agentv1.RegisterAgentServer(a.srv, &agentService{machineID: st.MachineID, tasks: a.tasks})
@@ -184,12 +201,25 @@ func (a *Agent) Start(ctx context.Context) error {
 		a.tasks.start(ctx)
 	}
 	a.cp.Connect()
-	return a.auto.Start(ctx)
+	if err := a.auto.Start(ctx); err != nil {
+		return err
+	}
+	mctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	a.metricsStop, a.metricsDone = cancel, make(chan struct{})
+	go func() {
+		defer close(a.metricsDone)
+		a.sendMetrics(mctx)
+	}()
+	return nil
 }
 
 // Stop closes the tunnel and waits; running containers detach (see
 // taskrun). Safe twice.
 func (a *Agent) Stop() {
+	if a.metricsStop != nil {
+		a.metricsStop()
+		<-a.metricsDone
+	}
 	a.auto.Stop()
 	a.srv.Stop()
 	if a.tasks != nil {
@@ -201,6 +231,10 @@ func (a *Agent) Stop() {
 func (a *Agent) onSession(ctx context.Context, s tunnel.Session) {
 	a.o.Log.Info("connected to the controlplane", "machine_id", a.settings.MachineID, "transport", s.Transport())
 	go tunnel.ServeGRPC(ctx, s, a.srv)
+	up := a.o.Metrics.TunnelConnected.WithLabelValues(string(s.Transport()))
+	up.Set(1)
+	defer up.Set(0)
+	a.o.Metrics.TunnelSessions.Inc()
 	conn, err := tunnel.NewClientConn("controlplane", s.OpenStream, tunnel.Limits{})
 	if err != nil {
 		a.o.Log.Error("controlplane connection", "err", err)
@@ -241,6 +275,7 @@ func (a *Agent) onSession(ctx context.Context, s tunnel.Session) {
 					a.o.Log.Info("attempt stopped by the controlplane", "task_id", st.TaskId, "attempt", st.Attempt)
 				}
 			}
+			a.metricsEvery.Store(int64(resp.MetricsIntervalSeconds) * int64(time.Second))
 			if resp.RenewCertificate {
 				a.renew(ctx, cp)
 			}
@@ -362,12 +397,16 @@ func runCmd(ctx context.Context, args []string, _, stderr io.Writer) error {
 	fs.StringVar(&floor.Profile, "min-profile", "", "refuse tasks whose profile is below this: legacy < hardened (default: the saved floor, else none)")
 	fs.StringVar(&floor.Seccomp, "min-seccomp", "", "refuse tasks whose seccomp is below this: off < log < enforce (default: the saved floor, else none)")
 	fs.StringVar(&floor.Egress, "min-egress", "", "refuse tasks whose egress mode is below this: observe < enforce (default: the saved floor, else none)")
+	metricsEvery := fs.Duration("metrics-interval", DefaultMetricsInterval, "how often to send a metrics snapshot to the controlplane (unless it asks for another interval: controlplane.metrics.workerInterval)")
 	fs.StringVar(&nc.RunscPath, "runsc", "", "the runsc binary runsc pools run with (default: "+PinnedRunsc+" when installed, else runsc on PATH)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if err := floor.Validate(); err != nil {
 		return err
+	}
+	if *metricsEvery < time.Second {
+		return fmt.Errorf("--metrics-interval: %s is below 1s: %w", *metricsEvery, errdefs.ErrInvalidArgument)
 	}
 	if nc.RunscPath != "" {
 		if _, err := exec.LookPath(nc.RunscPath); err != nil {
@@ -376,7 +415,8 @@ func runCmd(ctx context.Context, args []string, _, stderr io.Writer) error {
 	}
 	nc.Registries, nc.InsecureRegistries, nc.Resolvers = splitList(*registries), splitList(*insecure), splitList(*resolvers)
 	log := slog.New(slog.NewJSONHandler(stderr, nil))
-	o := RunOptions{State: State{Dir: *stateDir}, Log: log, Version: Version, Floor: floor}
+	o := RunOptions{State: State{Dir: *stateDir}, Log: log, Version: Version, Floor: floor,
+		Metrics: NewMetrics(), MetricsInterval: *metricsEvery}
 	if *tunnelAddr != "" {
 		o.TunnelAddrs = []string{*tunnelAddr}
 	}
@@ -388,7 +428,7 @@ func runCmd(ctx context.Context, args []string, _, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	nc.StateDir, nc.MachineID, nc.Logger = abs, st.MachineID, log
+	nc.StateDir, nc.MachineID, nc.Logger, nc.Metrics = abs, st.MachineID, log, o.Metrics
 	nc.Controlplane = controlplaneAllow(st.Controlplane)
 	nc.RunscPath = nc.WithDefaults().RunscPath
 	o.RunscPath = nc.RunscPath

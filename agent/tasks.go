@@ -85,6 +85,8 @@ type tasks struct {
 	// floor is the machine's security minimum: attempts below it are
 	// refused before anything starts.
 	floor enroll.Floor
+	// metrics counts starts and their latency (nil: not counted).
+	metrics *Metrics
 
 	// mu guards the fields below.
 	mu       sync.Mutex
@@ -173,6 +175,7 @@ func (t *tasks) run(a *agentv1.TaskAttempt) (alreadyRunning bool, err error) {
 // execute runs the attempt and queues its records.
 func (t *tasks) execute(ctx context.Context, h *held, task taskrun.Task, log *slog.Logger) {
 	var failMsg string
+	taken, started := t.clock.Now(), false
 	out := taskrun.Output{
 		Logs: taskrun.LogSinkFunc(func(_ context.Context, l taskrun.LogLine) error {
 			h.q.pushLog(logRecord(l))
@@ -184,6 +187,8 @@ func (t *tasks) execute(ctx context.Context, h *held, task taskrun.Task, log *sl
 			}
 			switch e.To {
 			case taskrun.StateRunning:
+				started = true
+				t.countStart(task.Pool, "started", t.clock.Since(taken))
 				h.q.pushRunning(&agentv1.AttemptRecord{Time: timestamppb.New(e.Time),
 					Record: &agentv1.AttemptRecord_Update{Update: &agentv1.AttemptUpdate{State: v1.AttemptState_ATTEMPT_STATE_RUNNING}}})
 			case taskrun.StateFailed:
@@ -197,6 +202,9 @@ func (t *tasks) execute(ctx context.Context, h *held, task taskrun.Task, log *sl
 		// running, and the next agent's Reconcile finds it.
 		log.Info("attempt detached: agent shutting down")
 		return
+	}
+	if !started {
+		t.countStart(task.Pool, "failed", 0)
 	}
 	u := &agentv1.AttemptUpdate{State: stateOf(res.State), ExitCode: int32(res.Exit.Code),
 		DroppedLines: res.DroppedLines, ImageDigest: res.ImageDigest}
@@ -223,6 +231,17 @@ func (t *tasks) execute(ctx context.Context, h *held, task taskrun.Task, log *sl
 	h.q.pushTerminal(&agentv1.AttemptRecord{Time: timestamppb.New(t.clock.Now()), Record: &agentv1.AttemptRecord_Update{Update: u}})
 	log.Info("attempt finished", "state", u.State.String(), "exit_code", u.ExitCode, "dropped_lines", u.DroppedLines,
 		"reason", string(res.Reason), "err", u.Message)
+}
+
+// countStart counts an attempt that started (with its latency) or never did.
+func (t *tasks) countStart(pool, result string, latency time.Duration) {
+	if t.metrics == nil {
+		return
+	}
+	t.metrics.TaskStarts.WithLabelValues(pool, result).Inc()
+	if result == "started" {
+		t.metrics.TaskStartSeconds.WithLabelValues(pool).Observe(latency.Seconds())
+	}
 }
 
 // reasonsPB maps taskrun's failure reasons onto the API's.
