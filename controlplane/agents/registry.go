@@ -72,6 +72,14 @@ type Config struct {
 	// was deleted or whose certificate is no longer current is closed, even
 	// if the drop message meant for this replica was lost.
 	ReauthorizeInterval time.Duration
+	// WorkerMetricsInterval is how often agents are told to send metrics
+	// snapshots (0: each agent's own interval); WorkerMetricsExpiry how long
+	// after its last snapshot an agent's series leave (default 1m);
+	// WorkerMetricsMaxSeries caps the series kept per agent (default 2000).
+	// The series are served through Registerer, labelled machine and pool.
+	WorkerMetricsInterval  time.Duration
+	WorkerMetricsExpiry    time.Duration
+	WorkerMetricsMaxSeries int
 	// Clock times presence refreshes, re-authorization and certificate
 	// renewal (default the wall clock). The tunnel server keeps the wall clock: its heartbeats
 	// meet connection deadlines, which are wall-clock instants.
@@ -103,6 +111,8 @@ type Registry struct {
 	auth    *replicaAuth
 	metrics *registryMetrics
 	tm      *tunnel.Metrics
+	// workers holds the agents' metrics snapshots (workermetrics.go).
+	workers *workerMetrics
 
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -149,6 +159,12 @@ func New(cfg Config) (*Registry, error) {
 	}
 	if r.tm, err = tunnel.NewMetrics(cfg.Registerer); err != nil {
 		return nil, fmt.Errorf("tunnel metrics: %w", err)
+	}
+	r.workers = newWorkerMetrics(cfg.Clock, cfg.Log, cfg.WorkerMetricsExpiry, cfg.WorkerMetricsMaxSeries)
+	if cfg.Registerer != nil {
+		if err := cfg.Registerer.Register(r.workers); err != nil {
+			return nil, fmt.Errorf("worker metrics: %w", err)
+		}
 	}
 	return r, nil
 }
@@ -393,3 +409,19 @@ func (r *Registry) Conn(ctx context.Context, machineID string) (grpc.ClientConnI
 }
 
 var errAgentOffline = fmt.Errorf("agent is not connected to any controlplane replica: %w", errdefs.ErrUnavailable)
+
+// poolOf is a connected machine's pool, from the registry's record of its
+// connection or else from Postgres.
+func (r *Registry) poolOf(ctx context.Context, machineID string) (string, error) {
+	r.mu.Lock()
+	pool, ok := r.pools[machineID]
+	r.mu.Unlock()
+	if ok {
+		return pool, nil
+	}
+	m, err := r.cfg.Store.MachineByID(ctx, machineID)
+	if err != nil {
+		return "", fmt.Errorf("machine %s: %w", machineID, err)
+	}
+	return m.Pool, nil
+}
