@@ -8,7 +8,9 @@
 // connected agents, presence in Redis (which replica holds which agent), and
 // pushes to an agent through whichever replica holds its tunnel (forwarded
 // over Redis when it is another replica). It serves the agent API
-// (heartbeats, certificate renewal). It never dials an agent, and never acts
+// (heartbeats, certificate renewal, metrics snapshots, which it keeps per
+// agent in memory and serves on the replica's /metrics labelled machine
+// and pool: workermetrics.go). It never dials an agent, and never acts
 // on a message or presence record from Redis that a replica holding the
 // replica secret did not sign (replicaauth.go).
 package agents
