@@ -185,6 +185,18 @@ func (s *snapshotter) ack(seq uint64, resp *agentv1.MetricsReportResponse) {
 	s.sent = nil
 }
 
+// setMetricsInterval takes the interval a heartbeat answer named (0: the
+// agent's own) and wakes the snapshot loop when it changed.
+func (a *Agent) setMetricsInterval(d time.Duration) {
+	if a.metricsEvery.Swap(int64(d)) == int64(d) {
+		return
+	}
+	select {
+	case a.metricsWake <- struct{}{}:
+	default:
+	}
+}
+
 // sendMetrics sends a snapshot of the registry every interval until ctx
 // ends, each against the last one the controlplane acknowledged.
 func (a *Agent) sendMetrics(ctx context.Context) {
@@ -201,6 +213,9 @@ func (a *Agent) sendMetrics(ctx context.Context) {
 		case <-ctx.Done():
 			t.Stop()
 			return
+		case <-a.metricsWake:
+			t.Stop()
+			continue
 		case <-t.C():
 		}
 		fams, err := a.o.Metrics.Registry.Gather()

@@ -1,14 +1,20 @@
 package agent
 
 import (
+	"io"
+	"net/http"
 	"sort"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"google.golang.org/protobuf/proto"
 
 	agentv1 "github.com/levers9/levers9/api/levers9/agent/v1"
+	"github.com/levers9/levers9/controlplane/config"
+	"github.com/levers9/levers9/controlplane/controlplanetest"
 )
 
 // seriesIn lists "family{labels}" of a report's marshalled families.
@@ -127,4 +133,34 @@ func TestMetricsSnapshotDelta(t *testing.T) {
 	if r := send(ok); r.BaseSeq != 7 {
 		t.Fatalf("stale ack moved the base to %d", r.BaseSeq)
 	}
+}
+
+// TestMetricsIntervalFromTheControlplane: an agent whose own interval is an
+// hour sends snapshots at the interval the heartbeat answer names
+// (controlplane.metrics.workerInterval), and its series leave the
+// controlplane's /metrics workerExpiry after it stops.
+func TestMetricsIntervalFromTheControlplane(t *testing.T) {
+	t.Parallel()
+	b := setupJoinWith(t, func(c *config.Config) {
+		c.Controlplane.Metrics.WorkerInterval = "1s"
+		c.Controlplane.Metrics.WorkerExpiry = "2s"
+	})
+	a := startJoinedAgent(t, b, RunOptions{HeartbeatInterval: 300 * time.Millisecond, MetricsInterval: time.Hour})
+	scrape := func() string {
+		resp, err := http.Get("http://" + b.in.Server.MetricsAddr() + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return string(body)
+	}
+	series := `worker_tunnel_connected{machine="` + a.MachineID() + `",pool="default",transport=`
+	controlplanetest.Eventually(t, 15*time.Second, "the agent's tunnel state in the controlplane's scrape", func() bool {
+		return strings.Contains(scrape(), series)
+	})
+	a.Stop()
+	controlplanetest.Eventually(t, 15*time.Second, "the stopped agent's series gone", func() bool {
+		return !strings.Contains(scrape(), `machine="`+a.MachineID()+`"`)
+	})
 }

@@ -95,8 +95,10 @@ type Agent struct {
 	// metricsEvery is the snapshot interval the controlplane asked for
 	// (0: RunOptions.MetricsInterval).
 	metricsEvery atomic.Int64
-	metricsStop  context.CancelFunc
-	metricsDone  chan struct{}
+	// metricsWake tells the snapshot loop the interval changed.
+	metricsWake chan struct{}
+	metricsStop context.CancelFunc
+	metricsDone chan struct{}
 }
 
 // NewAgent loads the state written by Join.
@@ -118,7 +120,7 @@ func NewAgent(o RunOptions) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
-	a := &Agent{o: o, settings: st}
+	a := &Agent{o: o, settings: st, metricsWake: make(chan struct{}, 1)}
 	if a.floor, err = o.State.resolveFloor(o.Floor); err != nil {
 		return nil, err
 	}
@@ -275,7 +277,7 @@ func (a *Agent) onSession(ctx context.Context, s tunnel.Session) {
 					a.o.Log.Info("attempt stopped by the controlplane", "task_id", st.TaskId, "attempt", st.Attempt)
 				}
 			}
-			a.metricsEvery.Store(int64(resp.MetricsIntervalSeconds) * int64(time.Second))
+			a.setMetricsInterval(time.Duration(resp.MetricsIntervalSeconds) * time.Second)
 			if resp.RenewCertificate {
 				a.renew(ctx, cp)
 			}
