@@ -11,6 +11,10 @@
 // seccomp log mode (SeccompWatch) it reads the kernel log for the syscalls
 // enforce would refuse and attributes them to attempts.
 //
+// It keeps one Prometheus registry (Metrics: egress, image cache, task
+// starts, seccomp log events, tunnel) and sends snapshots of what changed
+// over the tunnel; the controlplane serves them.
+//
 // It dials out and never listens on a network port. It never imports the
 // controlplane; it talks to it only through api/ over the tunnel or the
 // enrollment call. API: internal to the agent binary.

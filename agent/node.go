@@ -75,7 +75,10 @@ type NodeConfig struct {
 	// SeccompFlush is how often an attempt's changed seccomp totals are
 	// sent (default DefaultSeccompFlush).
 	SeccompFlush time.Duration
-	Logger       *slog.Logger
+	// Metrics takes the egress and image cache metrics (nil: a fresh
+	// registry nobody reads).
+	Metrics *Metrics
+	Logger  *slog.Logger
 }
 
 // PinnedRunsc is where `make deps` (packaging/dev/runsc.sh) installs the
@@ -109,6 +112,9 @@ func (c NodeConfig) WithDefaults() NodeConfig {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Metrics == nil {
+		c.Metrics = NewMetrics()
 	}
 	return c
 }
@@ -176,7 +182,13 @@ func BuildNode(ctx context.Context, c NodeConfig) (*Node, error) {
 	if err != nil {
 		return nil, err
 	}
-	watch = NewSeccompWatch(SeccompWatchConfig{Reader: reader, Observer: c.SeccompObserver, Flush: c.SeccompFlush,
+	observer := c.SeccompObserver
+	if observer == nil {
+		observer = SeccompObserverFunc(func(pool, task, syscall string) {
+			c.Metrics.SeccompLogEvents.WithLabelValues(pool, task, syscall).Inc()
+		})
+	}
+	watch = NewSeccompWatch(SeccompWatchConfig{Reader: reader, Observer: observer, Flush: c.SeccompFlush,
 		Logger: log.With("component", "seccomp")})
 	n.Seccomp = watch
 	sb, err := sandbox.New(sandbox.Config{Prefix: c.Prefix, StateDir: filepath.Join(c.StateDir, "containers"),
@@ -193,7 +205,7 @@ func BuildNode(ctx context.Context, c NodeConfig) (*Node, error) {
 	}
 	store, err := image.New(image.Config{Root: filepath.Join(c.StateDir, "images"), Registry: c.ImageRegistry,
 		Registries: registries, InsecureRegistries: c.InsecureRegistries, DiskBudget: c.ImageDiskBudget,
-		MountSource: "levers9-" + c.Prefix, Logger: log})
+		MountSource: "levers9-" + c.Prefix, Logger: log, Registerer: c.Metrics.Registry})
 	if err != nil {
 		return nil, err
 	}
@@ -218,7 +230,7 @@ func BuildNode(ctx context.Context, c NodeConfig) (*Node, error) {
 		}
 		log.Info("container network claimed", "prefix", c.Prefix, "subnet_v4", claim.SubnetV4, "subnet_v6", claim.SubnetV6, "nflog_group", claim.NFLOGGroup)
 		n.Egress, err = egress.NewNode(egress.Config{Prefix: c.Prefix, SubnetV4: claim.SubnetV4, SubnetV6: claim.SubnetV6, NFLOGGroup: claim.NFLOGGroup,
-			Resolvers: resolvers, Controlplane: c.Controlplane, StateDir: filepath.Join(c.StateDir, "network")}, log, nil)
+			Resolvers: resolvers, Controlplane: c.Controlplane, StateDir: filepath.Join(c.StateDir, "network")}, log, c.Metrics.Registry)
 		if err != nil {
 			return nil, err
 		}

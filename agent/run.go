@@ -66,6 +66,11 @@ type RunOptions struct {
 	// Runner runs (BuildNode makes it; nil: not attributed). The Node
 	// owns it.
 	Seccomp *SeccompWatch
+	// Metrics is the agent's registry (default a fresh one): snapshots of
+	// it go to the controlplane every MetricsInterval (default
+	// DefaultMetricsInterval) unless a heartbeat answer names another.
+	Metrics         *Metrics
+	MetricsInterval time.Duration
 	// Floor is the operator's --min-* flags: the loosest security this
 	// machine runs. Settings left empty keep the floor saved in the state
 	// directory (none at first).
@@ -91,6 +96,13 @@ type Agent struct {
 	cp    *grpc.ClientConn
 	tasks *tasks // nil without a Runner
 	floor enroll.Floor
+	// metricsEvery is the snapshot interval the controlplane asked for
+	// (0: RunOptions.MetricsInterval).
+	metricsEvery atomic.Int64
+	// metricsWake tells the snapshot loop the interval changed.
+	metricsWake chan struct{}
+	metricsStop context.CancelFunc
+	metricsDone chan struct{}
 }
 
 // NewAgent loads the state written by Join.
@@ -101,12 +113,18 @@ func NewAgent(o RunOptions) (*Agent, error) {
 	if o.HeartbeatInterval == 0 {
 		o.HeartbeatInterval = 10 * time.Second
 	}
+	if o.Metrics == nil {
+		o.Metrics = NewMetrics()
+	}
+	if o.MetricsInterval <= 0 {
+		o.MetricsInterval = DefaultMetricsInterval
+	}
 	o.Clock = clock.OrReal(o.Clock)
 	st, err := o.State.Settings()
 	if err != nil {
 		return nil, err
 	}
-	a := &Agent{o: o, settings: st}
+	a := &Agent{o: o, settings: st, metricsWake: make(chan struct{}, 1)}
 	if a.floor, err = o.State.resolveFloor(o.Floor); err != nil {
 		return nil, err
 	}
@@ -160,6 +178,7 @@ func NewAgent(o RunOptions) (*Agent, error) {
 		a.tasks = newTasks(o.Runner, send, o.Report, o.Clock, o.Log.With("component", "tasks", "machine_id", st.MachineID), st.Pool)
 		a.tasks.floor = a.floor
 		a.tasks.seccomp = o.Seccomp
+		a.tasks.metrics = o.Metrics
 	}
 	a.srv = grpc.NewServer(tunnel.ServerOptions(tunnel.Limits{})...)
 	agentv1.RegisterAgentServer(a.srv, &agentService{machineID: st.MachineID, tasks: a.tasks})
@@ -189,12 +208,25 @@ func (a *Agent) Start(ctx context.Context) error {
 		a.tasks.start(ctx)
 	}
 	a.cp.Connect()
-	return a.auto.Start(ctx)
+	if err := a.auto.Start(ctx); err != nil {
+		return err
+	}
+	mctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	a.metricsStop, a.metricsDone = cancel, make(chan struct{})
+	go func() {
+		defer close(a.metricsDone)
+		a.sendMetrics(mctx)
+	}()
+	return nil
 }
 
 // Stop closes the tunnel and waits; running containers detach (see
 // taskrun). Safe twice.
 func (a *Agent) Stop() {
+	if a.metricsStop != nil {
+		a.metricsStop()
+		<-a.metricsDone
+	}
 	a.auto.Stop()
 	a.srv.Stop()
 	if a.tasks != nil {
@@ -206,6 +238,10 @@ func (a *Agent) Stop() {
 func (a *Agent) onSession(ctx context.Context, s tunnel.Session) {
 	a.o.Log.Info("connected to the controlplane", "machine_id", a.settings.MachineID, "transport", s.Transport())
 	go tunnel.ServeGRPC(ctx, s, a.srv)
+	up := a.o.Metrics.TunnelConnected.WithLabelValues(string(s.Transport()))
+	up.Set(1)
+	defer up.Set(0)
+	a.o.Metrics.TunnelSessions.Inc()
 	conn, err := tunnel.NewClientConn("controlplane", s.OpenStream, tunnel.Limits{})
 	if err != nil {
 		a.o.Log.Error("controlplane connection", "err", err)
@@ -246,6 +282,7 @@ func (a *Agent) onSession(ctx context.Context, s tunnel.Session) {
 					a.o.Log.Info("attempt stopped by the controlplane", "task_id", st.TaskId, "attempt", st.Attempt)
 				}
 			}
+			a.setMetricsInterval(time.Duration(resp.MetricsIntervalSeconds) * time.Second)
 			if resp.RenewCertificate {
 				a.renew(ctx, cp)
 			}
@@ -370,12 +407,16 @@ func runCmd(ctx context.Context, args []string, _, stderr io.Writer) error {
 	fs.StringVar(&floor.Profile, "min-profile", "", "refuse tasks whose profile is below this: legacy < hardened (default: the saved floor, else none)")
 	fs.StringVar(&floor.Seccomp, "min-seccomp", "", "refuse tasks whose seccomp is below this: off < log < enforce (default: the saved floor, else none)")
 	fs.StringVar(&floor.Egress, "min-egress", "", "refuse tasks whose egress mode is below this: observe < enforce (default: the saved floor, else none)")
+	metricsEvery := fs.Duration("metrics-interval", DefaultMetricsInterval, "how often to send a metrics snapshot to the controlplane (unless it asks for another interval: controlplane.metrics.workerInterval)")
 	fs.StringVar(&nc.RunscPath, "runsc", "", "the runsc binary runsc pools run with (default: "+PinnedRunsc+" when installed, else runsc on PATH)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if err := floor.Validate(); err != nil {
 		return err
+	}
+	if *metricsEvery < time.Second {
+		return fmt.Errorf("--metrics-interval: %s is below 1s: %w", *metricsEvery, errdefs.ErrInvalidArgument)
 	}
 	if nc.RunscPath != "" {
 		if _, err := exec.LookPath(nc.RunscPath); err != nil {
@@ -384,7 +425,8 @@ func runCmd(ctx context.Context, args []string, _, stderr io.Writer) error {
 	}
 	nc.Registries, nc.InsecureRegistries, nc.Resolvers = splitList(*registries), splitList(*insecure), splitList(*resolvers)
 	log := slog.New(slog.NewJSONHandler(stderr, nil))
-	o := RunOptions{State: State{Dir: *stateDir}, Log: log, Version: Version, Floor: floor}
+	o := RunOptions{State: State{Dir: *stateDir}, Log: log, Version: Version, Floor: floor,
+		Metrics: NewMetrics(), MetricsInterval: *metricsEvery}
 	if *tunnelAddr != "" {
 		o.TunnelAddrs = []string{*tunnelAddr}
 	}
@@ -396,7 +438,7 @@ func runCmd(ctx context.Context, args []string, _, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	nc.StateDir, nc.MachineID, nc.Logger = abs, st.MachineID, log
+	nc.StateDir, nc.MachineID, nc.Logger, nc.Metrics = abs, st.MachineID, log, o.Metrics
 	nc.Controlplane = controlplaneAllow(st.Controlplane)
 	nc.RunscPath = nc.WithDefaults().RunscPath
 	o.RunscPath = nc.RunscPath

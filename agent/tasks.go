@@ -87,6 +87,8 @@ type tasks struct {
 	floor enroll.Floor
 	// seccomp, when set, attributes seccomp log-mode records to attempts.
 	seccomp *SeccompWatch
+	// metrics counts starts and their latency (nil: not counted).
+	metrics *Metrics
 
 	// mu guards the fields below.
 	mu       sync.Mutex
@@ -176,6 +178,7 @@ func (t *tasks) run(a *agentv1.TaskAttempt) (alreadyRunning bool, err error) {
 // execute runs the attempt and queues its records.
 func (t *tasks) execute(ctx context.Context, h *held, task taskrun.Task, log *slog.Logger, watched bool) {
 	var failMsg string
+	taken, started := t.clock.Now(), false
 	out := taskrun.Output{
 		Logs: taskrun.LogSinkFunc(func(_ context.Context, l taskrun.LogLine) error {
 			h.q.pushLog(logRecord(l))
@@ -187,6 +190,8 @@ func (t *tasks) execute(ctx context.Context, h *held, task taskrun.Task, log *sl
 			}
 			switch e.To {
 			case taskrun.StateRunning:
+				started = true
+				t.countStart(task.Pool, "started", t.clock.Since(taken))
 				h.q.pushRunning(&agentv1.AttemptRecord{Time: timestamppb.New(e.Time),
 					Record: &agentv1.AttemptRecord_Update{Update: &agentv1.AttemptUpdate{State: v1.AttemptState_ATTEMPT_STATE_RUNNING}}})
 			case taskrun.StateFailed:
@@ -207,6 +212,9 @@ func (t *tasks) execute(ctx context.Context, h *held, task taskrun.Task, log *sl
 	if watched {
 		// Its seccomp totals go before the terminal record.
 		t.seccomp.finish(task.RunID())
+	}
+	if !started {
+		t.countStart(task.Pool, "failed", 0)
 	}
 	u := &agentv1.AttemptUpdate{State: stateOf(res.State), ExitCode: int32(res.Exit.Code),
 		DroppedLines: res.DroppedLines, ImageDigest: res.ImageDigest}
@@ -233,6 +241,17 @@ func (t *tasks) execute(ctx context.Context, h *held, task taskrun.Task, log *sl
 	h.q.pushTerminal(&agentv1.AttemptRecord{Time: timestamppb.New(t.clock.Now()), Record: &agentv1.AttemptRecord_Update{Update: u}})
 	log.Info("attempt finished", "state", u.State.String(), "exit_code", u.ExitCode, "dropped_lines", u.DroppedLines,
 		"reason", string(res.Reason), "err", u.Message)
+}
+
+// countStart counts an attempt that started (with its latency) or never did.
+func (t *tasks) countStart(pool, result string, latency time.Duration) {
+	if t.metrics == nil {
+		return
+	}
+	t.metrics.TaskStarts.WithLabelValues(pool, result).Inc()
+	if result == "started" {
+		t.metrics.TaskStartSeconds.WithLabelValues(pool).Observe(latency.Seconds())
+	}
 }
 
 // reasonsPB maps taskrun's failure reasons onto the API's.

@@ -8,7 +8,9 @@
 // connected agents, presence in Redis (which replica holds which agent), and
 // pushes to an agent through whichever replica holds its tunnel (forwarded
 // over Redis when it is another replica). It serves the agent API
-// (heartbeats, certificate renewal). It never dials an agent, and never acts
+// (heartbeats, certificate renewal, metrics snapshots, which it keeps per
+// agent in memory and serves on the replica's /metrics labelled machine
+// and pool: workermetrics.go). It never dials an agent, and never acts
 // on a message or presence record from Redis that a replica holding the
 // replica secret did not sign (replicaauth.go).
 package agents
@@ -72,6 +74,14 @@ type Config struct {
 	// was deleted or whose certificate is no longer current is closed, even
 	// if the drop message meant for this replica was lost.
 	ReauthorizeInterval time.Duration
+	// WorkerMetricsInterval is how often agents are told to send metrics
+	// snapshots (0: each agent's own interval); WorkerMetricsExpiry how long
+	// after its last snapshot an agent's series leave (default 1m);
+	// WorkerMetricsMaxSeries caps the series kept per agent (default 2000).
+	// The series are served through Registerer, labelled machine and pool.
+	WorkerMetricsInterval  time.Duration
+	WorkerMetricsExpiry    time.Duration
+	WorkerMetricsMaxSeries int
 	// Clock times presence refreshes, re-authorization and certificate
 	// renewal (default the wall clock). The tunnel server keeps the wall clock: its heartbeats
 	// meet connection deadlines, which are wall-clock instants.
@@ -103,6 +113,8 @@ type Registry struct {
 	auth    *replicaAuth
 	metrics *registryMetrics
 	tm      *tunnel.Metrics
+	// workers holds the agents' metrics snapshots (workermetrics.go).
+	workers *workerMetrics
 
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -149,6 +161,12 @@ func New(cfg Config) (*Registry, error) {
 	}
 	if r.tm, err = tunnel.NewMetrics(cfg.Registerer); err != nil {
 		return nil, fmt.Errorf("tunnel metrics: %w", err)
+	}
+	r.workers = newWorkerMetrics(cfg.Clock, cfg.Log, cfg.WorkerMetricsExpiry, cfg.WorkerMetricsMaxSeries)
+	if cfg.Registerer != nil {
+		if err := cfg.Registerer.Register(r.workers); err != nil {
+			return nil, fmt.Errorf("worker metrics: %w", err)
+		}
 	}
 	return r, nil
 }
@@ -393,3 +411,19 @@ func (r *Registry) Conn(ctx context.Context, machineID string) (grpc.ClientConnI
 }
 
 var errAgentOffline = fmt.Errorf("agent is not connected to any controlplane replica: %w", errdefs.ErrUnavailable)
+
+// poolOf is a connected machine's pool, from the registry's record of its
+// connection or else from Postgres.
+func (r *Registry) poolOf(ctx context.Context, machineID string) (string, error) {
+	r.mu.Lock()
+	pool, ok := r.pools[machineID]
+	r.mu.Unlock()
+	if ok {
+		return pool, nil
+	}
+	m, err := r.cfg.Store.MachineByID(ctx, machineID)
+	if err != nil {
+		return "", fmt.Errorf("machine %s: %w", machineID, err)
+	}
+	return m.Pool, nil
+}

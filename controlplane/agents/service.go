@@ -3,6 +3,7 @@ package agents
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -54,7 +55,7 @@ func (s *controlplaneService) Heartbeat(ctx context.Context, req *agentv1.Heartb
 			s.r.cfg.Log.Warn("egress report not kept", "machine_id", id, "err", err)
 		}
 	}
-	resp := &agentv1.HeartbeatResponse{IntervalSeconds: 10}
+	resp := &agentv1.HeartbeatResponse{IntervalSeconds: 10, MetricsIntervalSeconds: int32(s.r.cfg.WorkerMetricsInterval / time.Second)}
 	if t := s.r.cfg.Tasks; t != nil {
 		stop, err := t.Running(ctx, id, req.GetRunning())
 		if err != nil {
@@ -118,4 +119,19 @@ func (s *controlplaneService) ReportAttempt(ctx context.Context, req *agentv1.Re
 		return nil, errdefs.ToGRPC(err)
 	}
 	return resp, nil
+}
+
+// ReportMetrics keeps the caller's metrics snapshot for this replica's
+// metrics endpoint (workermetrics.go), labelled with the pool the
+// controlplane knows for the machine.
+func (s *controlplaneService) ReportMetrics(ctx context.Context, req *agentv1.MetricsReportRequest) (*agentv1.MetricsReportResponse, error) {
+	a, err := caller(ctx)
+	if err != nil {
+		return nil, err
+	}
+	pool, err := s.r.poolOf(ctx, a.Identity)
+	if err != nil {
+		return nil, errdefs.ToGRPC(err)
+	}
+	return s.r.workers.report(a.Identity, pool, req), nil
 }

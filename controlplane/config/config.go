@@ -109,6 +109,16 @@ type Metrics struct {
 	// sent as "Authorization: Bearer TOKEN" on every /metrics, and /metrics
 	// is then also served on restAddr. Env: LEVERS9_CONTROLPLANE_METRICS_TOKEN.
 	Token string `yaml:"token"`
+	// WorkerInterval is how often agents send metrics snapshots over their
+	// tunnel, told in each heartbeat answer (a duration of at least 1s;
+	// default empty: each agent's --metrics-interval, 15s).
+	WorkerInterval string `yaml:"workerInterval"`
+	// WorkerExpiry is how long after an agent's last snapshot its series
+	// leave /metrics (default 1m; at least twice the interval).
+	WorkerExpiry string `yaml:"workerExpiry"`
+	// WorkerMaxSeries caps the series kept per agent (default 2000); new
+	// series over it are dropped, and a log line says so.
+	WorkerMaxSeries int `yaml:"workerMaxSeries"`
 }
 
 // MetricsOff is the controlplane.metrics.addr that turns the metrics
@@ -203,6 +213,10 @@ func (c *Config) WithDefaults() {
 	setDefault(&cp.JoinTTL, "1h")
 	setDefault(&cp.LostAgentGrace, "30s")
 	setDefault(&cp.Metrics.Addr, "127.0.0.1:1996")
+	setDefault(&cp.Metrics.WorkerExpiry, "1m")
+	if cp.Metrics.WorkerMaxSeries == 0 {
+		cp.Metrics.WorkerMaxSeries = 2000
+	}
 	pg := &c.Database.Postgres
 	setDefault(&pg.Host, "127.0.0.1")
 	if pg.Port == 0 {

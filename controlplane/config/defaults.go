@@ -96,6 +96,20 @@ func (c Controlplane) LostGrace() time.Duration {
 	return d
 }
 
+// WorkerMetricsInterval is controlplane.metrics.workerInterval parsed
+// (Validate checked it); 0 leaves the interval to each agent.
+func (m Metrics) WorkerMetricsInterval() time.Duration {
+	d, _ := time.ParseDuration(m.WorkerInterval)
+	return d
+}
+
+// WorkerMetricsExpiry is controlplane.metrics.workerExpiry parsed
+// (Validate checked it).
+func (m Metrics) WorkerMetricsExpiry() time.Duration {
+	d, _ := time.ParseDuration(m.WorkerExpiry)
+	return d
+}
+
 // Redacted describes where Postgres is without the password.
 func (p Postgres) Redacted() string {
 	return fmt.Sprintf("postgres://%s@%s/%s", p.User, net.JoinHostPort(p.Host, strconv.Itoa(p.Port)), p.Database)

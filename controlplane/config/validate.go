@@ -55,6 +55,7 @@ func (c *Config) Validate() error {
 	if n := len(cp.Metrics.Token); n > 0 && n < MinBootstrapSecretLen {
 		bad("controlplane.metrics.token", "must be at least %d characters (or empty)", MinBootstrapSecretLen)
 	}
+	validateWorkerMetrics(bad, cp.Metrics)
 	if cp.PublicHost == "" || strings.ContainsAny(cp.PublicHost, " /'\"$`") {
 		bad("controlplane.publicHost", "%q is not a host name or address", cp.PublicHost)
 	}
@@ -160,5 +161,24 @@ func previousSecrets(bad func(string, string, ...any), key, currentName, current
 func oneOf(bad func(string, string, ...any), key, v string, allowed ...string) {
 	if !slices.Contains(allowed, v) {
 		bad(key, "%q is not one of %v", v, allowed)
+	}
+}
+
+// validateWorkerMetrics checks controlplane.metrics.worker*.
+func validateWorkerMetrics(bad func(key, format string, args ...any), m Metrics) {
+	every := time.Duration(0)
+	if m.WorkerInterval != "" {
+		d, err := time.ParseDuration(m.WorkerInterval)
+		if err != nil || d < time.Second || d > time.Hour {
+			bad("controlplane.metrics.workerInterval", "%q is not a duration from 1s to 1h (like 15s), or empty", m.WorkerInterval)
+		} else {
+			every = d
+		}
+	}
+	if d, err := time.ParseDuration(m.WorkerExpiry); err != nil || d < 2*max(every, time.Second) {
+		bad("controlplane.metrics.workerExpiry", "%q is not a duration of at least twice the workerInterval (like 1m)", m.WorkerExpiry)
+	}
+	if m.WorkerMaxSeries < 1 || m.WorkerMaxSeries > 1_000_000 {
+		bad("controlplane.metrics.workerMaxSeries", "%d is not in 1..1000000", m.WorkerMaxSeries)
 	}
 }

@@ -33,6 +33,9 @@ func (s *Server) startAgents(ctx context.Context) error {
 		Store: s.store, Redis: s.bus.Redis(), Bus: s.bus, Log: s.log.With("component", "agents"), Registerer: s.reg,
 		Tasks: s.tasks, ResetKey: s.resetKey(), ReplicaSecret: secret, PreviousReplicaSecrets: previous,
 		MaxHandshakesPerSource: s.cfg.Controlplane.TunnelMaxHandshakesPerSource,
+		WorkerMetricsInterval:  s.cfg.Controlplane.Metrics.WorkerMetricsInterval(),
+		WorkerMetricsExpiry:    s.cfg.Controlplane.Metrics.WorkerMetricsExpiry(),
+		WorkerMetricsMaxSeries: s.cfg.Controlplane.Metrics.WorkerMaxSeries,
 	})
 	if err != nil {
 		return err

@@ -33,8 +33,18 @@ type taskWorld struct {
 
 func setupTaskWorld(t *testing.T) *taskWorld {
 	t.Helper()
+	return setupTaskWorldWith(t, nil)
+}
+
+// setupTaskWorldWith is setupTaskWorld with mutate applied to the
+// controlplane's config first.
+func setupTaskWorldWith(t *testing.T, mutate func(*config.Config)) *taskWorld {
+	t.Helper()
 	w := &taskWorld{runs: map[string]machineRun{}}
 	w.joinWorld = setupJoinWorldWith(t, func(c *config.Config) {
+		if mutate != nil {
+			mutate(c)
+		}
 		c.Controlplane.LostAgentGrace = "2s"
 		// The registry listens where the boxes reach the host.
 		reg, err := devstack.StartRegistry(context.Background(), filepath.Join(t.TempDir(), "registry"), c.Controlplane.PublicHost, 0)

@@ -113,9 +113,12 @@ type HeartbeatResponse struct {
 	RenewCertificate bool `protobuf:"varint,2,opt,name=renew_certificate,json=renewCertificate,proto3" json:"renew_certificate,omitempty"`
 	// Attempts the agent runs that the controlplane does not want (cancelled,
 	// already finished elsewhere, unknown): kill them.
-	Stop          []*RunningAttempt `protobuf:"bytes,3,rep,name=stop,proto3" json:"stop,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Stop []*RunningAttempt `protobuf:"bytes,3,rep,name=stop,proto3" json:"stop,omitempty"`
+	// How often to send metrics snapshots (ReportMetrics), in seconds;
+	// 0 leaves it to the agent (--metrics-interval).
+	MetricsIntervalSeconds int32 `protobuf:"varint,20,opt,name=metrics_interval_seconds,json=metricsIntervalSeconds,proto3" json:"metrics_interval_seconds,omitempty"`
+	unknownFields          protoimpl.UnknownFields
+	sizeCache              protoimpl.SizeCache
 }
 
 func (x *HeartbeatResponse) Reset() {
@@ -167,6 +170,13 @@ func (x *HeartbeatResponse) GetStop() []*RunningAttempt {
 		return x.Stop
 	}
 	return nil
+}
+
+func (x *HeartbeatResponse) GetMetricsIntervalSeconds() int32 {
+	if x != nil {
+		return x.MetricsIntervalSeconds
+	}
+	return 0
 }
 
 type RenewCertificateRequest struct {
@@ -1173,6 +1183,146 @@ func (x *ReportAttemptResponse) GetStop() bool {
 	return false
 }
 
+// MetricsReportRequest is one metrics snapshot of an agent. Series are
+// keyed by family name and label pairs.
+type MetricsReportRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Picked by the agent when it starts; a new generation starts over.
+	Generation uint64 `protobuf:"varint,1,opt,name=generation,proto3" json:"generation,omitempty"`
+	// This snapshot's number, from 1, within the generation.
+	Seq uint64 `protobuf:"varint,2,opt,name=seq,proto3" json:"seq,omitempty"`
+	// The acknowledged snapshot this one is a delta of; 0 for a full one.
+	BaseSeq uint64 `protobuf:"varint,3,opt,name=base_seq,json=baseSeq,proto3" json:"base_seq,omitempty"`
+	// Marshalled io.prometheus.client.MetricFamily messages holding the
+	// series that are new or changed since base_seq (all, when 0).
+	Changed [][]byte `protobuf:"bytes,4,rep,name=changed,proto3" json:"changed,omitempty"`
+	// Marshalled io.prometheus.client.MetricFamily messages whose metrics
+	// name (by their labels) series gone since base_seq.
+	Removed       [][]byte `protobuf:"bytes,5,rep,name=removed,proto3" json:"removed,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MetricsReportRequest) Reset() {
+	*x = MetricsReportRequest{}
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MetricsReportRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MetricsReportRequest) ProtoMessage() {}
+
+func (x *MetricsReportRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MetricsReportRequest.ProtoReflect.Descriptor instead.
+func (*MetricsReportRequest) Descriptor() ([]byte, []int) {
+	return file_api_levers9_agent_v1_agent_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *MetricsReportRequest) GetGeneration() uint64 {
+	if x != nil {
+		return x.Generation
+	}
+	return 0
+}
+
+func (x *MetricsReportRequest) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *MetricsReportRequest) GetBaseSeq() uint64 {
+	if x != nil {
+		return x.BaseSeq
+	}
+	return 0
+}
+
+func (x *MetricsReportRequest) GetChanged() [][]byte {
+	if x != nil {
+		return x.Changed
+	}
+	return nil
+}
+
+func (x *MetricsReportRequest) GetRemoved() [][]byte {
+	if x != nil {
+		return x.Removed
+	}
+	return nil
+}
+
+type MetricsReportResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The snapshot the controlplane now holds; the next delta is against it.
+	AckedSeq uint64 `protobuf:"varint,1,opt,name=acked_seq,json=ackedSeq,proto3" json:"acked_seq,omitempty"`
+	// The controlplane does not hold base_seq (it restarted, or the agent
+	// moved to another replica): send a full snapshot.
+	NeedFull      bool `protobuf:"varint,2,opt,name=need_full,json=needFull,proto3" json:"need_full,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MetricsReportResponse) Reset() {
+	*x = MetricsReportResponse{}
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MetricsReportResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MetricsReportResponse) ProtoMessage() {}
+
+func (x *MetricsReportResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MetricsReportResponse.ProtoReflect.Descriptor instead.
+func (*MetricsReportResponse) Descriptor() ([]byte, []int) {
+	return file_api_levers9_agent_v1_agent_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *MetricsReportResponse) GetAckedSeq() uint64 {
+	if x != nil {
+		return x.AckedSeq
+	}
+	return 0
+}
+
+func (x *MetricsReportResponse) GetNeedFull() bool {
+	if x != nil {
+		return x.NeedFull
+	}
+	return false
+}
+
 var File_api_levers9_agent_v1_agent_proto protoreflect.FileDescriptor
 
 const file_api_levers9_agent_v1_agent_proto_rawDesc = "" +
@@ -1183,11 +1333,12 @@ const file_api_levers9_agent_v1_agent_proto_rawDesc = "" +
 	"\tinventory\x18\x02 \x01(\v2\x15.levers9.v1.InventoryR\tinventory\x123\n" +
 	"\asent_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x06sentAt\x12@\n" +
 	"\regress_report\x18\x04 \x01(\v2\x1b.levers9.v1.ReadinessReportR\fegressReport\x12:\n" +
-	"\arunning\x18\x05 \x03(\v2 .levers9.agent.v1.RunningAttemptR\arunning\"\xa1\x01\n" +
+	"\arunning\x18\x05 \x03(\v2 .levers9.agent.v1.RunningAttemptR\arunning\"\xdb\x01\n" +
 	"\x11HeartbeatResponse\x12)\n" +
 	"\x10interval_seconds\x18\x01 \x01(\x05R\x0fintervalSeconds\x12+\n" +
 	"\x11renew_certificate\x18\x02 \x01(\bR\x10renewCertificate\x124\n" +
-	"\x04stop\x18\x03 \x03(\v2 .levers9.agent.v1.RunningAttemptR\x04stop\"2\n" +
+	"\x04stop\x18\x03 \x03(\v2 .levers9.agent.v1.RunningAttemptR\x04stop\x128\n" +
+	"\x18metrics_interval_seconds\x18\x14 \x01(\x05R\x16metricsIntervalSeconds\"2\n" +
 	"\x17RenewCertificateRequest\x12\x17\n" +
 	"\acsr_pem\x18\x01 \x01(\tR\x06csrPem\"~\n" +
 	"\x18RenewCertificateResponse\x12'\n" +
@@ -1255,11 +1406,23 @@ const file_api_levers9_agent_v1_agent_proto_rawDesc = "" +
 	"\arecords\x18\x04 \x03(\v2\x1f.levers9.agent.v1.AttemptRecordR\arecords\"H\n" +
 	"\x15ReportAttemptResponse\x12\x1b\n" +
 	"\tacked_seq\x18\x01 \x01(\x04R\backedSeq\x12\x12\n" +
-	"\x04stop\x18\x02 \x01(\bR\x04stop2\xb1\x02\n" +
+	"\x04stop\x18\x02 \x01(\bR\x04stop\"\x97\x01\n" +
+	"\x14MetricsReportRequest\x12\x1e\n" +
+	"\n" +
+	"generation\x18\x01 \x01(\x04R\n" +
+	"generation\x12\x10\n" +
+	"\x03seq\x18\x02 \x01(\x04R\x03seq\x12\x19\n" +
+	"\bbase_seq\x18\x03 \x01(\x04R\abaseSeq\x12\x18\n" +
+	"\achanged\x18\x04 \x03(\fR\achanged\x12\x18\n" +
+	"\aremoved\x18\x05 \x03(\fR\aremoved\"Q\n" +
+	"\x15MetricsReportResponse\x12\x1b\n" +
+	"\tacked_seq\x18\x01 \x01(\x04R\backedSeq\x12\x1b\n" +
+	"\tneed_full\x18\x02 \x01(\bR\bneedFull2\x93\x03\n" +
 	"\fControlplane\x12T\n" +
 	"\tHeartbeat\x12\".levers9.agent.v1.HeartbeatRequest\x1a#.levers9.agent.v1.HeartbeatResponse\x12i\n" +
 	"\x10RenewCertificate\x12).levers9.agent.v1.RenewCertificateRequest\x1a*.levers9.agent.v1.RenewCertificateResponse\x12`\n" +
-	"\rReportAttempt\x12&.levers9.agent.v1.ReportAttemptRequest\x1a'.levers9.agent.v1.ReportAttemptResponse2\xcd\x02\n" +
+	"\rReportAttempt\x12&.levers9.agent.v1.ReportAttemptRequest\x1a'.levers9.agent.v1.ReportAttemptResponse\x12`\n" +
+	"\rReportMetrics\x12&.levers9.agent.v1.MetricsReportRequest\x1a'.levers9.agent.v1.MetricsReportResponse2\xcd\x02\n" +
 	"\x05Agent\x12E\n" +
 	"\x04Ping\x12\x1d.levers9.agent.v1.PingRequest\x1a\x1e.levers9.agent.v1.PingResponse\x12N\n" +
 	"\aRunTask\x12 .levers9.agent.v1.RunTaskRequest\x1a!.levers9.agent.v1.RunTaskResponse\x12W\n" +
@@ -1279,7 +1442,7 @@ func file_api_levers9_agent_v1_agent_proto_rawDescGZIP() []byte {
 	return file_api_levers9_agent_v1_agent_proto_rawDescData
 }
 
-var file_api_levers9_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
+var file_api_levers9_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
 var file_api_levers9_agent_v1_agent_proto_goTypes = []any{
 	(*HeartbeatRequest)(nil),         // 0: levers9.agent.v1.HeartbeatRequest
 	(*HeartbeatResponse)(nil),        // 1: levers9.agent.v1.HeartbeatResponse
@@ -1299,50 +1462,54 @@ var file_api_levers9_agent_v1_agent_proto_goTypes = []any{
 	(*AttemptRecord)(nil),            // 15: levers9.agent.v1.AttemptRecord
 	(*ReportAttemptRequest)(nil),     // 16: levers9.agent.v1.ReportAttemptRequest
 	(*ReportAttemptResponse)(nil),    // 17: levers9.agent.v1.ReportAttemptResponse
-	(*v1.Inventory)(nil),             // 18: levers9.v1.Inventory
-	(*timestamppb.Timestamp)(nil),    // 19: google.protobuf.Timestamp
-	(*v1.ReadinessReport)(nil),       // 20: levers9.v1.ReadinessReport
-	(*durationpb.Duration)(nil),      // 21: google.protobuf.Duration
-	(*v1.SecuritySettings)(nil),      // 22: levers9.v1.SecuritySettings
-	(v1.AttemptState)(0),             // 23: levers9.v1.AttemptState
-	(v1.FailureReason)(0),            // 24: levers9.v1.FailureReason
-	(*v1.LogLine)(nil),               // 25: levers9.v1.LogLine
-	(*v1.SeccompLogged)(nil),         // 26: levers9.v1.SeccompLogged
+	(*MetricsReportRequest)(nil),     // 18: levers9.agent.v1.MetricsReportRequest
+	(*MetricsReportResponse)(nil),    // 19: levers9.agent.v1.MetricsReportResponse
+	(*v1.Inventory)(nil),             // 20: levers9.v1.Inventory
+	(*timestamppb.Timestamp)(nil),    // 21: google.protobuf.Timestamp
+	(*v1.ReadinessReport)(nil),       // 22: levers9.v1.ReadinessReport
+	(*durationpb.Duration)(nil),      // 23: google.protobuf.Duration
+	(*v1.SecuritySettings)(nil),      // 24: levers9.v1.SecuritySettings
+	(v1.AttemptState)(0),             // 25: levers9.v1.AttemptState
+	(v1.FailureReason)(0),            // 26: levers9.v1.FailureReason
+	(*v1.LogLine)(nil),               // 27: levers9.v1.LogLine
+	(*v1.SeccompLogged)(nil),         // 28: levers9.v1.SeccompLogged
 }
 var file_api_levers9_agent_v1_agent_proto_depIdxs = []int32{
-	18, // 0: levers9.agent.v1.HeartbeatRequest.inventory:type_name -> levers9.v1.Inventory
-	19, // 1: levers9.agent.v1.HeartbeatRequest.sent_at:type_name -> google.protobuf.Timestamp
-	20, // 2: levers9.agent.v1.HeartbeatRequest.egress_report:type_name -> levers9.v1.ReadinessReport
+	20, // 0: levers9.agent.v1.HeartbeatRequest.inventory:type_name -> levers9.v1.Inventory
+	21, // 1: levers9.agent.v1.HeartbeatRequest.sent_at:type_name -> google.protobuf.Timestamp
+	22, // 2: levers9.agent.v1.HeartbeatRequest.egress_report:type_name -> levers9.v1.ReadinessReport
 	7,  // 3: levers9.agent.v1.HeartbeatRequest.running:type_name -> levers9.agent.v1.RunningAttempt
 	7,  // 4: levers9.agent.v1.HeartbeatResponse.stop:type_name -> levers9.agent.v1.RunningAttempt
-	19, // 5: levers9.agent.v1.RenewCertificateResponse.expires_at:type_name -> google.protobuf.Timestamp
-	21, // 6: levers9.agent.v1.TaskAttempt.timeout:type_name -> google.protobuf.Duration
-	22, // 7: levers9.agent.v1.TaskAttempt.security:type_name -> levers9.v1.SecuritySettings
+	21, // 5: levers9.agent.v1.RenewCertificateResponse.expires_at:type_name -> google.protobuf.Timestamp
+	23, // 6: levers9.agent.v1.TaskAttempt.timeout:type_name -> google.protobuf.Duration
+	24, // 7: levers9.agent.v1.TaskAttempt.security:type_name -> levers9.v1.SecuritySettings
 	6,  // 8: levers9.agent.v1.RunTaskRequest.attempt:type_name -> levers9.agent.v1.TaskAttempt
 	7,  // 9: levers9.agent.v1.ListTasksResponse.attempts:type_name -> levers9.agent.v1.RunningAttempt
-	23, // 10: levers9.agent.v1.AttemptUpdate.state:type_name -> levers9.v1.AttemptState
-	24, // 11: levers9.agent.v1.AttemptUpdate.reason:type_name -> levers9.v1.FailureReason
-	19, // 12: levers9.agent.v1.AttemptRecord.time:type_name -> google.protobuf.Timestamp
-	25, // 13: levers9.agent.v1.AttemptRecord.log:type_name -> levers9.v1.LogLine
+	25, // 10: levers9.agent.v1.AttemptUpdate.state:type_name -> levers9.v1.AttemptState
+	26, // 11: levers9.agent.v1.AttemptUpdate.reason:type_name -> levers9.v1.FailureReason
+	21, // 12: levers9.agent.v1.AttemptRecord.time:type_name -> google.protobuf.Timestamp
+	27, // 13: levers9.agent.v1.AttemptRecord.log:type_name -> levers9.v1.LogLine
 	14, // 14: levers9.agent.v1.AttemptRecord.update:type_name -> levers9.agent.v1.AttemptUpdate
-	26, // 15: levers9.agent.v1.AttemptRecord.seccomp:type_name -> levers9.v1.SeccompLogged
+	28, // 15: levers9.agent.v1.AttemptRecord.seccomp:type_name -> levers9.v1.SeccompLogged
 	15, // 16: levers9.agent.v1.ReportAttemptRequest.records:type_name -> levers9.agent.v1.AttemptRecord
 	0,  // 17: levers9.agent.v1.Controlplane.Heartbeat:input_type -> levers9.agent.v1.HeartbeatRequest
 	2,  // 18: levers9.agent.v1.Controlplane.RenewCertificate:input_type -> levers9.agent.v1.RenewCertificateRequest
 	16, // 19: levers9.agent.v1.Controlplane.ReportAttempt:input_type -> levers9.agent.v1.ReportAttemptRequest
-	4,  // 20: levers9.agent.v1.Agent.Ping:input_type -> levers9.agent.v1.PingRequest
-	8,  // 21: levers9.agent.v1.Agent.RunTask:input_type -> levers9.agent.v1.RunTaskRequest
-	10, // 22: levers9.agent.v1.Agent.CancelTask:input_type -> levers9.agent.v1.CancelTaskRequest
-	12, // 23: levers9.agent.v1.Agent.ListTasks:input_type -> levers9.agent.v1.ListTasksRequest
-	1,  // 24: levers9.agent.v1.Controlplane.Heartbeat:output_type -> levers9.agent.v1.HeartbeatResponse
-	3,  // 25: levers9.agent.v1.Controlplane.RenewCertificate:output_type -> levers9.agent.v1.RenewCertificateResponse
-	17, // 26: levers9.agent.v1.Controlplane.ReportAttempt:output_type -> levers9.agent.v1.ReportAttemptResponse
-	5,  // 27: levers9.agent.v1.Agent.Ping:output_type -> levers9.agent.v1.PingResponse
-	9,  // 28: levers9.agent.v1.Agent.RunTask:output_type -> levers9.agent.v1.RunTaskResponse
-	11, // 29: levers9.agent.v1.Agent.CancelTask:output_type -> levers9.agent.v1.CancelTaskResponse
-	13, // 30: levers9.agent.v1.Agent.ListTasks:output_type -> levers9.agent.v1.ListTasksResponse
-	24, // [24:31] is the sub-list for method output_type
-	17, // [17:24] is the sub-list for method input_type
+	18, // 20: levers9.agent.v1.Controlplane.ReportMetrics:input_type -> levers9.agent.v1.MetricsReportRequest
+	4,  // 21: levers9.agent.v1.Agent.Ping:input_type -> levers9.agent.v1.PingRequest
+	8,  // 22: levers9.agent.v1.Agent.RunTask:input_type -> levers9.agent.v1.RunTaskRequest
+	10, // 23: levers9.agent.v1.Agent.CancelTask:input_type -> levers9.agent.v1.CancelTaskRequest
+	12, // 24: levers9.agent.v1.Agent.ListTasks:input_type -> levers9.agent.v1.ListTasksRequest
+	1,  // 25: levers9.agent.v1.Controlplane.Heartbeat:output_type -> levers9.agent.v1.HeartbeatResponse
+	3,  // 26: levers9.agent.v1.Controlplane.RenewCertificate:output_type -> levers9.agent.v1.RenewCertificateResponse
+	17, // 27: levers9.agent.v1.Controlplane.ReportAttempt:output_type -> levers9.agent.v1.ReportAttemptResponse
+	19, // 28: levers9.agent.v1.Controlplane.ReportMetrics:output_type -> levers9.agent.v1.MetricsReportResponse
+	5,  // 29: levers9.agent.v1.Agent.Ping:output_type -> levers9.agent.v1.PingResponse
+	9,  // 30: levers9.agent.v1.Agent.RunTask:output_type -> levers9.agent.v1.RunTaskResponse
+	11, // 31: levers9.agent.v1.Agent.CancelTask:output_type -> levers9.agent.v1.CancelTaskResponse
+	13, // 32: levers9.agent.v1.Agent.ListTasks:output_type -> levers9.agent.v1.ListTasksResponse
+	25, // [25:33] is the sub-list for method output_type
+	17, // [17:25] is the sub-list for method input_type
 	17, // [17:17] is the sub-list for extension type_name
 	17, // [17:17] is the sub-list for extension extendee
 	0,  // [0:17] is the sub-list for field type_name
@@ -1364,7 +1531,7 @@ func file_api_levers9_agent_v1_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_levers9_agent_v1_agent_proto_rawDesc), len(file_api_levers9_agent_v1_agent_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   18,
+			NumMessages:   20,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -22,6 +22,7 @@ const (
 	Controlplane_Heartbeat_FullMethodName        = "/levers9.agent.v1.Controlplane/Heartbeat"
 	Controlplane_RenewCertificate_FullMethodName = "/levers9.agent.v1.Controlplane/RenewCertificate"
 	Controlplane_ReportAttempt_FullMethodName    = "/levers9.agent.v1.Controlplane/ReportAttempt"
+	Controlplane_ReportMetrics_FullMethodName    = "/levers9.agent.v1.Controlplane/ReportMetrics"
 )
 
 // ControlplaneClient is the client API for Controlplane service.
@@ -42,6 +43,11 @@ type ControlplaneClient interface {
 	// resends from the first unacknowledged one after any failure and the
 	// controlplane ignores numbers it has already stored.
 	ReportAttempt(ctx context.Context, in *ReportAttemptRequest, opts ...grpc.CallOption) (*ReportAttemptResponse, error)
+	// ReportMetrics delivers a snapshot of the agent's Prometheus registry:
+	// the series that changed since the snapshot the controlplane last
+	// acknowledged (base_seq), or all of them (base_seq 0). The controlplane
+	// serves the latest per agent on its metrics endpoint.
+	ReportMetrics(ctx context.Context, in *MetricsReportRequest, opts ...grpc.CallOption) (*MetricsReportResponse, error)
 }
 
 type controlplaneClient struct {
@@ -82,6 +88,16 @@ func (c *controlplaneClient) ReportAttempt(ctx context.Context, in *ReportAttemp
 	return out, nil
 }
 
+func (c *controlplaneClient) ReportMetrics(ctx context.Context, in *MetricsReportRequest, opts ...grpc.CallOption) (*MetricsReportResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(MetricsReportResponse)
+	err := c.cc.Invoke(ctx, Controlplane_ReportMetrics_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ControlplaneServer is the server API for Controlplane service.
 // All implementations must embed UnimplementedControlplaneServer
 // for forward compatibility.
@@ -100,6 +116,11 @@ type ControlplaneServer interface {
 	// resends from the first unacknowledged one after any failure and the
 	// controlplane ignores numbers it has already stored.
 	ReportAttempt(context.Context, *ReportAttemptRequest) (*ReportAttemptResponse, error)
+	// ReportMetrics delivers a snapshot of the agent's Prometheus registry:
+	// the series that changed since the snapshot the controlplane last
+	// acknowledged (base_seq), or all of them (base_seq 0). The controlplane
+	// serves the latest per agent on its metrics endpoint.
+	ReportMetrics(context.Context, *MetricsReportRequest) (*MetricsReportResponse, error)
 	mustEmbedUnimplementedControlplaneServer()
 }
 
@@ -118,6 +139,9 @@ func (UnimplementedControlplaneServer) RenewCertificate(context.Context, *RenewC
 }
 func (UnimplementedControlplaneServer) ReportAttempt(context.Context, *ReportAttemptRequest) (*ReportAttemptResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ReportAttempt not implemented")
+}
+func (UnimplementedControlplaneServer) ReportMetrics(context.Context, *MetricsReportRequest) (*MetricsReportResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ReportMetrics not implemented")
 }
 func (UnimplementedControlplaneServer) mustEmbedUnimplementedControlplaneServer() {}
 func (UnimplementedControlplaneServer) testEmbeddedByValue()                      {}
@@ -194,6 +218,24 @@ func _Controlplane_ReportAttempt_Handler(srv interface{}, ctx context.Context, d
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Controlplane_ReportMetrics_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(MetricsReportRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ControlplaneServer).ReportMetrics(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Controlplane_ReportMetrics_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ControlplaneServer).ReportMetrics(ctx, req.(*MetricsReportRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Controlplane_ServiceDesc is the grpc.ServiceDesc for Controlplane service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -212,6 +254,10 @@ var Controlplane_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ReportAttempt",
 			Handler:    _Controlplane_ReportAttempt_Handler,
+		},
+		{
+			MethodName: "ReportMetrics",
+			Handler:    _Controlplane_ReportMetrics_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
