@@ -70,7 +70,7 @@ type NodeConfig struct {
 	// Controlplane are allow entries containers may always reach.
 	Controlplane []string
 	// SeccompObserver, when set, is told of every seccomp log-mode record
-	// attributed to a task (the worker metrics' counter).
+	// attributed to a task (default: counted in Metrics.SeccompLogEvents).
 	SeccompObserver SeccompObserver
 	// SeccompFlush is how often an attempt's changed seccomp totals are
 	// sent (default DefaultSeccompFlush).
