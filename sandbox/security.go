@@ -3,6 +3,7 @@ package sandbox
 import (
 	"errors"
 	"fmt"
+	"regexp"
 	"strings"
 
 	"github.com/levers9/levers9/internal/errdefs"
@@ -52,6 +53,10 @@ type Security struct {
 	Seccomp    SeccompMode `json:"seccomp"`
 	DropNetRaw bool        `json:"dropNetRaw"`
 	Runtime    RuntimeName `json:"runtime"`
+	// AppArmorProfile is worker.containerSecurity.apparmorProfile: the
+	// profile hardened runc containers get where the node has AppArmor
+	// and the profile loaded (default AppArmorProfileName).
+	AppArmorProfile string `json:"apparmorProfile,omitempty"`
 	// NoNewPrivilegesExceptions lists when a hardened container still runs
 	// without no-new-privileges. The zero value grants both exceptions the
 	// issue names, because docker-in-docker and images built around sudo
@@ -84,8 +89,23 @@ func (s Security) WithDefaults() Security {
 	if s.Runtime == "" {
 		s.Runtime = RuntimeRunc
 	}
+	if s.AppArmorProfile == "" {
+		s.AppArmorProfile = AppArmorProfileName
+	}
 	return s
 }
+
+// appArmorProfile is the profile to ask for, the default when unset.
+func (s Security) appArmorProfile() string {
+	if s.AppArmorProfile == "" {
+		return AppArmorProfileName
+	}
+	return s.AppArmorProfile
+}
+
+// appArmorNameRe is what an AppArmor profile name may be here: no spaces,
+// no path, nothing apparmor_parser or runc would read differently.
+var appArmorNameRe = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$`)
 
 // Validate reports every bad field at once, each named by its config key.
 func (s Security) Validate() error {
@@ -98,6 +118,9 @@ func (s Security) Validate() error {
 	}
 	if s.Runtime != RuntimeRunc && s.Runtime != RuntimeRunsc {
 		errs = append(errs, fmt.Errorf("worker.containerSecurity.runtime: %q is not runc or runsc", s.Runtime))
+	}
+	if s.AppArmorProfile != "" && !appArmorNameRe.MatchString(s.AppArmorProfile) {
+		errs = append(errs, fmt.Errorf("worker.containerSecurity.apparmorProfile: %q is not a profile name (letters, digits, ., _, -; at most 100)", s.AppArmorProfile))
 	}
 	if len(errs) == 0 {
 		return nil
