@@ -58,7 +58,7 @@ func taskFromAttempt(a *agentv1.TaskAttempt, defaultPool string) (taskrun.Task, 
 	}
 	if s := a.Security; s != nil {
 		t.Security = sandbox.Security{Profile: sandbox.Profile(s.Profile), Seccomp: sandbox.SeccompMode(s.Seccomp),
-			DropNetRaw: s.DropNetRaw, Runtime: sandbox.RuntimeName(s.Runtime)}
+			DropNetRaw: s.DropNetRaw, Runtime: sandbox.RuntimeName(s.Runtime), AppArmorProfile: s.ApparmorProfile}
 		// An empty egress mode keeps the node's network settings.
 		if s.EgressMode != "" {
 			t.Network = &egress.SecurityConfig{BridgePortIsolation: s.BridgePortIsolation,

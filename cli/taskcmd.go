@@ -204,6 +204,7 @@ func (a *app) printTask(t *v1.Task) {
 			when(at.ScheduledAt), when(at.StartedAt), when(at.FinishedAt), exit, at.DroppedLines, dash(cmp.Or(at.GetSummary(), at.GetMessage())))
 	}
 	w.Flush()
+	a.printApplied(t)
 }
 
 // taskMessage is the one sentence saying why a task failed when its final

@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -153,4 +154,67 @@ func TestAppliedSecurity(t *testing.T) {
 		t.Errorf("task show: %v\n%s", err, out)
 	}
 	t.Logf("task show:\n%s", out)
+}
+
+// checkRunscApplied runs a task on the runsc pool of TestRunscPoolAgentInRootNamespace
+// (agent state under root) and checks what runsc really applies: seccomp
+// (runsc installs the OCI profile inside the sandbox, --oci-seccomp) with
+// the bundle's hash, NET_RAW dropped, and no masked or read-only paths or
+// AppArmor, each with why.
+func checkRunscApplied(t *testing.T, w *joinWorld, root string) {
+	r := exec.Command(filepath.Join(bin, "levers9"), "run", "--pool", "gvisor", "--", "sleep", "4")
+	r.Env = append(r.Environ(), "LEVERS9_HOME="+w.home)
+	var out syncBuffer
+	r.Stdout, r.Stderr = &out, &out
+	if err := r.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- r.Wait() }()
+	spec, sum := waitBundle(t, []string{root})
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("levers9 run: %v\n%s", err, out.String())
+		}
+	case <-time.After(3 * time.Minute):
+		_ = r.Process.Kill()
+		t.Fatalf("levers9 run did not exit within 3m\n%s", out.String())
+	}
+	var l struct {
+		Tasks []struct {
+			ID string `json:"id"`
+		} `json:"tasks"`
+	}
+	w.cliJSON(t, &l, "task", "list")
+	if len(l.Tasks) == 0 {
+		t.Fatal("no tasks")
+	}
+	applied := appliedOf(t, w, l.Tasks[0].ID)
+	raw, _ := json.MarshalIndent(applied, "", "  ")
+	t.Logf("applied security under runsc:\n%s", raw)
+	if len(applied) != 1 || applied[0] == nil {
+		t.Fatalf("want one attempt with applied security, got %s", raw)
+	}
+	a := applied[0]
+	if a.Runtime != "runsc" || !strings.Contains(a.RuntimeVersion, "runsc version") {
+		t.Errorf("runtime %q %q", a.Runtime, a.RuntimeVersion)
+	}
+	if a.SeccompMode != "enforce" || sum == "" || a.SeccompProfileSha256 != sum {
+		t.Errorf("seccomp %q sha256 %q, want enforce and the bundle's %q", a.SeccompMode, a.SeccompProfileSha256, sum)
+	}
+	if !a.NetRawDropped || slices.Contains(a.Capabilities, "CAP_NET_RAW") || !slices.Equal(a.Capabilities, spec.Process.Capabilities.Bounding) {
+		t.Errorf("NET_RAW dropped %v, capabilities %v; bundle's %v", a.NetRawDropped, a.Capabilities, spec.Process.Capabilities.Bounding)
+	}
+	// The spec still lists paths (BuildSpec is runtime-neutral); runsc
+	// ignores them, and the report says so instead of listing them.
+	if len(spec.Linux.MaskedPaths) == 0 || len(a.MaskedPaths)+len(a.ReadonlyPaths) != 0 || !strings.Contains(a.PathsNote, "not applicable under runsc") {
+		t.Errorf("masked %v readonly %v note %q (bundle lists %d masked)", a.MaskedPaths, a.ReadonlyPaths, a.PathsNote, len(spec.Linux.MaskedPaths))
+	}
+	if a.ApparmorProfile != "" || !strings.Contains(a.ApparmorNote, "runsc ignores it") {
+		t.Errorf("AppArmor %q (%q)", a.ApparmorProfile, a.ApparmorNote)
+	}
+	if a.EgressMode != "enforce" && a.EgressMode != "observe" {
+		t.Errorf("egress mode %q", a.EgressMode)
+	}
 }
