@@ -107,6 +107,12 @@ func (s Security) appArmorProfile() string {
 // no path, nothing apparmor_parser or runc would read differently.
 var appArmorNameRe = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$`)
 
+// AppArmorNameRule says what ValidAppArmorProfile accepts, for errors.
+const AppArmorNameRule = "letters, digits, '.', '_' and '-', at most 100, starting with a letter or digit"
+
+// ValidAppArmorProfile reports whether name may be an apparmorProfile.
+func ValidAppArmorProfile(name string) bool { return appArmorNameRe.MatchString(name) }
+
 // Validate reports every bad field at once, each named by its config key.
 func (s Security) Validate() error {
 	var errs []error
@@ -119,8 +125,8 @@ func (s Security) Validate() error {
 	if s.Runtime != RuntimeRunc && s.Runtime != RuntimeRunsc {
 		errs = append(errs, fmt.Errorf("worker.containerSecurity.runtime: %q is not runc or runsc", s.Runtime))
 	}
-	if s.AppArmorProfile != "" && !appArmorNameRe.MatchString(s.AppArmorProfile) {
-		errs = append(errs, fmt.Errorf("worker.containerSecurity.apparmorProfile: %q is not a profile name (letters, digits, ., _, -; at most 100)", s.AppArmorProfile))
+	if s.AppArmorProfile != "" && !ValidAppArmorProfile(s.AppArmorProfile) {
+		errs = append(errs, fmt.Errorf("worker.containerSecurity.apparmorProfile: %q is not a profile name (%s)", s.AppArmorProfile, AppArmorNameRule))
 	}
 	if len(errs) == 0 {
 		return nil
