@@ -175,6 +175,13 @@ func BuildNode(ctx context.Context, c NodeConfig) (*Node, error) {
 	if err != nil {
 		return nil, fmt.Errorf("detect the host: %w", err)
 	}
+	if host, err = sandbox.LoadAppArmor(ctx, host, ""); err != nil {
+		// Hardened containers then run without the profile and report
+		// it as not loaded; the node is still usable.
+		log.Warn("AppArmor profile not loaded", "profile", sandbox.AppArmorProfileName, "err", err)
+	} else if !host.AppArmorEnabled {
+		log.Info("AppArmor not enabled on this node: containers run without an AppArmor profile")
+	}
 	n := &Node{}
 	var watch *SeccompWatch
 	reader, err := sandbox.NewSeccompLogReader(sandbox.SeccompLogConfig{Prefix: c.Prefix, Logger: log.With("component", "seccomp"),

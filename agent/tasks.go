@@ -179,12 +179,18 @@ func (t *tasks) run(a *agentv1.TaskAttempt) (alreadyRunning bool, err error) {
 func (t *tasks) execute(ctx context.Context, h *held, task taskrun.Task, log *slog.Logger, watched bool) {
 	var failMsg string
 	taken, started := t.clock.Now(), false
+	var applied *v1.AppliedSecurity
 	out := taskrun.Output{
 		Logs: taskrun.LogSinkFunc(func(_ context.Context, l taskrun.LogLine) error {
 			h.q.pushLog(logRecord(l))
 			return nil
 		}),
 		Events: func(e taskrun.Event) {
+			if e.Kind == taskrun.EventSecurity {
+				// Sent before RUNNING; it travels with it, once.
+				applied = appliedPB(e.Effective)
+				return
+			}
 			if e.Kind != taskrun.EventState {
 				return
 			}
@@ -193,7 +199,8 @@ func (t *tasks) execute(ctx context.Context, h *held, task taskrun.Task, log *sl
 				started = true
 				t.countStart(task.Pool, "started", t.clock.Since(taken))
 				h.q.pushRunning(&agentv1.AttemptRecord{Time: timestamppb.New(e.Time),
-					Record: &agentv1.AttemptRecord_Update{Update: &agentv1.AttemptUpdate{State: v1.AttemptState_ATTEMPT_STATE_RUNNING}}})
+					Record: &agentv1.AttemptRecord_Update{Update: &agentv1.AttemptUpdate{State: v1.AttemptState_ATTEMPT_STATE_RUNNING,
+						AppliedSecurity: applied}}})
 			case taskrun.StateFailed:
 				failMsg = e.Err
 			}

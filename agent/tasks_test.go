@@ -464,6 +464,18 @@ func TestTaskOutputAndExit(t *testing.T) {
 			if tc.want[0] == "RUNNING" && u.ImageDigest != b.image.Digest {
 				t.Errorf("image digest %q, want %q", u.ImageDigest, b.image.Digest)
 			}
+			// The RUNNING update, and only it, carries what the runtime
+			// really applied.
+			for i, r := range b.cp.recordsOf(k) {
+				ap := r.GetUpdate().GetAppliedSecurity()
+				if isRunning := i == 0 && tc.want[0] == "RUNNING"; isRunning != (ap != nil) {
+					t.Errorf("record %d (%s) applied security %v", i, shape([]*agentv1.AttemptRecord{r}), ap)
+				} else if isRunning && (ap.Runtime != "runc" || ap.SeccompMode != "enforce" || len(ap.SeccompProfileSha256) != 64 ||
+					ap.NetRawDropped != a.GetSecurity().GetDropNetRaw() || ap.NetRawDropped == slices.Contains(ap.Capabilities, "CAP_NET_RAW") ||
+					len(ap.MaskedPaths) == 0 || ap.EgressMode == "") {
+					t.Errorf("applied security %v", ap)
+				}
+			}
 			var last time.Time
 			for _, r := range b.cp.recordsOf(k) {
 				if r.Time == nil || r.Time.AsTime().Before(last) {

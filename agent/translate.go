@@ -59,7 +59,7 @@ func taskFromAttempt(a *agentv1.TaskAttempt, defaultPool string) (taskrun.Task, 
 	if s := a.Security; s != nil {
 		t.Security = sandbox.Security{Profile: sandbox.Profile(s.Profile), Seccomp: sandbox.SeccompMode(s.Seccomp),
 			DropNetRaw: s.DropNetRaw, Runtime: sandbox.RuntimeName(s.Runtime),
-			MountValidation: sandbox.MountValidation(s.VolumeMountValidation)}
+			MountValidation: sandbox.MountValidation(s.VolumeMountValidation), AppArmorProfile: s.ApparmorProfile}
 		// An empty egress mode keeps the node's network settings.
 		if s.EgressMode != "" {
 			t.Network = &egress.SecurityConfig{BridgePortIsolation: s.BridgePortIsolation,

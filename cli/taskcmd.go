@@ -205,6 +205,7 @@ func (a *app) printTask(t *v1.Task) {
 	}
 	w.Flush()
 	a.printTaskSeccomp(t)
+	a.printApplied(t)
 }
 
 // taskMessage is the one sentence saying why a task failed when its final

@@ -41,6 +41,9 @@ type Attachment struct {
 	Gateway4       netip.Addr
 	Gateway6       netip.Addr
 	ResolvConfPath string
+	// Mode is the egress mode the container's chains were installed in
+	// (the pool's override, else the node's), as applied.
+	Mode Mode
 }
 
 type container struct {
@@ -225,7 +228,7 @@ func (n *Node) allocLocked() (netip.Addr, netip.Addr, error) {
 
 func (n *Node) attachment(c *container) *Attachment {
 	return &Attachment{NetnsPath: c.nsPath, IPv4: c.a4, IPv6: c.a6, Gateway4: n.plan.gw4, Gateway6: n.plan.gw6,
-		ResolvConfPath: filepath.Join(c.resolvDir, "resolv.conf")}
+		ResolvConfPath: filepath.Join(c.resolvDir, "resolv.conf"), Mode: c.pol.mode}
 }
 
 // AddContainer creates the container's namespace, veth, addresses and

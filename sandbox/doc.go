@@ -2,14 +2,17 @@
 // an OCI runtime spec, and running that spec with runc or runsc (gVisor):
 // Docker's default capabilities and seccomp profile resolved for the
 // container, masked and read-only paths, no-new-privileges, AppArmor where the
-// node has it, NVIDIA GPU devices, volume mount validation, and the seccomp
+// node has it (and the levers9-default profile, embedded and loaded with
+// apparmor_parser by LoadAppArmor), NVIDIA GPU devices, volume mount validation, and the seccomp
 // log-mode reader that attributes kernel audit records to tasks, and reading
 // a container cgroup's memory and pids event counters after it exits
 // (Handle.LimitKills; runc runs with --keep so the cgroup outlives the
 // process until Delete).
 //
 // It must never loosen what a pool asks for (a task may only tighten), never
-// report a control as applied when the runtime ignores it (see Effective),
+// report a control as applied when the runtime ignores it (Effective is read
+// from the final spec, with the seccomp profile's hash as written to the
+// bundle, never from the request),
 // never ask a spec for more open files than the host's hard limit, and never
 // import the controlplane or another levers9 part. Runtimes are driven as
 // binaries; libcontainer is not imported.

@@ -36,9 +36,10 @@ type OCI struct {
 	stateDir string
 	logger   *slog.Logger
 
-	// mu guards containers.
+	// mu guards containers and version.
 	mu         sync.Mutex
 	containers map[string]*ociContainer
+	version    string
 }
 
 var _ Runtime = (*OCI)(nil)

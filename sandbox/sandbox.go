@@ -179,6 +179,13 @@ func (s *Sandbox) Run(ctx context.Context, task TaskSpec, pool Security, stdio S
 		_ = os.RemoveAll(bundle)
 		return nil, fmt.Errorf("task %s: %w", task.ID, err)
 	}
+	if v, ok := rt.(Versioner); ok {
+		// Best effort: the container runs either way, and an empty
+		// version claims nothing.
+		if eff.RuntimeVersion, err = v.Version(ctx); err != nil {
+			s.logger.Warn("runtime version unknown", "task_id", task.ID, "runtime", string(sec.Runtime), "err", err)
+		}
+	}
 	h := &Handle{ID: id, Effective: eff, Violations: viol, cgroup: spec.Linux.CgroupsPath, rt: &bundleCleanup{Runtime: rt, bundle: bundle, seccomp: s.cfg.SeccompLog}}
 	if s.cfg.SeccompLog != nil {
 		s.cfg.SeccompLog.Track(id, task.ID)

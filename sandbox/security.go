@@ -3,6 +3,7 @@ package sandbox
 import (
 	"errors"
 	"fmt"
+	"regexp"
 	"strings"
 
 	"github.com/levers9/levers9/internal/errdefs"
@@ -52,6 +53,10 @@ type Security struct {
 	Seccomp    SeccompMode `json:"seccomp"`
 	DropNetRaw bool        `json:"dropNetRaw"`
 	Runtime    RuntimeName `json:"runtime"`
+	// AppArmorProfile is worker.containerSecurity.apparmorProfile: the
+	// profile hardened runc containers get where the node has AppArmor
+	// and the profile loaded (default AppArmorProfileName).
+	AppArmorProfile string `json:"apparmorProfile,omitempty"`
 	// NoNewPrivilegesExceptions lists when a hardened container still runs
 	// without no-new-privileges. The zero value grants both exceptions the
 	// issue names, because docker-in-docker and images built around sudo
@@ -89,8 +94,29 @@ func (s Security) WithDefaults() Security {
 	if s.Runtime == "" {
 		s.Runtime = RuntimeRunc
 	}
+	if s.AppArmorProfile == "" {
+		s.AppArmorProfile = AppArmorProfileName
+	}
 	return s
 }
+
+// appArmorProfile is the profile to ask for, the default when unset.
+func (s Security) appArmorProfile() string {
+	if s.AppArmorProfile == "" {
+		return AppArmorProfileName
+	}
+	return s.AppArmorProfile
+}
+
+// appArmorNameRe is what an AppArmor profile name may be here: no spaces,
+// no path, nothing apparmor_parser or runc would read differently.
+var appArmorNameRe = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$`)
+
+// AppArmorNameRule says what ValidAppArmorProfile accepts, for errors.
+const AppArmorNameRule = "letters, digits, '.', '_' and '-', at most 100, starting with a letter or digit"
+
+// ValidAppArmorProfile reports whether name may be an apparmorProfile.
+func ValidAppArmorProfile(name string) bool { return appArmorNameRe.MatchString(name) }
 
 // Validate reports every bad field at once, each named by its config key.
 func (s Security) Validate() error {
@@ -106,6 +132,9 @@ func (s Security) Validate() error {
 	}
 	if m := s.MountValidation; m != "" && m != MountValidationLog && m != MountValidationEnforce {
 		errs = append(errs, fmt.Errorf("worker.volumeMountValidation: %q is not log or enforce", m))
+	}
+	if s.AppArmorProfile != "" && !ValidAppArmorProfile(s.AppArmorProfile) {
+		errs = append(errs, fmt.Errorf("worker.containerSecurity.apparmorProfile: %q is not a profile name (%s)", s.AppArmorProfile, AppArmorNameRule))
 	}
 	if len(errs) == 0 {
 		return nil

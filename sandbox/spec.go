@@ -10,8 +10,9 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 )
 
-// AppArmorProfileName is the profile hardened containers get where the node
-// has AppArmor enabled and this profile loaded.
+// AppArmorProfileName is the profile hardened containers get by default
+// (Security.AppArmorProfile) where the node has AppArmor enabled and the
+// profile loaded; LoadAppArmor loads it from apparmor/levers9-default.
 const AppArmorProfileName = "levers9-default"
 
 // defaultCaps are Docker's default 14 capabilities.
@@ -35,22 +36,46 @@ var dockerReadonlyPaths = []string{
 
 // Effective is what was really applied to a container, which can be less
 // than what was asked: runsc ignores masked and read-only paths and
-// AppArmor, and cannot take a seccomp log action. Tasks report this, never
-// the request.
+// AppArmor, and cannot take a seccomp log action. It is read from the final
+// spec (effectiveOf), never from the request; tasks report this.
 type Effective struct {
-	Runtime         RuntimeName `json:"runtime"`
-	Profile         Profile     `json:"profile"`
-	Seccomp         SeccompMode `json:"seccomp"`
-	DropNetRaw      bool        `json:"dropNetRaw"`
-	NoNewPrivileges bool        `json:"noNewPrivileges"`
-	MaskedPaths     bool        `json:"maskedPaths"`
-	ReadonlyPaths   bool        `json:"readonlyPaths"`
-	AppArmorProfile string      `json:"appArmorProfile,omitempty"`
-	Capabilities    []string    `json:"capabilities"`
-	GPUs            []string    `json:"gpus,omitempty"`
+	Runtime RuntimeName `json:"runtime"`
+	// RuntimeVersion is the runtime binary's version line (Sandbox.Run
+	// fills it; BuildSpec cannot know it).
+	RuntimeVersion string      `json:"runtimeVersion,omitempty"`
+	Profile        Profile     `json:"profile"`
+	Seccomp        SeccompMode `json:"seccomp"`
+	// SeccompSHA256 is the hex sha256 of the seccomp profile's JSON as
+	// written to the bundle (its linux.seccomp value); empty when off.
+	SeccompSHA256   string `json:"seccompSHA256,omitempty"`
+	DropNetRaw      bool   `json:"dropNetRaw"`
+	NoNewPrivileges bool   `json:"noNewPrivileges"`
+	// MaskedPaths and ReadonlyPaths say whether Masked and Readonly, the
+	// paths the runtime enforces, are non-empty; PathsNote says why there
+	// are none when the spec had some (runsc).
+	MaskedPaths   bool     `json:"maskedPaths"`
+	ReadonlyPaths bool     `json:"readonlyPaths"`
+	Masked        []string `json:"masked,omitempty"`
+	Readonly      []string `json:"readonly,omitempty"`
+	PathsNote     string   `json:"pathsNote,omitempty"`
+	// AppArmorProfile confines the container; when empty, AppArmorNote
+	// says why (AppArmorNotLoaded, AppArmorIgnoredRunsc, AppArmorNotAsked).
+	AppArmorProfile string   `json:"appArmorProfile,omitempty"`
+	AppArmorNote    string   `json:"appArmorNote,omitempty"`
+	Capabilities    []string `json:"capabilities"`
+	GPUs            []string `json:"gpus,omitempty"`
+	// EgressMode is the network the container was attached to: the
+	// caller that attached it fills it (taskrun, from the egress node);
+	// BuildSpec sets "none" for a container given its own namespace with
+	// only loopback.
+	EgressMode string `json:"egressMode,omitempty"`
 	// Notes say why something differs from the request.
 	Notes []string `json:"notes,omitempty"`
 }
+
+// EgressNone is Effective.EgressMode for a container in a fresh network
+// namespace holding only loopback.
+const EgressNone = "none"
 
 const (
 	defaultShm = 64 << 20
@@ -70,40 +95,42 @@ const (
 //	addGPUs            device nodes, cgroup rules, driver libraries
 //	harden             masked and read-only paths, noNewPrivileges, AppArmor
 //	applySeccomp       the profile for mode, capabilities and GPUs
-//	noteRuntimeGaps    what runsc (or the node) will not enforce
+//	effectiveOf        what the runtime will enforce, read from the spec
 func BuildSpec(task TaskSpec, sec Security, host Host) (*specs.Spec, Effective, error) {
 	in, err := resolveSpecInputs(task, sec, host)
 	if err != nil {
 		return nil, Effective{}, err
 	}
 	hardened := sec.Profile == ProfileHardened
-	eff := Effective{Runtime: sec.Runtime, Profile: sec.Profile}
+	var notes []string
 
 	caps, pcaps := capabilitiesFor(sec, in.uid)
-	eff.Capabilities = slices.Clone(caps)
-	eff.DropNetRaw = !slices.Contains(caps, "CAP_NET_RAW")
-
 	s := baseSpec(task, sec, host, in, pcaps)
 	setResources(s.Linux.Resources, task.Resources)
 	s.Mounts = mountsFor(task, hardened, in.driver)
 	if in.driver {
 		addGPUs(s, in.gpus, host.GPUs)
+	}
+	if hardened {
+		notes = append(notes, harden(s, task, sec, host, in)...)
+	}
+	seccompNote, err := applySeccomp(s, sec, caps, in.driver, host)
+	if err != nil {
+		return nil, Effective{}, fmt.Errorf("task %s: %w", task.ID, err)
+	}
+	eff, err := effectiveOf(s, sec.Runtime, sec.Profile, host)
+	if err != nil {
+		return nil, Effective{}, fmt.Errorf("task %s: %w", task.ID, err)
+	}
+	if in.driver {
 		for _, g := range in.gpus {
 			eff.GPUs = append(eff.GPUs, g.UUID)
 		}
 	}
-	if hardened {
-		eff.Notes = append(eff.Notes, harden(s, task, sec, host, in)...)
+	if task.NetNSPath == "" {
+		eff.EgressMode = EgressNone
 	}
-	eff.NoNewPrivileges = s.Process.NoNewPrivileges
-	eff.MaskedPaths = len(s.Linux.MaskedPaths) > 0
-	eff.ReadonlyPaths = len(s.Linux.ReadonlyPaths) > 0
-	eff.AppArmorProfile = s.Process.ApparmorProfile
-
-	if err := applySeccomp(s, &eff, sec, caps, in.driver, host); err != nil {
-		return nil, Effective{}, fmt.Errorf("task %s: %w", task.ID, err)
-	}
-	noteRuntimeGaps(&eff, sec, hardened)
+	eff.Notes = append(notes, seccompNote...)
 	return s, eff, nil
 }
 
@@ -286,51 +313,28 @@ func harden(s *specs.Spec, task TaskSpec, sec Security, host Host, in specInputs
 	default:
 		s.Process.NoNewPrivileges = true
 	}
-	if host.AppArmorEnabled && slices.Contains(host.AppArmorProfiles, AppArmorProfileName) {
-		s.Process.ApparmorProfile = AppArmorProfileName
+	if p := sec.appArmorProfile(); host.AppArmorEnabled && slices.Contains(host.AppArmorProfiles, p) {
+		s.Process.ApparmorProfile = p
 	}
 	return notes
 }
 
 // applySeccomp installs the seccomp profile for the asked mode, resolved
-// against the bounding capabilities, and records the mode really applied.
-func applySeccomp(s *specs.Spec, eff *Effective, sec Security, caps []string, driver bool, host Host) error {
+// against the bounding capabilities, and notes a mode it could not apply.
+func applySeccomp(s *specs.Spec, sec Security, caps []string, driver bool, host Host) (notes []string, err error) {
 	mode := sec.Seccomp
 	if sec.Runtime == RuntimeRunsc && mode == SeccompLog {
 		// gVisor's in-sandbox seccomp has no log action; installing
 		// enforce instead could break a pool that only asked to observe.
 		mode = SeccompOff
-		eff.Notes = append(eff.Notes, "seccomp log not applied: runsc has no log action")
+		notes = append(notes, "seccomp log not applied: runsc has no log action")
 	}
 	sc, err := seccompFor(mode, caps, driver, host)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	s.Linux.Seccomp = sc
-	eff.Seccomp = mode
-	return nil
-}
-
-// noteRuntimeGaps clears from eff what the runtime will not enforce (runsc
-// ignores masked and read-only paths and AppArmor) and notes why, or notes
-// a hardened container that gets no AppArmor profile on this node.
-func noteRuntimeGaps(eff *Effective, sec Security, hardened bool) {
-	if sec.Runtime == RuntimeRunsc {
-		if eff.MaskedPaths {
-			eff.MaskedPaths = false
-			eff.Notes = append(eff.Notes, "maskedPaths not applied: runsc ignores them (its /proc is synthetic)")
-		}
-		if eff.ReadonlyPaths {
-			eff.ReadonlyPaths = false
-			eff.Notes = append(eff.Notes, "readonlyPaths not applied: runsc ignores them (its /proc/sys is its own)")
-		}
-		if eff.AppArmorProfile != "" {
-			eff.AppArmorProfile = ""
-			eff.Notes = append(eff.Notes, "AppArmor not applied: runsc ignores it")
-		}
-	} else if hardened && eff.AppArmorProfile == "" {
-		eff.Notes = append(eff.Notes, "AppArmor not applied: not enabled on this node or profile "+AppArmorProfileName+" not loaded")
-	}
+	return notes, nil
 }
 
 func addGPUs(s *specs.Spec, gpus []GPU, inv GPUInventory) {

@@ -121,6 +121,9 @@ func TestGoldenSpecs(t *testing.T) {
 								t.Errorf("%s differs from golden; run go test -run TestGoldenSpecs -update and review the diff", path)
 							}
 							checkSpecInvariants(t, spec, eff, prof, sm, drop, gpu, rt)
+							if d := g.Seccomp; (d == nil) != (eff.SeccompSHA256 == "") || (d != nil && d.SHA256 != eff.SeccompSHA256) {
+								t.Errorf("effective seccomp sha256 %q, spec's profile %+v", eff.SeccompSHA256, d)
+							}
 						})
 					}
 				}

@@ -151,6 +151,9 @@ func (a *attempt) prestart(ctx context.Context) (*PrestartResponse, error) {
 		if resp.NetNSPath != "" {
 			merged.NetNSPath = resp.NetNSPath
 		}
+		if resp.EgressMode != "" {
+			merged.EgressMode = resp.EgressMode
+		}
 		merged.Mounts = append(merged.Mounts, resp.Mounts...)
 		if resp.Stdout != nil {
 			merged.Stdout, merged.Stderr = resp.Stdout, resp.Stderr
@@ -224,6 +227,9 @@ func (a *attempt) start(ctx context.Context, resp *PrestartResponse) (*sandbox.H
 		return nil, err
 	}
 	eff := h.Effective
+	if resp.EgressMode != "" {
+		eff.EgressMode = resp.EgressMode
+	}
 	a.res.Effective = &eff
 	a.emit(Event{Kind: EventSecurity, Effective: &eff})
 	return h, nil

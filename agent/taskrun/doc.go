@@ -70,7 +70,8 @@
 // It must never block a container on its output, kill a container on
 // shutdown, leave a rootfs mount, network namespace or container state
 // behind after a terminal state, or report security the runtime did not
-// apply (it forwards sandbox.Handle.Effective).
+// apply (it forwards sandbox.Handle.Effective, with the egress mode the
+// network hook really attached the container with).
 //
 // API stability: experimental, internal to the agent. Runner, Task, Hook
 // and the phase interfaces, Event, LogLine and Lost are what the agent

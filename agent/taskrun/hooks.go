@@ -46,6 +46,9 @@ type PrestartResponse struct {
 	// NetNSPath is the network namespace to join ("" is a fresh one with
 	// only loopback).
 	NetNSPath string
+	// EgressMode is the egress mode the network hook attached the
+	// container with ("" without a node: the sandbox reports none).
+	EgressMode string
 	// Mounts are the agent's own bind mounts (resolv.conf). They reach the
 	// sandbox as TaskSpec.AgentMounts, which the volume validation does not
 	// judge: never put a mount a task asked for here.

@@ -48,6 +48,7 @@ func (h *networkHook) Prestart(ctx context.Context, req *PrestartRequest, resp *
 		h.att = att
 	}
 	resp.NetNSPath = h.att.NetnsPath
+	resp.EgressMode = string(h.att.Mode)
 	resp.Mounts = append(resp.Mounts, sandbox.Mount{Source: h.att.ResolvConfPath, Destination: "/etc/resolv.conf", ReadOnly: true})
 	return nil
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/levers9/levers9/egress"
+	"github.com/levers9/levers9/sandbox"
 )
 
 var poolName = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
@@ -136,6 +137,9 @@ func validateSecurity(bad func(string, string, ...any), errs *[]error, key strin
 	}
 	if s.Egress.Mode != "" {
 		oneOf(bad, key+".egress.mode", s.Egress.Mode, "off", "observe", "enforce")
+	}
+	if s.ApparmorProfile != "" && !sandbox.ValidAppArmorProfile(s.ApparmorProfile) {
+		bad(key+".apparmorProfile", "%q is not a profile name (%s)", s.ApparmorProfile, sandbox.AppArmorNameRule)
 	}
 	// The agent's egress package owns the allow syntax; parsing here makes
 	// a bad entry fail at config load, each error naming key[i] and entry.

@@ -1,6 +1,10 @@
 package config
 
-import "sort"
+import (
+	"sort"
+
+	"github.com/levers9/levers9/sandbox"
+)
 
 // Worker holds what agents apply to containers. Pools may override any key
 // of ContainerSecurity.
@@ -31,6 +35,11 @@ type ContainerSecurity struct {
 	// BridgePortIsolation isolates container veths from each other (default true).
 	BridgePortIsolation *bool  `yaml:"bridgePortIsolation"`
 	Egress              Egress `yaml:"egress"`
+	// ApparmorProfile is the AppArmor profile hardened runc containers
+	// get on nodes with AppArmor (default levers9-default, which agents
+	// load themselves; another name must be loaded by the operator).
+	// Nodes without AppArmor run containers without one and say so.
+	ApparmorProfile string `yaml:"apparmorProfile"`
 }
 
 // Egress is the container egress policy.
@@ -96,6 +105,7 @@ func (w *Worker) withDefaults() {
 		cs.BridgePortIsolation = boolPtr(true)
 	}
 	setDefault(&cs.Egress.Mode, "enforce")
+	setDefault(&cs.ApparmorProfile, sandbox.AppArmorProfileName)
 	setDefault(&w.VolumeMountValidation, "log")
 	if w.JobResourcesEnforced == nil {
 		w.JobResourcesEnforced = boolPtr(true)
@@ -160,6 +170,9 @@ func (w *Worker) EffectiveSecurity(pool string) ContainerSecurity {
 	}
 	if o.Egress.Allow != nil {
 		eff.Egress.Allow = o.Egress.Allow
+	}
+	if o.ApparmorProfile != "" {
+		eff.ApparmorProfile = o.ApparmorProfile
 	}
 	return eff
 }

@@ -67,6 +67,9 @@ type Attempt struct {
 	// it in one sentence for people, Message keeps the full chain.
 	Reason  Reason
 	Summary string
+	// AppliedSecurity is the security the runtime really applied (JSON,
+	// see SetAppliedSecurity); nil until the agent reported it.
+	AppliedSecurity []byte
 }
 
 const taskColumns = `id, workspace_id, pool, spec, cpu_millis, memory_bytes, gpus, gpu_type, retries, state, attempts,
@@ -80,12 +83,13 @@ func scanTask(row interface{ Scan(...any) error }) (Task, error) {
 }
 
 const attemptColumns = `task_id, number, machine_id, state, cpu_millis, memory_bytes, gpu_devices, scheduled_at, started_at,
-	finished_at, exit_code, message, dropped_lines, image_digest, reason, summary`
+	finished_at, exit_code, message, dropped_lines, image_digest, reason, summary, applied_security`
 
 func scanAttempt(row interface{ Scan(...any) error }) (Attempt, error) {
 	var a Attempt
 	err := row.Scan(&a.TaskID, &a.Number, &a.MachineID, &a.State, &a.CPUMillis, &a.MemoryBytes, &a.GPUDevices, &a.ScheduledAt,
-		&a.StartedAt, &a.FinishedAt, &a.ExitCode, &a.Message, &a.DroppedLines, &a.ImageDigest, &a.Reason, &a.Summary)
+		&a.StartedAt, &a.FinishedAt, &a.ExitCode, &a.Message, &a.DroppedLines, &a.ImageDigest, &a.Reason, &a.Summary,
+		&a.AppliedSecurity)
 	return a, err
 }
 

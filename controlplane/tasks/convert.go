@@ -109,7 +109,7 @@ func taskPB(t store.Task, atts []store.Attempt) *v1.Task {
 		pb.Attempts = append(pb.Attempts, &v1.Attempt{Number: int32(a.Number), State: attemptStatePB(a.State), MachineId: a.MachineID,
 			ScheduledAt: timestamppb.New(a.ScheduledAt), StartedAt: tsp(a.StartedAt), FinishedAt: tsp(a.FinishedAt),
 			ExitCode: exitCodePB(a.ExitCode), Message: a.Message, DroppedLines: uint64(a.DroppedLines), ImageDigest: a.ImageDigest,
-			Reason: reasonPB(a.Reason), Summary: a.Summary})
+			Reason: reasonPB(a.Reason), Summary: a.Summary, AppliedSecurity: appliedPB(a.AppliedSecurity)})
 	}
 	return pb
 }
@@ -141,5 +141,6 @@ func SecuritySettings(c *config.Config, pool string) *v1.SecuritySettings {
 	sec := c.Worker.EffectiveSecurity(pool)
 	return &v1.SecuritySettings{Profile: sec.Profile, Seccomp: sec.Seccomp, DropNetRaw: *sec.DropNetRaw,
 		BridgePortIsolation: *sec.BridgePortIsolation, EgressMode: sec.Egress.Mode, EgressAllow: sec.Egress.Allow,
-		Runtime: c.Worker.Pools[pool].Runtime, VolumeMountValidation: c.Worker.EffectiveMountValidation(pool)}
+		Runtime: c.Worker.Pools[pool].Runtime, VolumeMountValidation: c.Worker.EffectiveMountValidation(pool),
+		ApparmorProfile: sec.ApparmorProfile}
 }

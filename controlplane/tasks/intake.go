@@ -160,6 +160,9 @@ func (in *intake) applyUpdate(ctx context.Context, machineID, taskID string, n i
 		if _, err := in.d.store.MarkRunning(ctx, taskID, n, at); err != nil {
 			return nil, false, err
 		}
+		if err := in.storeApplied(ctx, taskID, n, u.GetAppliedSecurity()); err != nil {
+			return nil, false, err
+		}
 		sc.TaskState = v1.TaskState_TASK_STATE_RUNNING
 		return sc, false, nil
 	case st == store.AttemptLost:

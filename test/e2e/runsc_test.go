@@ -194,6 +194,7 @@ nc -w 10 ` + cpHost + ` ` + cpPort + ` -e true && echo reached-controlplane`
 			t.Logf("probe output:\n%s", out)
 		}
 	})
+	t.Run("applied security", func(t *testing.T) { checkRunscApplied(t, w, root) })
 }
 
 // probeFiles is the sandbox's probe (sandbox/internal/probe) as /probe and

@@ -86,6 +86,9 @@ type SecuritySettings struct {
 	EgressMode          string                 `protobuf:"bytes,5,opt,name=egress_mode,json=egressMode,proto3" json:"egress_mode,omitempty"`
 	EgressAllow         []string               `protobuf:"bytes,6,rep,name=egress_allow,json=egressAllow,proto3" json:"egress_allow,omitempty"`
 	Runtime             string                 `protobuf:"bytes,7,opt,name=runtime,proto3" json:"runtime,omitempty"`
+	// The AppArmor profile hardened containers get where the node has
+	// AppArmor (worker.containerSecurity.apparmorProfile).
+	ApparmorProfile string `protobuf:"bytes,40,opt,name=apparmor_profile,json=apparmorProfile,proto3" json:"apparmor_profile,omitempty"`
 	// worker.volumeMountValidation (or the pool's override): log or enforce,
 	// how the agent judges the host sources of a task's volumes.
 	VolumeMountValidation string `protobuf:"bytes,70,opt,name=volume_mount_validation,json=volumeMountValidation,proto3" json:"volume_mount_validation,omitempty"`
@@ -168,6 +171,13 @@ func (x *SecuritySettings) GetEgressAllow() []string {
 func (x *SecuritySettings) GetRuntime() string {
 	if x != nil {
 		return x.Runtime
+	}
+	return ""
+}
+
+func (x *SecuritySettings) GetApparmorProfile() string {
+	if x != nil {
+		return x.ApparmorProfile
 	}
 	return ""
 }
@@ -1325,7 +1335,7 @@ var File_api_levers9_v1_machine_proto protoreflect.FileDescriptor
 const file_api_levers9_v1_machine_proto_rawDesc = "" +
 	"\n" +
 	"\x1capi/levers9/v1/machine.proto\x12\n" +
-	"levers9.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xb2\x02\n" +
+	"levers9.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xdd\x02\n" +
 	"\x10SecuritySettings\x12\x18\n" +
 	"\aprofile\x18\x01 \x01(\tR\aprofile\x12\x18\n" +
 	"\aseccomp\x18\x02 \x01(\tR\aseccomp\x12 \n" +
@@ -1335,7 +1345,8 @@ const file_api_levers9_v1_machine_proto_rawDesc = "" +
 	"\vegress_mode\x18\x05 \x01(\tR\n" +
 	"egressMode\x12!\n" +
 	"\fegress_allow\x18\x06 \x03(\tR\vegressAllow\x12\x18\n" +
-	"\aruntime\x18\a \x01(\tR\aruntime\x126\n" +
+	"\aruntime\x18\a \x01(\tR\aruntime\x12)\n" +
+	"\x10apparmor_profile\x18( \x01(\tR\x0fapparmorProfile\x126\n" +
 	"\x17volume_mount_validation\x18F \x01(\tR\x15volumeMountValidation\"\x92\x03\n" +
 	"\x04Pool\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x19\n" +

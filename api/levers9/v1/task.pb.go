@@ -441,10 +441,15 @@ type Attempt struct {
 	// none). message keeps the full error chain; summary is one sentence
 	// for people ("image r/x:1 was not found (check the name and tag)",
 	// "out of memory: limit 64 MiB").
-	Reason        FailureReason `protobuf:"varint,11,opt,name=reason,proto3,enum=levers9.v1.FailureReason" json:"reason,omitempty"`
-	Summary       string        `protobuf:"bytes,12,opt,name=summary,proto3" json:"summary,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Reason  FailureReason `protobuf:"varint,11,opt,name=reason,proto3,enum=levers9.v1.FailureReason" json:"reason,omitempty"`
+	Summary string        `protobuf:"bytes,12,opt,name=summary,proto3" json:"summary,omitempty"`
+	// The security controls the runtime really applied to this attempt's
+	// container, read from the final OCI spec the agent handed to the
+	// runtime and the network it attached; absent until the container
+	// started (and for attempts of agents too old to report it).
+	AppliedSecurity *AppliedSecurity `protobuf:"bytes,40,opt,name=applied_security,json=appliedSecurity,proto3" json:"applied_security,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *Attempt) Reset() {
@@ -561,6 +566,186 @@ func (x *Attempt) GetSummary() string {
 	return ""
 }
 
+func (x *Attempt) GetAppliedSecurity() *AppliedSecurity {
+	if x != nil {
+		return x.AppliedSecurity
+	}
+	return nil
+}
+
+// AppliedSecurity is what an attempt's container really got. Nothing is
+// claimed that was not applied: a control the runtime ignores is absent
+// and named in the matching *_note or in notes.
+type AppliedSecurity struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// runc or runsc, and the binary's own version line.
+	Runtime        string `protobuf:"bytes,1,opt,name=runtime,proto3" json:"runtime,omitempty"`
+	RuntimeVersion string `protobuf:"bytes,2,opt,name=runtime_version,json=runtimeVersion,proto3" json:"runtime_version,omitempty"`
+	// legacy or hardened.
+	Profile string `protobuf:"bytes,3,opt,name=profile,proto3" json:"profile,omitempty"`
+	// off, log or enforce, as installed in the spec.
+	SeccompMode string `protobuf:"bytes,4,opt,name=seccomp_mode,json=seccompMode,proto3" json:"seccomp_mode,omitempty"`
+	// sha256 (hex) of the seccomp profile JSON written into the bundle's
+	// config.json (its linux.seccomp value); empty when seccomp is off.
+	SeccompProfileSha256 string `protobuf:"bytes,5,opt,name=seccomp_profile_sha256,json=seccompProfileSha256,proto3" json:"seccomp_profile_sha256,omitempty"`
+	// The bounding capability set the container keeps.
+	Capabilities []string `protobuf:"bytes,6,rep,name=capabilities,proto3" json:"capabilities,omitempty"`
+	// NET_RAW is not in capabilities (raw sockets refused).
+	NetRawDropped   bool `protobuf:"varint,7,opt,name=net_raw_dropped,json=netRawDropped,proto3" json:"net_raw_dropped,omitempty"`
+	NoNewPrivileges bool `protobuf:"varint,8,opt,name=no_new_privileges,json=noNewPrivileges,proto3" json:"no_new_privileges,omitempty"`
+	// Masked and read-only paths the runtime enforces; empty with
+	// paths_note set when they do not apply (runsc).
+	MaskedPaths   []string `protobuf:"bytes,9,rep,name=masked_paths,json=maskedPaths,proto3" json:"masked_paths,omitempty"`
+	ReadonlyPaths []string `protobuf:"bytes,10,rep,name=readonly_paths,json=readonlyPaths,proto3" json:"readonly_paths,omitempty"`
+	PathsNote     string   `protobuf:"bytes,11,opt,name=paths_note,json=pathsNote,proto3" json:"paths_note,omitempty"`
+	// The AppArmor profile the container is confined by, or empty with
+	// apparmor_note saying why ("not loaded on this node").
+	ApparmorProfile string `protobuf:"bytes,12,opt,name=apparmor_profile,json=apparmorProfile,proto3" json:"apparmor_profile,omitempty"`
+	ApparmorNote    string `protobuf:"bytes,13,opt,name=apparmor_note,json=apparmorNote,proto3" json:"apparmor_note,omitempty"`
+	// observe or enforce from the attached egress network; "none" for a
+	// container with its own namespace holding only loopback.
+	EgressMode string `protobuf:"bytes,14,opt,name=egress_mode,json=egressMode,proto3" json:"egress_mode,omitempty"`
+	// Why something differs from what the pool asked for.
+	Notes         []string `protobuf:"bytes,15,rep,name=notes,proto3" json:"notes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AppliedSecurity) Reset() {
+	*x = AppliedSecurity{}
+	mi := &file_api_levers9_v1_task_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AppliedSecurity) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AppliedSecurity) ProtoMessage() {}
+
+func (x *AppliedSecurity) ProtoReflect() protoreflect.Message {
+	mi := &file_api_levers9_v1_task_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AppliedSecurity.ProtoReflect.Descriptor instead.
+func (*AppliedSecurity) Descriptor() ([]byte, []int) {
+	return file_api_levers9_v1_task_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *AppliedSecurity) GetRuntime() string {
+	if x != nil {
+		return x.Runtime
+	}
+	return ""
+}
+
+func (x *AppliedSecurity) GetRuntimeVersion() string {
+	if x != nil {
+		return x.RuntimeVersion
+	}
+	return ""
+}
+
+func (x *AppliedSecurity) GetProfile() string {
+	if x != nil {
+		return x.Profile
+	}
+	return ""
+}
+
+func (x *AppliedSecurity) GetSeccompMode() string {
+	if x != nil {
+		return x.SeccompMode
+	}
+	return ""
+}
+
+func (x *AppliedSecurity) GetSeccompProfileSha256() string {
+	if x != nil {
+		return x.SeccompProfileSha256
+	}
+	return ""
+}
+
+func (x *AppliedSecurity) GetCapabilities() []string {
+	if x != nil {
+		return x.Capabilities
+	}
+	return nil
+}
+
+func (x *AppliedSecurity) GetNetRawDropped() bool {
+	if x != nil {
+		return x.NetRawDropped
+	}
+	return false
+}
+
+func (x *AppliedSecurity) GetNoNewPrivileges() bool {
+	if x != nil {
+		return x.NoNewPrivileges
+	}
+	return false
+}
+
+func (x *AppliedSecurity) GetMaskedPaths() []string {
+	if x != nil {
+		return x.MaskedPaths
+	}
+	return nil
+}
+
+func (x *AppliedSecurity) GetReadonlyPaths() []string {
+	if x != nil {
+		return x.ReadonlyPaths
+	}
+	return nil
+}
+
+func (x *AppliedSecurity) GetPathsNote() string {
+	if x != nil {
+		return x.PathsNote
+	}
+	return ""
+}
+
+func (x *AppliedSecurity) GetApparmorProfile() string {
+	if x != nil {
+		return x.ApparmorProfile
+	}
+	return ""
+}
+
+func (x *AppliedSecurity) GetApparmorNote() string {
+	if x != nil {
+		return x.ApparmorNote
+	}
+	return ""
+}
+
+func (x *AppliedSecurity) GetEgressMode() string {
+	if x != nil {
+		return x.EgressMode
+	}
+	return ""
+}
+
+func (x *AppliedSecurity) GetNotes() []string {
+	if x != nil {
+		return x.Notes
+	}
+	return nil
+}
+
 type Task struct {
 	state      protoimpl.MessageState `protogen:"open.v1"`
 	Id         string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -584,7 +769,7 @@ type Task struct {
 
 func (x *Task) Reset() {
 	*x = Task{}
-	mi := &file_api_levers9_v1_task_proto_msgTypes[2]
+	mi := &file_api_levers9_v1_task_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -596,7 +781,7 @@ func (x *Task) String() string {
 func (*Task) ProtoMessage() {}
 
 func (x *Task) ProtoReflect() protoreflect.Message {
-	mi := &file_api_levers9_v1_task_proto_msgTypes[2]
+	mi := &file_api_levers9_v1_task_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -609,7 +794,7 @@ func (x *Task) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Task.ProtoReflect.Descriptor instead.
 func (*Task) Descriptor() ([]byte, []int) {
-	return file_api_levers9_v1_task_proto_rawDescGZIP(), []int{2}
+	return file_api_levers9_v1_task_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *Task) GetId() string {
@@ -693,7 +878,7 @@ type SubmitTaskRequest struct {
 
 func (x *SubmitTaskRequest) Reset() {
 	*x = SubmitTaskRequest{}
-	mi := &file_api_levers9_v1_task_proto_msgTypes[3]
+	mi := &file_api_levers9_v1_task_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -705,7 +890,7 @@ func (x *SubmitTaskRequest) String() string {
 func (*SubmitTaskRequest) ProtoMessage() {}
 
 func (x *SubmitTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_levers9_v1_task_proto_msgTypes[3]
+	mi := &file_api_levers9_v1_task_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -718,7 +903,7 @@ func (x *SubmitTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitTaskRequest.ProtoReflect.Descriptor instead.
 func (*SubmitTaskRequest) Descriptor() ([]byte, []int) {
-	return file_api_levers9_v1_task_proto_rawDescGZIP(), []int{3}
+	return file_api_levers9_v1_task_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *SubmitTaskRequest) GetSpec() *TaskSpec {
@@ -746,7 +931,7 @@ type SubmitTaskResponse struct {
 
 func (x *SubmitTaskResponse) Reset() {
 	*x = SubmitTaskResponse{}
-	mi := &file_api_levers9_v1_task_proto_msgTypes[4]
+	mi := &file_api_levers9_v1_task_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -758,7 +943,7 @@ func (x *SubmitTaskResponse) String() string {
 func (*SubmitTaskResponse) ProtoMessage() {}
 
 func (x *SubmitTaskResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_levers9_v1_task_proto_msgTypes[4]
+	mi := &file_api_levers9_v1_task_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -771,7 +956,7 @@ func (x *SubmitTaskResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitTaskResponse.ProtoReflect.Descriptor instead.
 func (*SubmitTaskResponse) Descriptor() ([]byte, []int) {
-	return file_api_levers9_v1_task_proto_rawDescGZIP(), []int{4}
+	return file_api_levers9_v1_task_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *SubmitTaskResponse) GetTask() *Task {
@@ -797,7 +982,7 @@ type GetTaskRequest struct {
 
 func (x *GetTaskRequest) Reset() {
 	*x = GetTaskRequest{}
-	mi := &file_api_levers9_v1_task_proto_msgTypes[5]
+	mi := &file_api_levers9_v1_task_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -809,7 +994,7 @@ func (x *GetTaskRequest) String() string {
 func (*GetTaskRequest) ProtoMessage() {}
 
 func (x *GetTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_levers9_v1_task_proto_msgTypes[5]
+	mi := &file_api_levers9_v1_task_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -822,7 +1007,7 @@ func (x *GetTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTaskRequest.ProtoReflect.Descriptor instead.
 func (*GetTaskRequest) Descriptor() ([]byte, []int) {
-	return file_api_levers9_v1_task_proto_rawDescGZIP(), []int{5}
+	return file_api_levers9_v1_task_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *GetTaskRequest) GetId() string {
@@ -841,7 +1026,7 @@ type GetTaskResponse struct {
 
 func (x *GetTaskResponse) Reset() {
 	*x = GetTaskResponse{}
-	mi := &file_api_levers9_v1_task_proto_msgTypes[6]
+	mi := &file_api_levers9_v1_task_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -853,7 +1038,7 @@ func (x *GetTaskResponse) String() string {
 func (*GetTaskResponse) ProtoMessage() {}
 
 func (x *GetTaskResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_levers9_v1_task_proto_msgTypes[6]
+	mi := &file_api_levers9_v1_task_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -866,7 +1051,7 @@ func (x *GetTaskResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTaskResponse.ProtoReflect.Descriptor instead.
 func (*GetTaskResponse) Descriptor() ([]byte, []int) {
-	return file_api_levers9_v1_task_proto_rawDescGZIP(), []int{6}
+	return file_api_levers9_v1_task_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *GetTaskResponse) GetTask() *Task {
@@ -889,7 +1074,7 @@ type ListTasksRequest struct {
 
 func (x *ListTasksRequest) Reset() {
 	*x = ListTasksRequest{}
-	mi := &file_api_levers9_v1_task_proto_msgTypes[7]
+	mi := &file_api_levers9_v1_task_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -901,7 +1086,7 @@ func (x *ListTasksRequest) String() string {
 func (*ListTasksRequest) ProtoMessage() {}
 
 func (x *ListTasksRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_levers9_v1_task_proto_msgTypes[7]
+	mi := &file_api_levers9_v1_task_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -914,7 +1099,7 @@ func (x *ListTasksRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTasksRequest.ProtoReflect.Descriptor instead.
 func (*ListTasksRequest) Descriptor() ([]byte, []int) {
-	return file_api_levers9_v1_task_proto_rawDescGZIP(), []int{7}
+	return file_api_levers9_v1_task_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ListTasksRequest) GetPageSize() int32 {
@@ -948,7 +1133,7 @@ type ListTasksResponse struct {
 
 func (x *ListTasksResponse) Reset() {
 	*x = ListTasksResponse{}
-	mi := &file_api_levers9_v1_task_proto_msgTypes[8]
+	mi := &file_api_levers9_v1_task_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -960,7 +1145,7 @@ func (x *ListTasksResponse) String() string {
 func (*ListTasksResponse) ProtoMessage() {}
 
 func (x *ListTasksResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_levers9_v1_task_proto_msgTypes[8]
+	mi := &file_api_levers9_v1_task_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -973,7 +1158,7 @@ func (x *ListTasksResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTasksResponse.ProtoReflect.Descriptor instead.
 func (*ListTasksResponse) Descriptor() ([]byte, []int) {
-	return file_api_levers9_v1_task_proto_rawDescGZIP(), []int{8}
+	return file_api_levers9_v1_task_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ListTasksResponse) GetTasks() []*Task {
@@ -999,7 +1184,7 @@ type CancelTaskRequest struct {
 
 func (x *CancelTaskRequest) Reset() {
 	*x = CancelTaskRequest{}
-	mi := &file_api_levers9_v1_task_proto_msgTypes[9]
+	mi := &file_api_levers9_v1_task_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1011,7 +1196,7 @@ func (x *CancelTaskRequest) String() string {
 func (*CancelTaskRequest) ProtoMessage() {}
 
 func (x *CancelTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_levers9_v1_task_proto_msgTypes[9]
+	mi := &file_api_levers9_v1_task_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1024,7 +1209,7 @@ func (x *CancelTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelTaskRequest.ProtoReflect.Descriptor instead.
 func (*CancelTaskRequest) Descriptor() ([]byte, []int) {
-	return file_api_levers9_v1_task_proto_rawDescGZIP(), []int{9}
+	return file_api_levers9_v1_task_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *CancelTaskRequest) GetId() string {
@@ -1043,7 +1228,7 @@ type CancelTaskResponse struct {
 
 func (x *CancelTaskResponse) Reset() {
 	*x = CancelTaskResponse{}
-	mi := &file_api_levers9_v1_task_proto_msgTypes[10]
+	mi := &file_api_levers9_v1_task_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1055,7 +1240,7 @@ func (x *CancelTaskResponse) String() string {
 func (*CancelTaskResponse) ProtoMessage() {}
 
 func (x *CancelTaskResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_levers9_v1_task_proto_msgTypes[10]
+	mi := &file_api_levers9_v1_task_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1068,7 +1253,7 @@ func (x *CancelTaskResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelTaskResponse.ProtoReflect.Descriptor instead.
 func (*CancelTaskResponse) Descriptor() ([]byte, []int) {
-	return file_api_levers9_v1_task_proto_rawDescGZIP(), []int{10}
+	return file_api_levers9_v1_task_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *CancelTaskResponse) GetTask() *Task {
@@ -1092,7 +1277,7 @@ type FollowTaskRequest struct {
 
 func (x *FollowTaskRequest) Reset() {
 	*x = FollowTaskRequest{}
-	mi := &file_api_levers9_v1_task_proto_msgTypes[11]
+	mi := &file_api_levers9_v1_task_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1104,7 +1289,7 @@ func (x *FollowTaskRequest) String() string {
 func (*FollowTaskRequest) ProtoMessage() {}
 
 func (x *FollowTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_levers9_v1_task_proto_msgTypes[11]
+	mi := &file_api_levers9_v1_task_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1117,7 +1302,7 @@ func (x *FollowTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FollowTaskRequest.ProtoReflect.Descriptor instead.
 func (*FollowTaskRequest) Descriptor() ([]byte, []int) {
-	return file_api_levers9_v1_task_proto_rawDescGZIP(), []int{11}
+	return file_api_levers9_v1_task_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *FollowTaskRequest) GetId() string {
@@ -1155,7 +1340,7 @@ type LogLine struct {
 
 func (x *LogLine) Reset() {
 	*x = LogLine{}
-	mi := &file_api_levers9_v1_task_proto_msgTypes[12]
+	mi := &file_api_levers9_v1_task_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1167,7 +1352,7 @@ func (x *LogLine) String() string {
 func (*LogLine) ProtoMessage() {}
 
 func (x *LogLine) ProtoReflect() protoreflect.Message {
-	mi := &file_api_levers9_v1_task_proto_msgTypes[12]
+	mi := &file_api_levers9_v1_task_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1180,7 +1365,7 @@ func (x *LogLine) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogLine.ProtoReflect.Descriptor instead.
 func (*LogLine) Descriptor() ([]byte, []int) {
-	return file_api_levers9_v1_task_proto_rawDescGZIP(), []int{12}
+	return file_api_levers9_v1_task_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *LogLine) GetStream() LogStream {
@@ -1223,7 +1408,7 @@ type StateChange struct {
 
 func (x *StateChange) Reset() {
 	*x = StateChange{}
-	mi := &file_api_levers9_v1_task_proto_msgTypes[13]
+	mi := &file_api_levers9_v1_task_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1235,7 +1420,7 @@ func (x *StateChange) String() string {
 func (*StateChange) ProtoMessage() {}
 
 func (x *StateChange) ProtoReflect() protoreflect.Message {
-	mi := &file_api_levers9_v1_task_proto_msgTypes[13]
+	mi := &file_api_levers9_v1_task_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1248,7 +1433,7 @@ func (x *StateChange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StateChange.ProtoReflect.Descriptor instead.
 func (*StateChange) Descriptor() ([]byte, []int) {
-	return file_api_levers9_v1_task_proto_rawDescGZIP(), []int{13}
+	return file_api_levers9_v1_task_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *StateChange) GetTaskState() TaskState {
@@ -1325,7 +1510,7 @@ type TaskEvent struct {
 
 func (x *TaskEvent) Reset() {
 	*x = TaskEvent{}
-	mi := &file_api_levers9_v1_task_proto_msgTypes[14]
+	mi := &file_api_levers9_v1_task_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1337,7 +1522,7 @@ func (x *TaskEvent) String() string {
 func (*TaskEvent) ProtoMessage() {}
 
 func (x *TaskEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_api_levers9_v1_task_proto_msgTypes[14]
+	mi := &file_api_levers9_v1_task_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1350,7 +1535,7 @@ func (x *TaskEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskEvent.ProtoReflect.Descriptor instead.
 func (*TaskEvent) Descriptor() ([]byte, []int) {
-	return file_api_levers9_v1_task_proto_rawDescGZIP(), []int{14}
+	return file_api_levers9_v1_task_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *TaskEvent) GetCursor() string {
@@ -1447,7 +1632,7 @@ type SeccompSyscall struct {
 
 func (x *SeccompSyscall) Reset() {
 	*x = SeccompSyscall{}
-	mi := &file_api_levers9_v1_task_proto_msgTypes[15]
+	mi := &file_api_levers9_v1_task_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1459,7 +1644,7 @@ func (x *SeccompSyscall) String() string {
 func (*SeccompSyscall) ProtoMessage() {}
 
 func (x *SeccompSyscall) ProtoReflect() protoreflect.Message {
-	mi := &file_api_levers9_v1_task_proto_msgTypes[15]
+	mi := &file_api_levers9_v1_task_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1472,7 +1657,7 @@ func (x *SeccompSyscall) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SeccompSyscall.ProtoReflect.Descriptor instead.
 func (*SeccompSyscall) Descriptor() ([]byte, []int) {
-	return file_api_levers9_v1_task_proto_rawDescGZIP(), []int{15}
+	return file_api_levers9_v1_task_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *SeccompSyscall) GetSyscall() string {
@@ -1499,7 +1684,7 @@ type SeccompLogged struct {
 
 func (x *SeccompLogged) Reset() {
 	*x = SeccompLogged{}
-	mi := &file_api_levers9_v1_task_proto_msgTypes[16]
+	mi := &file_api_levers9_v1_task_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1511,7 +1696,7 @@ func (x *SeccompLogged) String() string {
 func (*SeccompLogged) ProtoMessage() {}
 
 func (x *SeccompLogged) ProtoReflect() protoreflect.Message {
-	mi := &file_api_levers9_v1_task_proto_msgTypes[16]
+	mi := &file_api_levers9_v1_task_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1524,7 +1709,7 @@ func (x *SeccompLogged) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SeccompLogged.ProtoReflect.Descriptor instead.
 func (*SeccompLogged) Descriptor() ([]byte, []int) {
-	return file_api_levers9_v1_task_proto_rawDescGZIP(), []int{16}
+	return file_api_levers9_v1_task_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *SeccompLogged) GetSyscalls() []*SeccompSyscall {
@@ -1557,7 +1742,7 @@ const file_api_levers9_v1_task_proto_rawDesc = "" +
 	"\x03cwd\x18\f \x01(\tR\x03cwd\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x86\x04\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xce\x04\n" +
 	"\aAttempt\x12\x16\n" +
 	"\x06number\x18\x01 \x01(\x05R\x06number\x12.\n" +
 	"\x05state\x18\x02 \x01(\x0e2\x18.levers9.v1.AttemptStateR\x05state\x12\x1d\n" +
@@ -1574,9 +1759,29 @@ const file_api_levers9_v1_task_proto_rawDesc = "" +
 	"\fimage_digest\x18\n" +
 	" \x01(\tR\vimageDigest\x121\n" +
 	"\x06reason\x18\v \x01(\x0e2\x19.levers9.v1.FailureReasonR\x06reason\x12\x18\n" +
-	"\asummary\x18\f \x01(\tR\asummaryB\f\n" +
+	"\asummary\x18\f \x01(\tR\asummary\x12F\n" +
+	"\x10applied_security\x18( \x01(\v2\x1b.levers9.v1.AppliedSecurityR\x0fappliedSecurityB\f\n" +
 	"\n" +
-	"_exit_code\"\xcc\x03\n" +
+	"_exit_code\"\xaf\x04\n" +
+	"\x0fAppliedSecurity\x12\x18\n" +
+	"\aruntime\x18\x01 \x01(\tR\aruntime\x12'\n" +
+	"\x0fruntime_version\x18\x02 \x01(\tR\x0eruntimeVersion\x12\x18\n" +
+	"\aprofile\x18\x03 \x01(\tR\aprofile\x12!\n" +
+	"\fseccomp_mode\x18\x04 \x01(\tR\vseccompMode\x124\n" +
+	"\x16seccomp_profile_sha256\x18\x05 \x01(\tR\x14seccompProfileSha256\x12\"\n" +
+	"\fcapabilities\x18\x06 \x03(\tR\fcapabilities\x12&\n" +
+	"\x0fnet_raw_dropped\x18\a \x01(\bR\rnetRawDropped\x12*\n" +
+	"\x11no_new_privileges\x18\b \x01(\bR\x0fnoNewPrivileges\x12!\n" +
+	"\fmasked_paths\x18\t \x03(\tR\vmaskedPaths\x12%\n" +
+	"\x0ereadonly_paths\x18\n" +
+	" \x03(\tR\rreadonlyPaths\x12\x1d\n" +
+	"\n" +
+	"paths_note\x18\v \x01(\tR\tpathsNote\x12)\n" +
+	"\x10apparmor_profile\x18\f \x01(\tR\x0fapparmorProfile\x12#\n" +
+	"\rapparmor_note\x18\r \x01(\tR\fapparmorNote\x12\x1f\n" +
+	"\vegress_mode\x18\x0e \x01(\tR\n" +
+	"egressMode\x12\x14\n" +
+	"\x05notes\x18\x0f \x03(\tR\x05notes\"\xcc\x03\n" +
 	"\x04Task\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12(\n" +
 	"\x04spec\x18\x02 \x01(\v2\x14.levers9.v1.TaskSpecR\x04spec\x12+\n" +
@@ -1703,7 +1908,7 @@ func file_api_levers9_v1_task_proto_rawDescGZIP() []byte {
 }
 
 var file_api_levers9_v1_task_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_api_levers9_v1_task_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
+var file_api_levers9_v1_task_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
 var file_api_levers9_v1_task_proto_goTypes = []any{
 	(TaskState)(0),                // 0: levers9.v1.TaskState
 	(AttemptState)(0),             // 1: levers9.v1.AttemptState
@@ -1711,69 +1916,71 @@ var file_api_levers9_v1_task_proto_goTypes = []any{
 	(LogStream)(0),                // 3: levers9.v1.LogStream
 	(*TaskSpec)(nil),              // 4: levers9.v1.TaskSpec
 	(*Attempt)(nil),               // 5: levers9.v1.Attempt
-	(*Task)(nil),                  // 6: levers9.v1.Task
-	(*SubmitTaskRequest)(nil),     // 7: levers9.v1.SubmitTaskRequest
-	(*SubmitTaskResponse)(nil),    // 8: levers9.v1.SubmitTaskResponse
-	(*GetTaskRequest)(nil),        // 9: levers9.v1.GetTaskRequest
-	(*GetTaskResponse)(nil),       // 10: levers9.v1.GetTaskResponse
-	(*ListTasksRequest)(nil),      // 11: levers9.v1.ListTasksRequest
-	(*ListTasksResponse)(nil),     // 12: levers9.v1.ListTasksResponse
-	(*CancelTaskRequest)(nil),     // 13: levers9.v1.CancelTaskRequest
-	(*CancelTaskResponse)(nil),    // 14: levers9.v1.CancelTaskResponse
-	(*FollowTaskRequest)(nil),     // 15: levers9.v1.FollowTaskRequest
-	(*LogLine)(nil),               // 16: levers9.v1.LogLine
-	(*StateChange)(nil),           // 17: levers9.v1.StateChange
-	(*TaskEvent)(nil),             // 18: levers9.v1.TaskEvent
-	(*SeccompSyscall)(nil),        // 19: levers9.v1.SeccompSyscall
-	(*SeccompLogged)(nil),         // 20: levers9.v1.SeccompLogged
-	nil,                           // 21: levers9.v1.TaskSpec.EnvEntry
-	(*durationpb.Duration)(nil),   // 22: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil), // 23: google.protobuf.Timestamp
+	(*AppliedSecurity)(nil),       // 6: levers9.v1.AppliedSecurity
+	(*Task)(nil),                  // 7: levers9.v1.Task
+	(*SubmitTaskRequest)(nil),     // 8: levers9.v1.SubmitTaskRequest
+	(*SubmitTaskResponse)(nil),    // 9: levers9.v1.SubmitTaskResponse
+	(*GetTaskRequest)(nil),        // 10: levers9.v1.GetTaskRequest
+	(*GetTaskResponse)(nil),       // 11: levers9.v1.GetTaskResponse
+	(*ListTasksRequest)(nil),      // 12: levers9.v1.ListTasksRequest
+	(*ListTasksResponse)(nil),     // 13: levers9.v1.ListTasksResponse
+	(*CancelTaskRequest)(nil),     // 14: levers9.v1.CancelTaskRequest
+	(*CancelTaskResponse)(nil),    // 15: levers9.v1.CancelTaskResponse
+	(*FollowTaskRequest)(nil),     // 16: levers9.v1.FollowTaskRequest
+	(*LogLine)(nil),               // 17: levers9.v1.LogLine
+	(*StateChange)(nil),           // 18: levers9.v1.StateChange
+	(*TaskEvent)(nil),             // 19: levers9.v1.TaskEvent
+	(*SeccompSyscall)(nil),        // 20: levers9.v1.SeccompSyscall
+	(*SeccompLogged)(nil),         // 21: levers9.v1.SeccompLogged
+	nil,                           // 22: levers9.v1.TaskSpec.EnvEntry
+	(*durationpb.Duration)(nil),   // 23: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil), // 24: google.protobuf.Timestamp
 }
 var file_api_levers9_v1_task_proto_depIdxs = []int32{
-	21, // 0: levers9.v1.TaskSpec.env:type_name -> levers9.v1.TaskSpec.EnvEntry
-	22, // 1: levers9.v1.TaskSpec.timeout:type_name -> google.protobuf.Duration
+	22, // 0: levers9.v1.TaskSpec.env:type_name -> levers9.v1.TaskSpec.EnvEntry
+	23, // 1: levers9.v1.TaskSpec.timeout:type_name -> google.protobuf.Duration
 	1,  // 2: levers9.v1.Attempt.state:type_name -> levers9.v1.AttemptState
-	23, // 3: levers9.v1.Attempt.scheduled_at:type_name -> google.protobuf.Timestamp
-	23, // 4: levers9.v1.Attempt.started_at:type_name -> google.protobuf.Timestamp
-	23, // 5: levers9.v1.Attempt.finished_at:type_name -> google.protobuf.Timestamp
+	24, // 3: levers9.v1.Attempt.scheduled_at:type_name -> google.protobuf.Timestamp
+	24, // 4: levers9.v1.Attempt.started_at:type_name -> google.protobuf.Timestamp
+	24, // 5: levers9.v1.Attempt.finished_at:type_name -> google.protobuf.Timestamp
 	2,  // 6: levers9.v1.Attempt.reason:type_name -> levers9.v1.FailureReason
-	4,  // 7: levers9.v1.Task.spec:type_name -> levers9.v1.TaskSpec
-	0,  // 8: levers9.v1.Task.state:type_name -> levers9.v1.TaskState
-	23, // 9: levers9.v1.Task.created_at:type_name -> google.protobuf.Timestamp
-	23, // 10: levers9.v1.Task.finished_at:type_name -> google.protobuf.Timestamp
-	5,  // 11: levers9.v1.Task.attempts:type_name -> levers9.v1.Attempt
-	19, // 12: levers9.v1.Task.seccomp_logged:type_name -> levers9.v1.SeccompSyscall
-	4,  // 13: levers9.v1.SubmitTaskRequest.spec:type_name -> levers9.v1.TaskSpec
-	6,  // 14: levers9.v1.SubmitTaskResponse.task:type_name -> levers9.v1.Task
-	6,  // 15: levers9.v1.GetTaskResponse.task:type_name -> levers9.v1.Task
-	0,  // 16: levers9.v1.ListTasksRequest.states:type_name -> levers9.v1.TaskState
-	6,  // 17: levers9.v1.ListTasksResponse.tasks:type_name -> levers9.v1.Task
-	6,  // 18: levers9.v1.CancelTaskResponse.task:type_name -> levers9.v1.Task
-	3,  // 19: levers9.v1.LogLine.stream:type_name -> levers9.v1.LogStream
-	0,  // 20: levers9.v1.StateChange.task_state:type_name -> levers9.v1.TaskState
-	1,  // 21: levers9.v1.StateChange.attempt_state:type_name -> levers9.v1.AttemptState
-	2,  // 22: levers9.v1.StateChange.reason:type_name -> levers9.v1.FailureReason
-	23, // 23: levers9.v1.TaskEvent.time:type_name -> google.protobuf.Timestamp
-	16, // 24: levers9.v1.TaskEvent.log:type_name -> levers9.v1.LogLine
-	17, // 25: levers9.v1.TaskEvent.state:type_name -> levers9.v1.StateChange
-	20, // 26: levers9.v1.TaskEvent.seccomp:type_name -> levers9.v1.SeccompLogged
-	19, // 27: levers9.v1.SeccompLogged.syscalls:type_name -> levers9.v1.SeccompSyscall
-	7,  // 28: levers9.v1.TaskService.SubmitTask:input_type -> levers9.v1.SubmitTaskRequest
-	9,  // 29: levers9.v1.TaskService.GetTask:input_type -> levers9.v1.GetTaskRequest
-	11, // 30: levers9.v1.TaskService.ListTasks:input_type -> levers9.v1.ListTasksRequest
-	13, // 31: levers9.v1.TaskService.CancelTask:input_type -> levers9.v1.CancelTaskRequest
-	15, // 32: levers9.v1.TaskService.FollowTask:input_type -> levers9.v1.FollowTaskRequest
-	8,  // 33: levers9.v1.TaskService.SubmitTask:output_type -> levers9.v1.SubmitTaskResponse
-	10, // 34: levers9.v1.TaskService.GetTask:output_type -> levers9.v1.GetTaskResponse
-	12, // 35: levers9.v1.TaskService.ListTasks:output_type -> levers9.v1.ListTasksResponse
-	14, // 36: levers9.v1.TaskService.CancelTask:output_type -> levers9.v1.CancelTaskResponse
-	18, // 37: levers9.v1.TaskService.FollowTask:output_type -> levers9.v1.TaskEvent
-	33, // [33:38] is the sub-list for method output_type
-	28, // [28:33] is the sub-list for method input_type
-	28, // [28:28] is the sub-list for extension type_name
-	28, // [28:28] is the sub-list for extension extendee
-	0,  // [0:28] is the sub-list for field type_name
+	6,  // 7: levers9.v1.Attempt.applied_security:type_name -> levers9.v1.AppliedSecurity
+	4,  // 8: levers9.v1.Task.spec:type_name -> levers9.v1.TaskSpec
+	0,  // 9: levers9.v1.Task.state:type_name -> levers9.v1.TaskState
+	24, // 10: levers9.v1.Task.created_at:type_name -> google.protobuf.Timestamp
+	24, // 11: levers9.v1.Task.finished_at:type_name -> google.protobuf.Timestamp
+	5,  // 12: levers9.v1.Task.attempts:type_name -> levers9.v1.Attempt
+	20, // 13: levers9.v1.Task.seccomp_logged:type_name -> levers9.v1.SeccompSyscall
+	4,  // 14: levers9.v1.SubmitTaskRequest.spec:type_name -> levers9.v1.TaskSpec
+	7,  // 15: levers9.v1.SubmitTaskResponse.task:type_name -> levers9.v1.Task
+	7,  // 16: levers9.v1.GetTaskResponse.task:type_name -> levers9.v1.Task
+	0,  // 17: levers9.v1.ListTasksRequest.states:type_name -> levers9.v1.TaskState
+	7,  // 18: levers9.v1.ListTasksResponse.tasks:type_name -> levers9.v1.Task
+	7,  // 19: levers9.v1.CancelTaskResponse.task:type_name -> levers9.v1.Task
+	3,  // 20: levers9.v1.LogLine.stream:type_name -> levers9.v1.LogStream
+	0,  // 21: levers9.v1.StateChange.task_state:type_name -> levers9.v1.TaskState
+	1,  // 22: levers9.v1.StateChange.attempt_state:type_name -> levers9.v1.AttemptState
+	2,  // 23: levers9.v1.StateChange.reason:type_name -> levers9.v1.FailureReason
+	24, // 24: levers9.v1.TaskEvent.time:type_name -> google.protobuf.Timestamp
+	17, // 25: levers9.v1.TaskEvent.log:type_name -> levers9.v1.LogLine
+	18, // 26: levers9.v1.TaskEvent.state:type_name -> levers9.v1.StateChange
+	21, // 27: levers9.v1.TaskEvent.seccomp:type_name -> levers9.v1.SeccompLogged
+	20, // 28: levers9.v1.SeccompLogged.syscalls:type_name -> levers9.v1.SeccompSyscall
+	8,  // 29: levers9.v1.TaskService.SubmitTask:input_type -> levers9.v1.SubmitTaskRequest
+	10, // 30: levers9.v1.TaskService.GetTask:input_type -> levers9.v1.GetTaskRequest
+	12, // 31: levers9.v1.TaskService.ListTasks:input_type -> levers9.v1.ListTasksRequest
+	14, // 32: levers9.v1.TaskService.CancelTask:input_type -> levers9.v1.CancelTaskRequest
+	16, // 33: levers9.v1.TaskService.FollowTask:input_type -> levers9.v1.FollowTaskRequest
+	9,  // 34: levers9.v1.TaskService.SubmitTask:output_type -> levers9.v1.SubmitTaskResponse
+	11, // 35: levers9.v1.TaskService.GetTask:output_type -> levers9.v1.GetTaskResponse
+	13, // 36: levers9.v1.TaskService.ListTasks:output_type -> levers9.v1.ListTasksResponse
+	15, // 37: levers9.v1.TaskService.CancelTask:output_type -> levers9.v1.CancelTaskResponse
+	19, // 38: levers9.v1.TaskService.FollowTask:output_type -> levers9.v1.TaskEvent
+	34, // [34:39] is the sub-list for method output_type
+	29, // [29:34] is the sub-list for method input_type
+	29, // [29:29] is the sub-list for extension type_name
+	29, // [29:29] is the sub-list for extension extendee
+	0,  // [0:29] is the sub-list for field type_name
 }
 
 func init() { file_api_levers9_v1_task_proto_init() }
@@ -1782,9 +1989,9 @@ func file_api_levers9_v1_task_proto_init() {
 		return
 	}
 	file_api_levers9_v1_task_proto_msgTypes[1].OneofWrappers = []any{}
-	file_api_levers9_v1_task_proto_msgTypes[2].OneofWrappers = []any{}
-	file_api_levers9_v1_task_proto_msgTypes[13].OneofWrappers = []any{}
-	file_api_levers9_v1_task_proto_msgTypes[14].OneofWrappers = []any{
+	file_api_levers9_v1_task_proto_msgTypes[3].OneofWrappers = []any{}
+	file_api_levers9_v1_task_proto_msgTypes[14].OneofWrappers = []any{}
+	file_api_levers9_v1_task_proto_msgTypes[15].OneofWrappers = []any{
 		(*TaskEvent_Log)(nil),
 		(*TaskEvent_State)(nil),
 		(*TaskEvent_Seccomp)(nil),
@@ -1795,7 +2002,7 @@ func file_api_levers9_v1_task_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_levers9_v1_task_proto_rawDesc), len(file_api_levers9_v1_task_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   18,
+			NumMessages:   19,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

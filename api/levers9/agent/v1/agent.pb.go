@@ -865,10 +865,13 @@ type AttemptUpdate struct {
 	// a start reason (all but OUT_OF_MEMORY and PIDS_LIMIT) exit_code means
 	// nothing: the program never ran. summary is one sentence for people;
 	// message keeps the full chain.
-	Reason        v1.FailureReason `protobuf:"varint,6,opt,name=reason,proto3,enum=levers9.v1.FailureReason" json:"reason,omitempty"`
-	Summary       string           `protobuf:"bytes,7,opt,name=summary,proto3" json:"summary,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Reason  v1.FailureReason `protobuf:"varint,6,opt,name=reason,proto3,enum=levers9.v1.FailureReason" json:"reason,omitempty"`
+	Summary string           `protobuf:"bytes,7,opt,name=summary,proto3" json:"summary,omitempty"`
+	// The security the runtime really applied, sent once per attempt with
+	// the RUNNING update.
+	AppliedSecurity *v1.AppliedSecurity `protobuf:"bytes,40,opt,name=applied_security,json=appliedSecurity,proto3" json:"applied_security,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *AttemptUpdate) Reset() {
@@ -948,6 +951,13 @@ func (x *AttemptUpdate) GetSummary() string {
 		return x.Summary
 	}
 	return ""
+}
+
+func (x *AttemptUpdate) GetAppliedSecurity() *v1.AppliedSecurity {
+	if x != nil {
+		return x.AppliedSecurity
+	}
+	return nil
 }
 
 type AttemptRecord struct {
@@ -1384,7 +1394,7 @@ const file_api_levers9_agent_v1_agent_proto_rawDesc = "" +
 	"\x05found\x18\x01 \x01(\bR\x05found\"\x12\n" +
 	"\x10ListTasksRequest\"Q\n" +
 	"\x11ListTasksResponse\x12<\n" +
-	"\battempts\x18\x01 \x03(\v2 .levers9.agent.v1.RunningAttemptR\battempts\"\x8b\x02\n" +
+	"\battempts\x18\x01 \x03(\v2 .levers9.agent.v1.RunningAttemptR\battempts\"\xd3\x02\n" +
 	"\rAttemptUpdate\x12.\n" +
 	"\x05state\x18\x01 \x01(\x0e2\x18.levers9.v1.AttemptStateR\x05state\x12\x1b\n" +
 	"\texit_code\x18\x02 \x01(\x05R\bexitCode\x12\x18\n" +
@@ -1392,7 +1402,8 @@ const file_api_levers9_agent_v1_agent_proto_rawDesc = "" +
 	"\rdropped_lines\x18\x04 \x01(\x04R\fdroppedLines\x12!\n" +
 	"\fimage_digest\x18\x05 \x01(\tR\vimageDigest\x121\n" +
 	"\x06reason\x18\x06 \x01(\x0e2\x19.levers9.v1.FailureReasonR\x06reason\x12\x18\n" +
-	"\asummary\x18\a \x01(\tR\asummary\"\xe4\x01\n" +
+	"\asummary\x18\a \x01(\tR\asummary\x12F\n" +
+	"\x10applied_security\x18( \x01(\v2\x1b.levers9.v1.AppliedSecurityR\x0fappliedSecurity\"\xe4\x01\n" +
 	"\rAttemptRecord\x12.\n" +
 	"\x04time\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12'\n" +
 	"\x03log\x18\x02 \x01(\v2\x13.levers9.v1.LogLineH\x00R\x03log\x129\n" +
@@ -1471,8 +1482,9 @@ var file_api_levers9_agent_v1_agent_proto_goTypes = []any{
 	(*v1.SecuritySettings)(nil),      // 24: levers9.v1.SecuritySettings
 	(v1.AttemptState)(0),             // 25: levers9.v1.AttemptState
 	(v1.FailureReason)(0),            // 26: levers9.v1.FailureReason
-	(*v1.LogLine)(nil),               // 27: levers9.v1.LogLine
-	(*v1.SeccompLogged)(nil),         // 28: levers9.v1.SeccompLogged
+	(*v1.AppliedSecurity)(nil),       // 27: levers9.v1.AppliedSecurity
+	(*v1.LogLine)(nil),               // 28: levers9.v1.LogLine
+	(*v1.SeccompLogged)(nil),         // 29: levers9.v1.SeccompLogged
 }
 var file_api_levers9_agent_v1_agent_proto_depIdxs = []int32{
 	20, // 0: levers9.agent.v1.HeartbeatRequest.inventory:type_name -> levers9.v1.Inventory
@@ -1487,32 +1499,33 @@ var file_api_levers9_agent_v1_agent_proto_depIdxs = []int32{
 	7,  // 9: levers9.agent.v1.ListTasksResponse.attempts:type_name -> levers9.agent.v1.RunningAttempt
 	25, // 10: levers9.agent.v1.AttemptUpdate.state:type_name -> levers9.v1.AttemptState
 	26, // 11: levers9.agent.v1.AttemptUpdate.reason:type_name -> levers9.v1.FailureReason
-	21, // 12: levers9.agent.v1.AttemptRecord.time:type_name -> google.protobuf.Timestamp
-	27, // 13: levers9.agent.v1.AttemptRecord.log:type_name -> levers9.v1.LogLine
-	14, // 14: levers9.agent.v1.AttemptRecord.update:type_name -> levers9.agent.v1.AttemptUpdate
-	28, // 15: levers9.agent.v1.AttemptRecord.seccomp:type_name -> levers9.v1.SeccompLogged
-	15, // 16: levers9.agent.v1.ReportAttemptRequest.records:type_name -> levers9.agent.v1.AttemptRecord
-	0,  // 17: levers9.agent.v1.Controlplane.Heartbeat:input_type -> levers9.agent.v1.HeartbeatRequest
-	2,  // 18: levers9.agent.v1.Controlplane.RenewCertificate:input_type -> levers9.agent.v1.RenewCertificateRequest
-	16, // 19: levers9.agent.v1.Controlplane.ReportAttempt:input_type -> levers9.agent.v1.ReportAttemptRequest
-	18, // 20: levers9.agent.v1.Controlplane.ReportMetrics:input_type -> levers9.agent.v1.MetricsReportRequest
-	4,  // 21: levers9.agent.v1.Agent.Ping:input_type -> levers9.agent.v1.PingRequest
-	8,  // 22: levers9.agent.v1.Agent.RunTask:input_type -> levers9.agent.v1.RunTaskRequest
-	10, // 23: levers9.agent.v1.Agent.CancelTask:input_type -> levers9.agent.v1.CancelTaskRequest
-	12, // 24: levers9.agent.v1.Agent.ListTasks:input_type -> levers9.agent.v1.ListTasksRequest
-	1,  // 25: levers9.agent.v1.Controlplane.Heartbeat:output_type -> levers9.agent.v1.HeartbeatResponse
-	3,  // 26: levers9.agent.v1.Controlplane.RenewCertificate:output_type -> levers9.agent.v1.RenewCertificateResponse
-	17, // 27: levers9.agent.v1.Controlplane.ReportAttempt:output_type -> levers9.agent.v1.ReportAttemptResponse
-	19, // 28: levers9.agent.v1.Controlplane.ReportMetrics:output_type -> levers9.agent.v1.MetricsReportResponse
-	5,  // 29: levers9.agent.v1.Agent.Ping:output_type -> levers9.agent.v1.PingResponse
-	9,  // 30: levers9.agent.v1.Agent.RunTask:output_type -> levers9.agent.v1.RunTaskResponse
-	11, // 31: levers9.agent.v1.Agent.CancelTask:output_type -> levers9.agent.v1.CancelTaskResponse
-	13, // 32: levers9.agent.v1.Agent.ListTasks:output_type -> levers9.agent.v1.ListTasksResponse
-	25, // [25:33] is the sub-list for method output_type
-	17, // [17:25] is the sub-list for method input_type
-	17, // [17:17] is the sub-list for extension type_name
-	17, // [17:17] is the sub-list for extension extendee
-	0,  // [0:17] is the sub-list for field type_name
+	27, // 12: levers9.agent.v1.AttemptUpdate.applied_security:type_name -> levers9.v1.AppliedSecurity
+	21, // 13: levers9.agent.v1.AttemptRecord.time:type_name -> google.protobuf.Timestamp
+	28, // 14: levers9.agent.v1.AttemptRecord.log:type_name -> levers9.v1.LogLine
+	14, // 15: levers9.agent.v1.AttemptRecord.update:type_name -> levers9.agent.v1.AttemptUpdate
+	29, // 16: levers9.agent.v1.AttemptRecord.seccomp:type_name -> levers9.v1.SeccompLogged
+	15, // 17: levers9.agent.v1.ReportAttemptRequest.records:type_name -> levers9.agent.v1.AttemptRecord
+	0,  // 18: levers9.agent.v1.Controlplane.Heartbeat:input_type -> levers9.agent.v1.HeartbeatRequest
+	2,  // 19: levers9.agent.v1.Controlplane.RenewCertificate:input_type -> levers9.agent.v1.RenewCertificateRequest
+	16, // 20: levers9.agent.v1.Controlplane.ReportAttempt:input_type -> levers9.agent.v1.ReportAttemptRequest
+	18, // 21: levers9.agent.v1.Controlplane.ReportMetrics:input_type -> levers9.agent.v1.MetricsReportRequest
+	4,  // 22: levers9.agent.v1.Agent.Ping:input_type -> levers9.agent.v1.PingRequest
+	8,  // 23: levers9.agent.v1.Agent.RunTask:input_type -> levers9.agent.v1.RunTaskRequest
+	10, // 24: levers9.agent.v1.Agent.CancelTask:input_type -> levers9.agent.v1.CancelTaskRequest
+	12, // 25: levers9.agent.v1.Agent.ListTasks:input_type -> levers9.agent.v1.ListTasksRequest
+	1,  // 26: levers9.agent.v1.Controlplane.Heartbeat:output_type -> levers9.agent.v1.HeartbeatResponse
+	3,  // 27: levers9.agent.v1.Controlplane.RenewCertificate:output_type -> levers9.agent.v1.RenewCertificateResponse
+	17, // 28: levers9.agent.v1.Controlplane.ReportAttempt:output_type -> levers9.agent.v1.ReportAttemptResponse
+	19, // 29: levers9.agent.v1.Controlplane.ReportMetrics:output_type -> levers9.agent.v1.MetricsReportResponse
+	5,  // 30: levers9.agent.v1.Agent.Ping:output_type -> levers9.agent.v1.PingResponse
+	9,  // 31: levers9.agent.v1.Agent.RunTask:output_type -> levers9.agent.v1.RunTaskResponse
+	11, // 32: levers9.agent.v1.Agent.CancelTask:output_type -> levers9.agent.v1.CancelTaskResponse
+	13, // 33: levers9.agent.v1.Agent.ListTasks:output_type -> levers9.agent.v1.ListTasksResponse
+	26, // [26:34] is the sub-list for method output_type
+	18, // [18:26] is the sub-list for method input_type
+	18, // [18:18] is the sub-list for extension type_name
+	18, // [18:18] is the sub-list for extension extendee
+	0,  // [0:18] is the sub-list for field type_name
 }
 
 func init() { file_api_levers9_agent_v1_agent_proto_init() }
