@@ -29,7 +29,16 @@ import (
 // continues for other waiters (bounded by Config.PullTimeout). The image is
 // safe from GC for Config.GCGrace: Mount it within that time.
 func (s *Store) Pull(ctx context.Context, ref string) (Image, error) {
-	img, cached, err := s.pull(ctx, ref)
+	return s.PullWith(ctx, ref, nil)
+}
+
+// PullWith is Pull with kc, this pull's own credentials, asked before
+// Config.Keychain. They serve this pull only: the store keeps no trace of
+// them (not in its files, logs or errors). A tag is resolved with them on
+// every pull, so a pull without them is refused by a registry that wants a
+// login even when the image is cached.
+func (s *Store) PullWith(ctx context.Context, ref string, kc Keychain) (Image, error) {
+	img, cached, err := s.pull(ctx, ref, kc)
 	switch {
 	case err != nil:
 		s.metrics.pulls.WithLabelValues("error").Inc()
@@ -46,7 +55,7 @@ func (s *Store) Pull(ctx context.Context, ref string) (Image, error) {
 	return img, err
 }
 
-func (s *Store) pull(ctx context.Context, ref string) (Image, bool, error) {
+func (s *Store) pull(ctx context.Context, ref string, kc Keychain) (Image, bool, error) {
 	r, err := s.parseRef(ref)
 	if err != nil {
 		return Image{}, false, err
@@ -64,7 +73,7 @@ func (s *Store) pull(ctx context.Context, ref string) (Image, bool, error) {
 		return Image{}, false, fmt.Errorf("pull %s: offline and not in the cache: %w", canonical, errdefs.ErrUnavailable)
 	}
 
-	c, err := s.newClient(ctx, r.Context())
+	c, err := s.newClient(ctx, r.Context(), kc)
 	if err != nil {
 		return Image{}, false, fmt.Errorf("pull %s: %w", canonical, err)
 	}
