@@ -62,11 +62,19 @@ func (s *Store) pull(ctx context.Context, ref string, kc Keychain) (Image, bool,
 	}
 	canonical := r.Name()
 	if d, ok := r.(name.Digest); ok {
-		if img, ok := s.cached(d.DigestStr(), canonical); ok {
+		// A cached image that needed a login is served only once the
+		// registry accepted this pull's credentials (the manifest below).
+		if img, ok := s.cached(d.DigestStr(), canonical); ok && !s.private(img.Digest) {
 			return img, true, nil
 		}
 	}
 	if s.cfg.Offline {
+		// Offline, nothing can check a login: the cache serves what it has.
+		if d, ok := r.(name.Digest); ok {
+			if img, ok := s.cached(d.DigestStr(), canonical); ok {
+				return img, true, nil
+			}
+		}
 		if img, ok := s.cached("", canonical); ok {
 			return img, true, nil
 		}
@@ -128,6 +136,16 @@ func (s *Store) pull(ctx context.Context, ref string, kc Keychain) (Image, bool,
 		}
 	}
 	return img, false, nil
+}
+
+// private reports whether the cached image digest needed a login.
+func (s *Store) private(digest string) bool {
+	hex, err := parseDigest(digest)
+	if err != nil {
+		return true
+	}
+	r, err := s.readRecord(hex)
+	return err != nil || r.Private
 }
 
 // cached returns a complete image by digest, or else by what canonical
@@ -256,7 +274,7 @@ func (s *Store) fetchAndUnpack(ctx context.Context, c *registryClient, digest v1
 		return err
 	}
 	rec := record{
-		Digest: digest.String(), Config: m.Config.Digest.String(),
+		Digest: digest.String(), Config: m.Config.Digest.String(), Private: c.authed,
 		UnpackedBytes: unpacked, PulledAt: s.cfg.Clock.Now().UTC(),
 		Blobs: []blobRecord{{Digest: digest.String(), Size: int64(len(body))}, {Digest: m.Config.Digest.String(), Size: m.Config.Size}},
 	}

@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
@@ -91,6 +92,8 @@ func (g schemeGuard) RoundTrip(req *http.Request) (*http.Response, error) {
 type registryClient struct {
 	repo   name.Repository
 	client *http.Client
+	// authed is true when the client presents a login.
+	authed bool
 }
 
 func (s *Store) newClient(ctx context.Context, repo name.Repository, kc Keychain) (*registryClient, error) {
@@ -103,7 +106,7 @@ func (s *Store) newClient(ctx context.Context, repo name.Repository, kc Keychain
 	if err != nil {
 		return nil, classify(fmt.Errorf("registry %s: authenticate: %w", repo.RegistryStr(), err), err)
 	}
-	return &registryClient{repo: repo, client: &http.Client{Transport: rt}}, nil
+	return &registryClient{repo: repo, client: &http.Client{Transport: rt}, authed: auth != authn.Anonymous}, nil
 }
 
 func (c *registryClient) url(kind, ref string) string {
