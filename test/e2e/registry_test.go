@@ -104,6 +104,13 @@ func TestPrivateRegistry(t *testing.T) {
 			t.Fatalf("exit %d, want stderr to contain %q\nstdout:\n%s\nstderr:\n%s", code, want, so, se)
 		}
 		t.Logf("levers9 run said: %s", strings.TrimSpace(se))
+		ts := w.tasks(t)
+		atts := w.showAttempts(t, ts[0].ID)
+		if len(atts) != 1 || atts[0].Reason != "FAILURE_REASON_IMAGE_PULL_FAILED" || atts[0].Summary != want {
+			t.Fatalf("attempts: %+v", atts)
+		}
+		so, se, _ = w.cli(t, "task", "show", ts[0].ID, "-o", "json")
+		said.WriteString(so + se)
 	})
 
 	t.Run("login reads the password from stdin, list shows no secret", func(t *testing.T) {
@@ -169,6 +176,13 @@ func TestPrivateRegistry(t *testing.T) {
 	t.Run("the password is nowhere", func(t *testing.T) {
 		if strings.Contains(w.in.Logs.String(), password) {
 			t.Error("the controlplane's log holds the password")
+		}
+		var all strings.Builder
+		for _, l := range w.agentLogs {
+			all.WriteString(l.String())
+		}
+		if !strings.Contains(all.String(), "image pull failed") || !strings.Contains(all.String(), "attempt finished") {
+			t.Errorf("the agents' logs show no pull and no attempt: are they captured?\n%s", all.String())
 		}
 		for i, l := range w.agentLogs {
 			if strings.Contains(l.String(), password) {
