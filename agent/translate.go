@@ -16,6 +16,7 @@ import (
 	"github.com/levers9/levers9/egress"
 	"github.com/levers9/levers9/internal/errdefs"
 	"github.com/levers9/levers9/sandbox"
+	"github.com/levers9/levers9/sandbox/image"
 )
 
 // taskFromAttempt turns the controlplane's attempt into the Runner's task,
@@ -55,6 +56,11 @@ func taskFromAttempt(a *agentv1.TaskAttempt, defaultPool string) (taskrun.Task, 
 		} else {
 			t.Image = ref
 		}
+	}
+	if ra := a.GetRegistryAuth(); ra != nil {
+		// Keyed by the host the controlplane resolved; the image store asks
+		// for the host the reference resolves to, so a mismatch is anonymous.
+		t.RegistryAuth = image.StaticKeychain{ra.GetHost(): {Username: ra.GetUsername(), Password: ra.GetPassword()}}
 	}
 	if s := a.Security; s != nil {
 		t.Security = sandbox.Security{Profile: sandbox.Profile(s.Profile), Seccomp: sandbox.SeccompMode(s.Seccomp),

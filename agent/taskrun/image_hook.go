@@ -10,7 +10,7 @@ import (
 )
 
 // imageHook pulls the task's image through the node's cache (no network
-// when a digest is cached), checks the user resolves in it, and gives the
+// when a digest is cached) with the attempt's registry login if it has one, checks the user resolves in it, and gives the
 // attempt its own overlay rootfs; Stop unmounts it.
 type imageHook struct {
 	store *image.Store
@@ -38,9 +38,13 @@ func (h *imageHook) Prestart(ctx context.Context, req *PrestartRequest, resp *Pr
 		resp.Image, resp.Rootfs = h.img, h.rootfs
 		return nil
 	}
-	img, err := h.store.Pull(ctx, req.Task.Image)
+	var kc image.Keychain
+	if len(req.Task.RegistryAuth) > 0 {
+		kc = req.Task.RegistryAuth
+	}
+	img, err := h.store.PullWith(ctx, req.Task.Image, kc)
 	if err != nil {
-		return pullReason(req.Task.Image, fmt.Errorf("pull image %s: %w", req.Task.Image, err))
+		return pullReason(req.Task.Image, h.store.RegistryOf(req.Task.Image), fmt.Errorf("pull image %s: %w", req.Task.Image, err))
 	}
 	rootfs, cleanup, err := h.store.Mount(ctx, img.Digest, req.Task.runID())
 	if err != nil {

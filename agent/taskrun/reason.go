@@ -8,6 +8,7 @@ import (
 
 	"github.com/levers9/levers9/internal/errdefs"
 	"github.com/levers9/levers9/sandbox"
+	"github.com/levers9/levers9/sandbox/image"
 )
 
 // Reason says why an attempt failed when its exit code does not: the
@@ -52,8 +53,13 @@ func ReasonOf(err error) (Reason, string) {
 	return ReasonNone, ""
 }
 
-// pullReason marks an image pull's failure.
-func pullReason(ref string, err error) error {
+// pullReason marks an image pull's failure; registry is the host ref
+// pulls from.
+func pullReason(ref, registry string, err error) error {
+	if errors.Is(err, image.ErrAccessRefused) && registry != "" {
+		return withReason(ReasonImagePullFailed, fmt.Sprintf("registry %s refused access to image %s (log in with levers9 registry login %s)",
+			registry, ref, registry), err)
+	}
 	if errdefs.IsNotFound(err) {
 		return withReason(ReasonImageNotFound, fmt.Sprintf("image %s was not found (check the name and tag)", ref), err)
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/levers9/levers9/internal/errdefs"
 	"github.com/levers9/levers9/sandbox"
+	"github.com/levers9/levers9/sandbox/image"
 )
 
 func TestReasons(t *testing.T) {
@@ -19,8 +20,10 @@ func TestReasons(t *testing.T) {
 		reason  Reason
 		summary string
 	}{
-		{"missing image", pullReason("r/x:1", notFound), ReasonImageNotFound, "image r/x:1 was not found (check the name and tag)"},
-		{"registry down", pullReason("r/x:1", errors.New("dial tcp: refused")), ReasonImagePullFailed, "image r/x:1 could not be pulled"},
+		{"missing image", pullReason("r/x:1", "r", notFound), ReasonImageNotFound, "image r/x:1 was not found (check the name and tag)"},
+		{"registry down", pullReason("r/x:1", "r", errors.New("dial tcp: refused")), ReasonImagePullFailed, "image r/x:1 could not be pulled"},
+		{"registry refused", pullReason("r/x:1", "r", fmt.Errorf("pull: %w: %w", image.ErrAccessRefused, errdefs.ErrUnauthenticated)), ReasonImagePullFailed,
+			"registry r refused access to image r/x:1 (log in with levers9 registry login r)"},
 		{"runtime", startReason(fmt.Errorf("start container: %w", errors.New("runsc run failed (exit 128): cannot run with network enabled"))),
 			ReasonStartFailed, "the container runtime could not start it: runsc run failed (exit 128): cannot run with network enabled"},
 		{"kept through wrapping", fmt.Errorf("task t attempt 1: %w", startReason(withReason(ReasonNetworkFailed, "net", errors.New("x")))),

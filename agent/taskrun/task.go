@@ -12,6 +12,7 @@ import (
 	"github.com/levers9/levers9/egress"
 	"github.com/levers9/levers9/internal/errdefs"
 	"github.com/levers9/levers9/sandbox"
+	"github.com/levers9/levers9/sandbox/image"
 )
 
 // Task is one attempt of a task as this node runs it.
@@ -50,6 +51,11 @@ type Task struct {
 	// Network is the pool's network security (egress mode and allow list);
 	// nil uses the node's. Ignored when the Runner has no egress node.
 	Network *egress.SecurityConfig
+	// RegistryAuth is the workspace's login to the image's registry (host
+	// -> credentials), handed down with this attempt: the image hook uses
+	// it for this attempt's pull only, and nothing stores or logs it. nil
+	// pulls with the node's own keychain or anonymously.
+	RegistryAuth image.StaticKeychain
 }
 
 var taskIDRe = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]{0,39}$`)
@@ -69,6 +75,11 @@ func (t Task) Validate() error {
 	for i, kv := range t.Env {
 		if k, _, ok := strings.Cut(kv, "="); !ok || k == "" {
 			errs = append(errs, fmt.Errorf("task.env[%d]: %q is not KEY=VALUE", i, kv))
+		}
+	}
+	for host, c := range t.RegistryAuth {
+		if host == "" || c.Username == "" && c.IdentityToken == "" && c.RegistryToken == "" {
+			errs = append(errs, fmt.Errorf("task.registryAuth[%q]: needs a host and a username or token", host))
 		}
 	}
 	if t.Cwd != "" && !filepath.IsAbs(t.Cwd) {

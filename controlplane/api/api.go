@@ -1,7 +1,7 @@
 // Package api owns the controlplane's implementations of the public
 // levers9.v1 gRPC services (served also as REST through the gateway): auth
 // and bootstrap, workspaces and their storage credentials, tokens, secrets,
-// pools, machines with their join scripts, enrollment (signing an agent's
+// registry logins, pools, machines with their join scripts, enrollment (signing an agent's
 // CSR for a join token), tasks, and the pools' security readiness report.
 // Each service checks its request (errors name the field), takes the
 // caller's workspace from the authenticated principal and scopes every
@@ -14,8 +14,9 @@
 //
 // It must never return a secret value, a token or its hash, or a join token
 // after creation, never log them, and never serve the agent protocol
-// (levers9.agent.v1 lives in controlplane/agents). OpenSecret is for the
-// controlplane's own use and is never exposed through an RPC.
+// (levers9.agent.v1 lives in controlplane/agents). OpenSecret and
+// OpenRegistryLogin are for the controlplane's own use (the latter feeds
+// controlplane/tasks at push time) and are never exposed through an RPC.
 //
 // API stability: the Go API is internal to the controlplane and changes
 // with controlplane/server, which registers the services; the wire

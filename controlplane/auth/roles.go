@@ -53,6 +53,10 @@ var methods = map[string]access{
 	v1.SecretService_PutSecret_FullMethodName:    members,
 	v1.SecretService_ListSecrets_FullMethodName:  members,
 	v1.SecretService_DeleteSecret_FullMethodName: members,
+	// Registry passwords are write-only too: list shows hosts and usernames.
+	v1.RegistryService_LoginRegistry_FullMethodName:           members,
+	v1.RegistryService_ListRegistryCredentials_FullMethodName: members,
+	v1.RegistryService_LogoutRegistry_FullMethodName:          members,
 
 	v1.TaskService_SubmitTask_FullMethodName: members,
 	v1.TaskService_GetTask_FullMethodName:    members,

@@ -41,6 +41,7 @@ func (s *Server) restHandler(ctx context.Context) (http.Handler, error) {
 		v1.RegisterAuthServiceHandler,
 		v1.RegisterTokenServiceHandler,
 		v1.RegisterSecretServiceHandler,
+		v1.RegisterRegistryServiceHandler,
 		v1.RegisterWorkspaceServiceHandler,
 		v1.RegisterPoolServiceHandler,
 		v1.RegisterMachineServiceHandler,

@@ -242,6 +242,7 @@ func (s *Server) newDeps() (*api.Deps, error) {
 		Presence: presence{s}}
 	var err error
 	if s.tasks, err = tasks.New(tasks.Config{Store: s.store, Redis: s.bus.Redis(), Config: s.cfg, Log: s.log.With("component", "tasks"),
+		RegistryLogins: deps,
 		Agents: func() tasks.Agents {
 			if r := s.agents.Load(); r != nil {
 				return r

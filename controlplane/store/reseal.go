@@ -56,6 +56,13 @@ func (s *Store) Reseal(ctx context.Context, kr *seal.Keyring) (ResealReport, err
 			aad:       SecretAAD,
 		},
 		{
+			table:     "registry_credentials",
+			selectOld: `SELECT id FROM registry_credentials WHERE key_id <> $1`,
+			selectRow: `SELECT workspace_id, host, key_id, sealed FROM registry_credentials WHERE id = $1 FOR UPDATE`,
+			update:    `UPDATE registry_credentials SET key_id = $2, sealed = $3 WHERE id = $1`,
+			aad:       RegistryAAD,
+		},
+		{
 			table:     "workspaces",
 			selectOld: `SELECT id FROM workspaces WHERE storage_key_id <> $1`,
 			selectRow: `SELECT id, '', storage_key_id, storage_sealed FROM workspaces WHERE id = $1 FOR UPDATE`,
@@ -116,7 +123,8 @@ func (s *Store) Reseal(ctx context.Context, kr *seal.Keyring) (ResealReport, err
 	var remaining int
 	err := s.pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM secrets WHERE key_id <> $1)
 		+ (SELECT count(*) FROM workspaces WHERE storage_key_id <> $1)
-		+ (SELECT count(*) FROM agent_ca WHERE key_id <> $1)`, cur).Scan(&remaining)
+		+ (SELECT count(*) FROM agent_ca WHERE key_id <> $1)
+		+ (SELECT count(*) FROM registry_credentials WHERE key_id <> $1)`, cur).Scan(&remaining)
 	if err != nil {
 		return rep, wrap("reseal: count", err)
 	}

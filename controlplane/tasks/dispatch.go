@@ -33,6 +33,9 @@ const resendBackoff = 250 * time.Millisecond
 func (s *Scheduler) dispatch(ctx context.Context, t store.Task, a store.Attempt) {
 	ta, err := attemptFor(s.d.config, t, a)
 	if err == nil {
+		err = s.attachRegistryAuth(ctx, t, ta)
+	}
+	if err == nil {
 		err = s.pushWithResends(ctx, t, a, ta)
 	}
 	if err == nil {

@@ -70,6 +70,9 @@ type Config struct {
 	// Agents returns the registry, or nil while it is not started yet.
 	Agents func() Agents
 	Log    *slog.Logger
+	// RegistryLogins opens a workspace's registry login at push time; nil
+	// pushes every attempt without one.
+	RegistryLogins RegistryLogins
 	// Tick is how often the scheduler and the rescuer run without being
 	// woken (default 1 s).
 	Tick  time.Duration
@@ -82,6 +85,7 @@ type deps struct {
 	redis   *redis.Client
 	config  *config.Config
 	agentsF func() Agents
+	logins  RegistryLogins
 	log     *slog.Logger
 	clock   clock.Clock
 	tick    time.Duration
@@ -134,7 +138,7 @@ func New(cfg Config) (*Service, error) {
 	if cfg.Tick == 0 {
 		cfg.Tick = time.Second
 	}
-	d := &deps{store: cfg.Store, redis: cfg.Redis, config: cfg.Config, agentsF: cfg.Agents, log: cfg.Log,
+	d := &deps{store: cfg.Store, redis: cfg.Redis, config: cfg.Config, agentsF: cfg.Agents, logins: cfg.RegistryLogins, log: cfg.Log,
 		clock: clock.OrReal(cfg.Clock), tick: cfg.Tick}
 	q := &queue{d: d}
 	ev := newEvents(d)

@@ -23,8 +23,12 @@
 // place; follow a symlink while unpacking (every entry is resolved with
 // openat2 RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS); create device nodes; speak
 // plain HTTP to a registry not listed in Config.InsecureRegistries; contact a
-// registry that is not configured; log or return credentials. It knows
-// nothing of the controlplane: credentials arrive through Keychain.
+// registry that is not configured; log, store or return credentials; serve
+// a cached image that needed a login to a pull by digest before the registry
+// accepted that pull's own credentials (records mark such images private;
+// only Config.Offline skips the check). It knows nothing of the
+// controlplane: credentials arrive through Keychain, the store's own or one
+// pull's (PullWith).
 //
 // API stability: experimental. Store, Image, ImageConfig, Keychain and the
 // Mount contract are what the agent builds on; on-disk layout may change

@@ -32,8 +32,9 @@ func (c Credentials) LogValue() slog.Value {
 	return slog.GroupValue(slog.String("username", c.Username), slog.String("secrets", "REDACTED"))
 }
 
-// Keychain supplies registry credentials. The agent implements it with the
-// workspace's sealed secrets handed down by the controlplane.
+// Keychain supplies registry credentials: the store's own (Config.Keychain)
+// or one pull's (PullWith). The agent hands each pull the login of the
+// task's workspace that the controlplane attached to that push.
 //
 // Contract: Credentials may block (it may ask the controlplane) and must
 // honour ctx; it is called concurrently; ok=false means anonymous access. It
@@ -51,14 +52,24 @@ func (k StaticKeychain) Credentials(_ context.Context, registry string) (Credent
 	return c, ok, nil
 }
 
-func (s *Store) authenticator(ctx context.Context, registry string) (authn.Authenticator, error) {
-	if s.cfg.Keychain == nil {
-		return authn.Anonymous, nil
-	}
-	c, ok, err := s.cfg.Keychain.Credentials(ctx, registry)
-	if err != nil {
-		// The keychain's error is the caller's; it must not contain secrets.
-		return nil, fmt.Errorf("credentials for registry %s: %w", registry, err)
+// authenticator is the login to registry: the pull's own keychain (kc)
+// first, then the store's Config.Keychain, else anonymous.
+func (s *Store) authenticator(ctx context.Context, registry string, kc Keychain) (authn.Authenticator, error) {
+	var c Credentials
+	var ok bool
+	for _, k := range []Keychain{kc, s.cfg.Keychain} {
+		if k == nil {
+			continue
+		}
+		var err error
+		c, ok, err = k.Credentials(ctx, registry)
+		if err != nil {
+			// The keychain's error is the caller's; it must not contain secrets.
+			return nil, fmt.Errorf("credentials for registry %s: %w", registry, err)
+		}
+		if ok {
+			break
+		}
 	}
 	if !ok {
 		return authn.Anonymous, nil

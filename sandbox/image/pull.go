@@ -29,7 +29,16 @@ import (
 // continues for other waiters (bounded by Config.PullTimeout). The image is
 // safe from GC for Config.GCGrace: Mount it within that time.
 func (s *Store) Pull(ctx context.Context, ref string) (Image, error) {
-	img, cached, err := s.pull(ctx, ref)
+	return s.PullWith(ctx, ref, nil)
+}
+
+// PullWith is Pull with kc, this pull's own credentials, asked before
+// Config.Keychain. They serve this pull only: the store keeps no trace of
+// them (not in its files, logs or errors). A tag is resolved with them on
+// every pull, so a pull without them is refused by a registry that wants a
+// login even when the image is cached.
+func (s *Store) PullWith(ctx context.Context, ref string, kc Keychain) (Image, error) {
+	img, cached, err := s.pull(ctx, ref, kc)
 	switch {
 	case err != nil:
 		s.metrics.pulls.WithLabelValues("error").Inc()
@@ -46,25 +55,33 @@ func (s *Store) Pull(ctx context.Context, ref string) (Image, error) {
 	return img, err
 }
 
-func (s *Store) pull(ctx context.Context, ref string) (Image, bool, error) {
+func (s *Store) pull(ctx context.Context, ref string, kc Keychain) (Image, bool, error) {
 	r, err := s.parseRef(ref)
 	if err != nil {
 		return Image{}, false, err
 	}
 	canonical := r.Name()
 	if d, ok := r.(name.Digest); ok {
-		if img, ok := s.cached(d.DigestStr(), canonical); ok {
+		// A cached image that needed a login is served only once the
+		// registry accepted this pull's credentials (the manifest below).
+		if img, ok := s.cached(d.DigestStr(), canonical); ok && !s.private(img.Digest) {
 			return img, true, nil
 		}
 	}
 	if s.cfg.Offline {
+		// Offline, nothing can check a login: the cache serves what it has.
+		if d, ok := r.(name.Digest); ok {
+			if img, ok := s.cached(d.DigestStr(), canonical); ok {
+				return img, true, nil
+			}
+		}
 		if img, ok := s.cached("", canonical); ok {
 			return img, true, nil
 		}
 		return Image{}, false, fmt.Errorf("pull %s: offline and not in the cache: %w", canonical, errdefs.ErrUnavailable)
 	}
 
-	c, err := s.newClient(ctx, r.Context())
+	c, err := s.newClient(ctx, r.Context(), kc)
 	if err != nil {
 		return Image{}, false, fmt.Errorf("pull %s: %w", canonical, err)
 	}
@@ -119,6 +136,16 @@ func (s *Store) pull(ctx context.Context, ref string) (Image, bool, error) {
 		}
 	}
 	return img, false, nil
+}
+
+// private reports whether the cached image digest needed a login.
+func (s *Store) private(digest string) bool {
+	hex, err := parseDigest(digest)
+	if err != nil {
+		return true
+	}
+	r, err := s.readRecord(hex)
+	return err != nil || r.Private
 }
 
 // cached returns a complete image by digest, or else by what canonical
@@ -247,7 +274,7 @@ func (s *Store) fetchAndUnpack(ctx context.Context, c *registryClient, digest v1
 		return err
 	}
 	rec := record{
-		Digest: digest.String(), Config: m.Config.Digest.String(),
+		Digest: digest.String(), Config: m.Config.Digest.String(), Private: c.authed,
 		UnpackedBytes: unpacked, PulledAt: s.cfg.Clock.Now().UTC(),
 		Blobs: []blobRecord{{Digest: digest.String(), Size: int64(len(body))}, {Digest: m.Config.Digest.String(), Size: m.Config.Size}},
 	}

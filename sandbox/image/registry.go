@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
@@ -54,6 +55,22 @@ func (s *Store) parseRef(ref string) (name.Reference, error) {
 	return r, nil
 }
 
+// ErrAccessRefused marks a pull the registry answered with 401 or 403: it
+// wants a login this pull did not have, or refuses the one it had. The
+// error also carries errdefs.ErrUnauthenticated or ErrPermissionDenied.
+var ErrAccessRefused = errors.New("the registry refused access")
+
+// RegistryOf is the registry host[:port] ref pulls from (a reference
+// without one resolves against Config.Registry), or "" for a reference
+// that does not parse.
+func (s *Store) RegistryOf(ref string) string {
+	r, err := name.ParseReference(ref, name.WithDefaultRegistry(s.cfg.Registry))
+	if err != nil {
+		return ""
+	}
+	return r.Context().RegistryStr()
+}
+
 // errPlainHTTP refuses plain HTTP to a registry not listed as insecure.
 var errPlainHTTP = errors.New("plain HTTP refused")
 
@@ -75,10 +92,12 @@ func (g schemeGuard) RoundTrip(req *http.Request) (*http.Response, error) {
 type registryClient struct {
 	repo   name.Repository
 	client *http.Client
+	// authed is true when the client presents a login.
+	authed bool
 }
 
-func (s *Store) newClient(ctx context.Context, repo name.Repository) (*registryClient, error) {
-	auth, err := s.authenticator(ctx, repo.RegistryStr())
+func (s *Store) newClient(ctx context.Context, repo name.Repository, kc Keychain) (*registryClient, error) {
+	auth, err := s.authenticator(ctx, repo.RegistryStr(), kc)
 	if err != nil {
 		return nil, err
 	}
@@ -87,7 +106,7 @@ func (s *Store) newClient(ctx context.Context, repo name.Repository) (*registryC
 	if err != nil {
 		return nil, classify(fmt.Errorf("registry %s: authenticate: %w", repo.RegistryStr(), err), err)
 	}
-	return &registryClient{repo: repo, client: &http.Client{Transport: rt}}, nil
+	return &registryClient{repo: repo, client: &http.Client{Transport: rt}, authed: auth != authn.Anonymous}, nil
 }
 
 func (c *registryClient) url(kind, ref string) string {
@@ -108,9 +127,9 @@ func classify(wrapped, cause error) error {
 		case http.StatusNotFound:
 			return fmt.Errorf("%w: %w", wrapped, errdefs.ErrNotFound)
 		case http.StatusUnauthorized:
-			return fmt.Errorf("%w: %w", wrapped, errdefs.ErrUnauthenticated)
+			return fmt.Errorf("%w: %w: %w", wrapped, ErrAccessRefused, errdefs.ErrUnauthenticated)
 		case http.StatusForbidden:
-			return fmt.Errorf("%w: %w", wrapped, errdefs.ErrPermissionDenied)
+			return fmt.Errorf("%w: %w: %w", wrapped, ErrAccessRefused, errdefs.ErrPermissionDenied)
 		}
 	}
 	return fmt.Errorf("%w: %w", wrapped, errdefs.ErrUnavailable)

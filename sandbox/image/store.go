@@ -142,6 +142,10 @@ type record struct {
 	Blobs         []blobRecord `json:"blobs"`
 	UnpackedBytes int64        `json:"unpackedBytes"`
 	PulledAt      time.Time    `json:"pulledAt"`
+	// Private is true when the download needed a login (never the login
+	// itself): a digest reference to it is then checked with the registry,
+	// with the pull's own credentials, before the cache serves it.
+	Private bool `json:"private,omitempty"`
 }
 
 type blobRecord struct {

@@ -35,7 +35,7 @@ func scrape(t *testing.T, addr string) string {
 // the machine and the pool. The agents listen on no port: their metrics
 // come as snapshots over their tunnel.
 func TestWorkerMetricsThroughTheTunnel(t *testing.T) {
-	w := setupTaskWorldWith(t, func(c *config.Config) {
+	w := setupTaskWorldWith(t, func(c *config.Config, _ *taskWorld) {
 		c.Worker.ContainerSecurity.Egress.Mode = "observe"
 		// Agents send snapshots every second instead of every 15.
 		c.Controlplane.Metrics.WorkerInterval = "1s"

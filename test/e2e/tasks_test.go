@@ -29,6 +29,11 @@ type taskWorld struct {
 	boxes    []*box
 	runs     map[string]machineRun // machine ID -> how its agent runs
 	registry string
+	// insecure lists further plain-HTTP registries the agents may pull
+	// from (set by setupTaskWorldWith's mutate).
+	insecure []string
+	// agentLogs is every agent's output, in start order.
+	agentLogs []*syncBuffer
 }
 
 func setupTaskWorld(t *testing.T) *taskWorld {
@@ -36,15 +41,12 @@ func setupTaskWorld(t *testing.T) *taskWorld {
 	return setupTaskWorldWith(t, nil)
 }
 
-// setupTaskWorldWith is setupTaskWorld with mutate applied to the
-// controlplane's config first.
-func setupTaskWorldWith(t *testing.T, mutate func(*config.Config)) *taskWorld {
+// setupTaskWorldWith is setupTaskWorld with mutate run on the config and
+// the world before any agent starts.
+func setupTaskWorldWith(t *testing.T, mutate func(*config.Config, *taskWorld)) *taskWorld {
 	t.Helper()
 	w := &taskWorld{runs: map[string]machineRun{}}
 	w.joinWorld = setupJoinWorldWith(t, func(c *config.Config) {
-		if mutate != nil {
-			mutate(c)
-		}
 		c.Controlplane.LostAgentGrace = "2s"
 		// The registry listens where the boxes reach the host.
 		reg, err := devstack.StartRegistry(context.Background(), filepath.Join(t.TempDir(), "registry"), c.Controlplane.PublicHost, 0)
@@ -59,6 +61,9 @@ func setupTaskWorldWith(t *testing.T, mutate func(*config.Config)) *taskWorld {
 		}
 		// Tasks that name no image run the demo image.
 		c.Worker.DefaultImage = res.Ref
+		if mutate != nil {
+			mutate(c, w)
+		}
 	})
 	b1 := w.joinWorld.box
 	b2 := newBox(t)
@@ -101,7 +106,8 @@ type machineRun struct {
 func (w *taskWorld) startAgent(t *testing.T, m machineRun) {
 	t.Helper()
 	w.joinWorld.box = m.box
-	w.runScript(t, m.script, m.root, "--", "--insecure-registries", w.registry)
+	_, out := w.runScript(t, m.script, m.root, "--", "--insecure-registries", strings.Join(append([]string{w.registry}, w.insecure...), ","))
+	w.agentLogs = append(w.agentLogs, out)
 	w.joinWorld.box = w.boxes[0]
 }
 

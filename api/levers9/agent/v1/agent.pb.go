@@ -394,6 +394,9 @@ type TaskAttempt struct {
 	Security *v1.SecuritySettings `protobuf:"bytes,13,opt,name=security,proto3" json:"security,omitempty"`
 	// worker.imageRegistry, for references without a registry.
 	ImageRegistry string `protobuf:"bytes,14,opt,name=image_registry,json=imageRegistry,proto3" json:"image_registry,omitempty"`
+	// The workspace's login to the image's registry, if it has one: for this
+	// attempt's pull only. Never logged, stored or echoed by the agent.
+	RegistryAuth  *RegistryAuth `protobuf:"bytes,50,opt,name=registry_auth,json=registryAuth,proto3" json:"registry_auth,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -526,6 +529,75 @@ func (x *TaskAttempt) GetImageRegistry() string {
 	return ""
 }
 
+func (x *TaskAttempt) GetRegistryAuth() *RegistryAuth {
+	if x != nil {
+		return x.RegistryAuth
+	}
+	return nil
+}
+
+// RegistryAuth is a registry login handed down with one push.
+type RegistryAuth struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The registry's host[:port], as the image reference resolves it.
+	Host          string `protobuf:"bytes,1,opt,name=host,proto3" json:"host,omitempty"`
+	Username      string `protobuf:"bytes,2,opt,name=username,proto3" json:"username,omitempty"`
+	Password      string `protobuf:"bytes,3,opt,name=password,proto3" json:"password,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RegistryAuth) Reset() {
+	*x = RegistryAuth{}
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RegistryAuth) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RegistryAuth) ProtoMessage() {}
+
+func (x *RegistryAuth) ProtoReflect() protoreflect.Message {
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RegistryAuth.ProtoReflect.Descriptor instead.
+func (*RegistryAuth) Descriptor() ([]byte, []int) {
+	return file_api_levers9_agent_v1_agent_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *RegistryAuth) GetHost() string {
+	if x != nil {
+		return x.Host
+	}
+	return ""
+}
+
+func (x *RegistryAuth) GetUsername() string {
+	if x != nil {
+		return x.Username
+	}
+	return ""
+}
+
+func (x *RegistryAuth) GetPassword() string {
+	if x != nil {
+		return x.Password
+	}
+	return ""
+}
+
 type RunningAttempt struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	TaskId        string                 `protobuf:"bytes,1,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
@@ -536,7 +608,7 @@ type RunningAttempt struct {
 
 func (x *RunningAttempt) Reset() {
 	*x = RunningAttempt{}
-	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[7]
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -548,7 +620,7 @@ func (x *RunningAttempt) String() string {
 func (*RunningAttempt) ProtoMessage() {}
 
 func (x *RunningAttempt) ProtoReflect() protoreflect.Message {
-	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[7]
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -561,7 +633,7 @@ func (x *RunningAttempt) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunningAttempt.ProtoReflect.Descriptor instead.
 func (*RunningAttempt) Descriptor() ([]byte, []int) {
-	return file_api_levers9_agent_v1_agent_proto_rawDescGZIP(), []int{7}
+	return file_api_levers9_agent_v1_agent_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *RunningAttempt) GetTaskId() string {
@@ -587,7 +659,7 @@ type RunTaskRequest struct {
 
 func (x *RunTaskRequest) Reset() {
 	*x = RunTaskRequest{}
-	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[8]
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -599,7 +671,7 @@ func (x *RunTaskRequest) String() string {
 func (*RunTaskRequest) ProtoMessage() {}
 
 func (x *RunTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[8]
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -612,7 +684,7 @@ func (x *RunTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunTaskRequest.ProtoReflect.Descriptor instead.
 func (*RunTaskRequest) Descriptor() ([]byte, []int) {
-	return file_api_levers9_agent_v1_agent_proto_rawDescGZIP(), []int{8}
+	return file_api_levers9_agent_v1_agent_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *RunTaskRequest) GetAttempt() *TaskAttempt {
@@ -631,7 +703,7 @@ type RunTaskResponse struct {
 
 func (x *RunTaskResponse) Reset() {
 	*x = RunTaskResponse{}
-	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[9]
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -643,7 +715,7 @@ func (x *RunTaskResponse) String() string {
 func (*RunTaskResponse) ProtoMessage() {}
 
 func (x *RunTaskResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[9]
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -656,7 +728,7 @@ func (x *RunTaskResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunTaskResponse.ProtoReflect.Descriptor instead.
 func (*RunTaskResponse) Descriptor() ([]byte, []int) {
-	return file_api_levers9_agent_v1_agent_proto_rawDescGZIP(), []int{9}
+	return file_api_levers9_agent_v1_agent_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *RunTaskResponse) GetAlreadyRunning() bool {
@@ -677,7 +749,7 @@ type CancelTaskRequest struct {
 
 func (x *CancelTaskRequest) Reset() {
 	*x = CancelTaskRequest{}
-	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[10]
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -689,7 +761,7 @@ func (x *CancelTaskRequest) String() string {
 func (*CancelTaskRequest) ProtoMessage() {}
 
 func (x *CancelTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[10]
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -702,7 +774,7 @@ func (x *CancelTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelTaskRequest.ProtoReflect.Descriptor instead.
 func (*CancelTaskRequest) Descriptor() ([]byte, []int) {
-	return file_api_levers9_agent_v1_agent_proto_rawDescGZIP(), []int{10}
+	return file_api_levers9_agent_v1_agent_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *CancelTaskRequest) GetTaskId() string {
@@ -736,7 +808,7 @@ type CancelTaskResponse struct {
 
 func (x *CancelTaskResponse) Reset() {
 	*x = CancelTaskResponse{}
-	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[11]
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -748,7 +820,7 @@ func (x *CancelTaskResponse) String() string {
 func (*CancelTaskResponse) ProtoMessage() {}
 
 func (x *CancelTaskResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[11]
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -761,7 +833,7 @@ func (x *CancelTaskResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelTaskResponse.ProtoReflect.Descriptor instead.
 func (*CancelTaskResponse) Descriptor() ([]byte, []int) {
-	return file_api_levers9_agent_v1_agent_proto_rawDescGZIP(), []int{11}
+	return file_api_levers9_agent_v1_agent_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *CancelTaskResponse) GetFound() bool {
@@ -779,7 +851,7 @@ type ListTasksRequest struct {
 
 func (x *ListTasksRequest) Reset() {
 	*x = ListTasksRequest{}
-	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[12]
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -791,7 +863,7 @@ func (x *ListTasksRequest) String() string {
 func (*ListTasksRequest) ProtoMessage() {}
 
 func (x *ListTasksRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[12]
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -804,7 +876,7 @@ func (x *ListTasksRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTasksRequest.ProtoReflect.Descriptor instead.
 func (*ListTasksRequest) Descriptor() ([]byte, []int) {
-	return file_api_levers9_agent_v1_agent_proto_rawDescGZIP(), []int{12}
+	return file_api_levers9_agent_v1_agent_proto_rawDescGZIP(), []int{13}
 }
 
 type ListTasksResponse struct {
@@ -816,7 +888,7 @@ type ListTasksResponse struct {
 
 func (x *ListTasksResponse) Reset() {
 	*x = ListTasksResponse{}
-	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[13]
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -828,7 +900,7 @@ func (x *ListTasksResponse) String() string {
 func (*ListTasksResponse) ProtoMessage() {}
 
 func (x *ListTasksResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[13]
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -841,7 +913,7 @@ func (x *ListTasksResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTasksResponse.ProtoReflect.Descriptor instead.
 func (*ListTasksResponse) Descriptor() ([]byte, []int) {
-	return file_api_levers9_agent_v1_agent_proto_rawDescGZIP(), []int{13}
+	return file_api_levers9_agent_v1_agent_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ListTasksResponse) GetAttempts() []*RunningAttempt {
@@ -876,7 +948,7 @@ type AttemptUpdate struct {
 
 func (x *AttemptUpdate) Reset() {
 	*x = AttemptUpdate{}
-	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[14]
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -888,7 +960,7 @@ func (x *AttemptUpdate) String() string {
 func (*AttemptUpdate) ProtoMessage() {}
 
 func (x *AttemptUpdate) ProtoReflect() protoreflect.Message {
-	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[14]
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -901,7 +973,7 @@ func (x *AttemptUpdate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AttemptUpdate.ProtoReflect.Descriptor instead.
 func (*AttemptUpdate) Descriptor() ([]byte, []int) {
-	return file_api_levers9_agent_v1_agent_proto_rawDescGZIP(), []int{14}
+	return file_api_levers9_agent_v1_agent_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *AttemptUpdate) GetState() v1.AttemptState {
@@ -975,7 +1047,7 @@ type AttemptRecord struct {
 
 func (x *AttemptRecord) Reset() {
 	*x = AttemptRecord{}
-	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[15]
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -987,7 +1059,7 @@ func (x *AttemptRecord) String() string {
 func (*AttemptRecord) ProtoMessage() {}
 
 func (x *AttemptRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[15]
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1000,7 +1072,7 @@ func (x *AttemptRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AttemptRecord.ProtoReflect.Descriptor instead.
 func (*AttemptRecord) Descriptor() ([]byte, []int) {
-	return file_api_levers9_agent_v1_agent_proto_rawDescGZIP(), []int{15}
+	return file_api_levers9_agent_v1_agent_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *AttemptRecord) GetTime() *timestamppb.Timestamp {
@@ -1082,7 +1154,7 @@ type ReportAttemptRequest struct {
 
 func (x *ReportAttemptRequest) Reset() {
 	*x = ReportAttemptRequest{}
-	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[16]
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1094,7 +1166,7 @@ func (x *ReportAttemptRequest) String() string {
 func (*ReportAttemptRequest) ProtoMessage() {}
 
 func (x *ReportAttemptRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[16]
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1107,7 +1179,7 @@ func (x *ReportAttemptRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportAttemptRequest.ProtoReflect.Descriptor instead.
 func (*ReportAttemptRequest) Descriptor() ([]byte, []int) {
-	return file_api_levers9_agent_v1_agent_proto_rawDescGZIP(), []int{16}
+	return file_api_levers9_agent_v1_agent_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ReportAttemptRequest) GetTaskId() string {
@@ -1151,7 +1223,7 @@ type ReportAttemptResponse struct {
 
 func (x *ReportAttemptResponse) Reset() {
 	*x = ReportAttemptResponse{}
-	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[17]
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1163,7 +1235,7 @@ func (x *ReportAttemptResponse) String() string {
 func (*ReportAttemptResponse) ProtoMessage() {}
 
 func (x *ReportAttemptResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[17]
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1176,7 +1248,7 @@ func (x *ReportAttemptResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportAttemptResponse.ProtoReflect.Descriptor instead.
 func (*ReportAttemptResponse) Descriptor() ([]byte, []int) {
-	return file_api_levers9_agent_v1_agent_proto_rawDescGZIP(), []int{17}
+	return file_api_levers9_agent_v1_agent_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ReportAttemptResponse) GetAckedSeq() uint64 {
@@ -1215,7 +1287,7 @@ type MetricsReportRequest struct {
 
 func (x *MetricsReportRequest) Reset() {
 	*x = MetricsReportRequest{}
-	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[18]
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1227,7 +1299,7 @@ func (x *MetricsReportRequest) String() string {
 func (*MetricsReportRequest) ProtoMessage() {}
 
 func (x *MetricsReportRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[18]
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1240,7 +1312,7 @@ func (x *MetricsReportRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetricsReportRequest.ProtoReflect.Descriptor instead.
 func (*MetricsReportRequest) Descriptor() ([]byte, []int) {
-	return file_api_levers9_agent_v1_agent_proto_rawDescGZIP(), []int{18}
+	return file_api_levers9_agent_v1_agent_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *MetricsReportRequest) GetGeneration() uint64 {
@@ -1291,7 +1363,7 @@ type MetricsReportResponse struct {
 
 func (x *MetricsReportResponse) Reset() {
 	*x = MetricsReportResponse{}
-	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[19]
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1303,7 +1375,7 @@ func (x *MetricsReportResponse) String() string {
 func (*MetricsReportResponse) ProtoMessage() {}
 
 func (x *MetricsReportResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[19]
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1316,7 +1388,7 @@ func (x *MetricsReportResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetricsReportResponse.ProtoReflect.Descriptor instead.
 func (*MetricsReportResponse) Descriptor() ([]byte, []int) {
-	return file_api_levers9_agent_v1_agent_proto_rawDescGZIP(), []int{19}
+	return file_api_levers9_agent_v1_agent_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *MetricsReportResponse) GetAckedSeq() uint64 {
@@ -1360,7 +1432,7 @@ const file_api_levers9_agent_v1_agent_proto_rawDesc = "" +
 	"\fPingResponse\x12\x1d\n" +
 	"\n" +
 	"machine_id\x18\x01 \x01(\tR\tmachineId\x12\x18\n" +
-	"\apayload\x18\x02 \x01(\fR\apayload\"\xb5\x03\n" +
+	"\apayload\x18\x02 \x01(\fR\apayload\"\xfa\x03\n" +
 	"\vTaskAttempt\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12\x18\n" +
 	"\aattempt\x18\x02 \x01(\x05R\aattempt\x12\x12\n" +
@@ -1378,7 +1450,12 @@ const file_api_levers9_agent_v1_agent_proto_rawDesc = "" +
 	"gpuDevices\x123\n" +
 	"\atimeout\x18\f \x01(\v2\x19.google.protobuf.DurationR\atimeout\x128\n" +
 	"\bsecurity\x18\r \x01(\v2\x1c.levers9.v1.SecuritySettingsR\bsecurity\x12%\n" +
-	"\x0eimage_registry\x18\x0e \x01(\tR\rimageRegistry\"C\n" +
+	"\x0eimage_registry\x18\x0e \x01(\tR\rimageRegistry\x12C\n" +
+	"\rregistry_auth\x182 \x01(\v2\x1e.levers9.agent.v1.RegistryAuthR\fregistryAuth\"Z\n" +
+	"\fRegistryAuth\x12\x12\n" +
+	"\x04host\x18\x01 \x01(\tR\x04host\x12\x1a\n" +
+	"\busername\x18\x02 \x01(\tR\busername\x12\x1a\n" +
+	"\bpassword\x18\x03 \x01(\tR\bpassword\"C\n" +
 	"\x0eRunningAttempt\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12\x18\n" +
 	"\aattempt\x18\x02 \x01(\x05R\aattempt\"I\n" +
@@ -1453,7 +1530,7 @@ func file_api_levers9_agent_v1_agent_proto_rawDescGZIP() []byte {
 	return file_api_levers9_agent_v1_agent_proto_rawDescData
 }
 
-var file_api_levers9_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
+var file_api_levers9_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
 var file_api_levers9_agent_v1_agent_proto_goTypes = []any{
 	(*HeartbeatRequest)(nil),         // 0: levers9.agent.v1.HeartbeatRequest
 	(*HeartbeatResponse)(nil),        // 1: levers9.agent.v1.HeartbeatResponse
@@ -1462,70 +1539,72 @@ var file_api_levers9_agent_v1_agent_proto_goTypes = []any{
 	(*PingRequest)(nil),              // 4: levers9.agent.v1.PingRequest
 	(*PingResponse)(nil),             // 5: levers9.agent.v1.PingResponse
 	(*TaskAttempt)(nil),              // 6: levers9.agent.v1.TaskAttempt
-	(*RunningAttempt)(nil),           // 7: levers9.agent.v1.RunningAttempt
-	(*RunTaskRequest)(nil),           // 8: levers9.agent.v1.RunTaskRequest
-	(*RunTaskResponse)(nil),          // 9: levers9.agent.v1.RunTaskResponse
-	(*CancelTaskRequest)(nil),        // 10: levers9.agent.v1.CancelTaskRequest
-	(*CancelTaskResponse)(nil),       // 11: levers9.agent.v1.CancelTaskResponse
-	(*ListTasksRequest)(nil),         // 12: levers9.agent.v1.ListTasksRequest
-	(*ListTasksResponse)(nil),        // 13: levers9.agent.v1.ListTasksResponse
-	(*AttemptUpdate)(nil),            // 14: levers9.agent.v1.AttemptUpdate
-	(*AttemptRecord)(nil),            // 15: levers9.agent.v1.AttemptRecord
-	(*ReportAttemptRequest)(nil),     // 16: levers9.agent.v1.ReportAttemptRequest
-	(*ReportAttemptResponse)(nil),    // 17: levers9.agent.v1.ReportAttemptResponse
-	(*MetricsReportRequest)(nil),     // 18: levers9.agent.v1.MetricsReportRequest
-	(*MetricsReportResponse)(nil),    // 19: levers9.agent.v1.MetricsReportResponse
-	(*v1.Inventory)(nil),             // 20: levers9.v1.Inventory
-	(*timestamppb.Timestamp)(nil),    // 21: google.protobuf.Timestamp
-	(*v1.ReadinessReport)(nil),       // 22: levers9.v1.ReadinessReport
-	(*durationpb.Duration)(nil),      // 23: google.protobuf.Duration
-	(*v1.SecuritySettings)(nil),      // 24: levers9.v1.SecuritySettings
-	(v1.AttemptState)(0),             // 25: levers9.v1.AttemptState
-	(v1.FailureReason)(0),            // 26: levers9.v1.FailureReason
-	(*v1.AppliedSecurity)(nil),       // 27: levers9.v1.AppliedSecurity
-	(*v1.LogLine)(nil),               // 28: levers9.v1.LogLine
-	(*v1.SeccompLogged)(nil),         // 29: levers9.v1.SeccompLogged
+	(*RegistryAuth)(nil),             // 7: levers9.agent.v1.RegistryAuth
+	(*RunningAttempt)(nil),           // 8: levers9.agent.v1.RunningAttempt
+	(*RunTaskRequest)(nil),           // 9: levers9.agent.v1.RunTaskRequest
+	(*RunTaskResponse)(nil),          // 10: levers9.agent.v1.RunTaskResponse
+	(*CancelTaskRequest)(nil),        // 11: levers9.agent.v1.CancelTaskRequest
+	(*CancelTaskResponse)(nil),       // 12: levers9.agent.v1.CancelTaskResponse
+	(*ListTasksRequest)(nil),         // 13: levers9.agent.v1.ListTasksRequest
+	(*ListTasksResponse)(nil),        // 14: levers9.agent.v1.ListTasksResponse
+	(*AttemptUpdate)(nil),            // 15: levers9.agent.v1.AttemptUpdate
+	(*AttemptRecord)(nil),            // 16: levers9.agent.v1.AttemptRecord
+	(*ReportAttemptRequest)(nil),     // 17: levers9.agent.v1.ReportAttemptRequest
+	(*ReportAttemptResponse)(nil),    // 18: levers9.agent.v1.ReportAttemptResponse
+	(*MetricsReportRequest)(nil),     // 19: levers9.agent.v1.MetricsReportRequest
+	(*MetricsReportResponse)(nil),    // 20: levers9.agent.v1.MetricsReportResponse
+	(*v1.Inventory)(nil),             // 21: levers9.v1.Inventory
+	(*timestamppb.Timestamp)(nil),    // 22: google.protobuf.Timestamp
+	(*v1.ReadinessReport)(nil),       // 23: levers9.v1.ReadinessReport
+	(*durationpb.Duration)(nil),      // 24: google.protobuf.Duration
+	(*v1.SecuritySettings)(nil),      // 25: levers9.v1.SecuritySettings
+	(v1.AttemptState)(0),             // 26: levers9.v1.AttemptState
+	(v1.FailureReason)(0),            // 27: levers9.v1.FailureReason
+	(*v1.AppliedSecurity)(nil),       // 28: levers9.v1.AppliedSecurity
+	(*v1.LogLine)(nil),               // 29: levers9.v1.LogLine
+	(*v1.SeccompLogged)(nil),         // 30: levers9.v1.SeccompLogged
 }
 var file_api_levers9_agent_v1_agent_proto_depIdxs = []int32{
-	20, // 0: levers9.agent.v1.HeartbeatRequest.inventory:type_name -> levers9.v1.Inventory
-	21, // 1: levers9.agent.v1.HeartbeatRequest.sent_at:type_name -> google.protobuf.Timestamp
-	22, // 2: levers9.agent.v1.HeartbeatRequest.egress_report:type_name -> levers9.v1.ReadinessReport
-	7,  // 3: levers9.agent.v1.HeartbeatRequest.running:type_name -> levers9.agent.v1.RunningAttempt
-	7,  // 4: levers9.agent.v1.HeartbeatResponse.stop:type_name -> levers9.agent.v1.RunningAttempt
-	21, // 5: levers9.agent.v1.RenewCertificateResponse.expires_at:type_name -> google.protobuf.Timestamp
-	23, // 6: levers9.agent.v1.TaskAttempt.timeout:type_name -> google.protobuf.Duration
-	24, // 7: levers9.agent.v1.TaskAttempt.security:type_name -> levers9.v1.SecuritySettings
-	6,  // 8: levers9.agent.v1.RunTaskRequest.attempt:type_name -> levers9.agent.v1.TaskAttempt
-	7,  // 9: levers9.agent.v1.ListTasksResponse.attempts:type_name -> levers9.agent.v1.RunningAttempt
-	25, // 10: levers9.agent.v1.AttemptUpdate.state:type_name -> levers9.v1.AttemptState
-	26, // 11: levers9.agent.v1.AttemptUpdate.reason:type_name -> levers9.v1.FailureReason
-	27, // 12: levers9.agent.v1.AttemptUpdate.applied_security:type_name -> levers9.v1.AppliedSecurity
-	21, // 13: levers9.agent.v1.AttemptRecord.time:type_name -> google.protobuf.Timestamp
-	28, // 14: levers9.agent.v1.AttemptRecord.log:type_name -> levers9.v1.LogLine
-	14, // 15: levers9.agent.v1.AttemptRecord.update:type_name -> levers9.agent.v1.AttemptUpdate
-	29, // 16: levers9.agent.v1.AttemptRecord.seccomp:type_name -> levers9.v1.SeccompLogged
-	15, // 17: levers9.agent.v1.ReportAttemptRequest.records:type_name -> levers9.agent.v1.AttemptRecord
-	0,  // 18: levers9.agent.v1.Controlplane.Heartbeat:input_type -> levers9.agent.v1.HeartbeatRequest
-	2,  // 19: levers9.agent.v1.Controlplane.RenewCertificate:input_type -> levers9.agent.v1.RenewCertificateRequest
-	16, // 20: levers9.agent.v1.Controlplane.ReportAttempt:input_type -> levers9.agent.v1.ReportAttemptRequest
-	18, // 21: levers9.agent.v1.Controlplane.ReportMetrics:input_type -> levers9.agent.v1.MetricsReportRequest
-	4,  // 22: levers9.agent.v1.Agent.Ping:input_type -> levers9.agent.v1.PingRequest
-	8,  // 23: levers9.agent.v1.Agent.RunTask:input_type -> levers9.agent.v1.RunTaskRequest
-	10, // 24: levers9.agent.v1.Agent.CancelTask:input_type -> levers9.agent.v1.CancelTaskRequest
-	12, // 25: levers9.agent.v1.Agent.ListTasks:input_type -> levers9.agent.v1.ListTasksRequest
-	1,  // 26: levers9.agent.v1.Controlplane.Heartbeat:output_type -> levers9.agent.v1.HeartbeatResponse
-	3,  // 27: levers9.agent.v1.Controlplane.RenewCertificate:output_type -> levers9.agent.v1.RenewCertificateResponse
-	17, // 28: levers9.agent.v1.Controlplane.ReportAttempt:output_type -> levers9.agent.v1.ReportAttemptResponse
-	19, // 29: levers9.agent.v1.Controlplane.ReportMetrics:output_type -> levers9.agent.v1.MetricsReportResponse
-	5,  // 30: levers9.agent.v1.Agent.Ping:output_type -> levers9.agent.v1.PingResponse
-	9,  // 31: levers9.agent.v1.Agent.RunTask:output_type -> levers9.agent.v1.RunTaskResponse
-	11, // 32: levers9.agent.v1.Agent.CancelTask:output_type -> levers9.agent.v1.CancelTaskResponse
-	13, // 33: levers9.agent.v1.Agent.ListTasks:output_type -> levers9.agent.v1.ListTasksResponse
-	26, // [26:34] is the sub-list for method output_type
-	18, // [18:26] is the sub-list for method input_type
-	18, // [18:18] is the sub-list for extension type_name
-	18, // [18:18] is the sub-list for extension extendee
-	0,  // [0:18] is the sub-list for field type_name
+	21, // 0: levers9.agent.v1.HeartbeatRequest.inventory:type_name -> levers9.v1.Inventory
+	22, // 1: levers9.agent.v1.HeartbeatRequest.sent_at:type_name -> google.protobuf.Timestamp
+	23, // 2: levers9.agent.v1.HeartbeatRequest.egress_report:type_name -> levers9.v1.ReadinessReport
+	8,  // 3: levers9.agent.v1.HeartbeatRequest.running:type_name -> levers9.agent.v1.RunningAttempt
+	8,  // 4: levers9.agent.v1.HeartbeatResponse.stop:type_name -> levers9.agent.v1.RunningAttempt
+	22, // 5: levers9.agent.v1.RenewCertificateResponse.expires_at:type_name -> google.protobuf.Timestamp
+	24, // 6: levers9.agent.v1.TaskAttempt.timeout:type_name -> google.protobuf.Duration
+	25, // 7: levers9.agent.v1.TaskAttempt.security:type_name -> levers9.v1.SecuritySettings
+	7,  // 8: levers9.agent.v1.TaskAttempt.registry_auth:type_name -> levers9.agent.v1.RegistryAuth
+	6,  // 9: levers9.agent.v1.RunTaskRequest.attempt:type_name -> levers9.agent.v1.TaskAttempt
+	8,  // 10: levers9.agent.v1.ListTasksResponse.attempts:type_name -> levers9.agent.v1.RunningAttempt
+	26, // 11: levers9.agent.v1.AttemptUpdate.state:type_name -> levers9.v1.AttemptState
+	27, // 12: levers9.agent.v1.AttemptUpdate.reason:type_name -> levers9.v1.FailureReason
+	28, // 13: levers9.agent.v1.AttemptUpdate.applied_security:type_name -> levers9.v1.AppliedSecurity
+	22, // 14: levers9.agent.v1.AttemptRecord.time:type_name -> google.protobuf.Timestamp
+	29, // 15: levers9.agent.v1.AttemptRecord.log:type_name -> levers9.v1.LogLine
+	15, // 16: levers9.agent.v1.AttemptRecord.update:type_name -> levers9.agent.v1.AttemptUpdate
+	30, // 17: levers9.agent.v1.AttemptRecord.seccomp:type_name -> levers9.v1.SeccompLogged
+	16, // 18: levers9.agent.v1.ReportAttemptRequest.records:type_name -> levers9.agent.v1.AttemptRecord
+	0,  // 19: levers9.agent.v1.Controlplane.Heartbeat:input_type -> levers9.agent.v1.HeartbeatRequest
+	2,  // 20: levers9.agent.v1.Controlplane.RenewCertificate:input_type -> levers9.agent.v1.RenewCertificateRequest
+	17, // 21: levers9.agent.v1.Controlplane.ReportAttempt:input_type -> levers9.agent.v1.ReportAttemptRequest
+	19, // 22: levers9.agent.v1.Controlplane.ReportMetrics:input_type -> levers9.agent.v1.MetricsReportRequest
+	4,  // 23: levers9.agent.v1.Agent.Ping:input_type -> levers9.agent.v1.PingRequest
+	9,  // 24: levers9.agent.v1.Agent.RunTask:input_type -> levers9.agent.v1.RunTaskRequest
+	11, // 25: levers9.agent.v1.Agent.CancelTask:input_type -> levers9.agent.v1.CancelTaskRequest
+	13, // 26: levers9.agent.v1.Agent.ListTasks:input_type -> levers9.agent.v1.ListTasksRequest
+	1,  // 27: levers9.agent.v1.Controlplane.Heartbeat:output_type -> levers9.agent.v1.HeartbeatResponse
+	3,  // 28: levers9.agent.v1.Controlplane.RenewCertificate:output_type -> levers9.agent.v1.RenewCertificateResponse
+	18, // 29: levers9.agent.v1.Controlplane.ReportAttempt:output_type -> levers9.agent.v1.ReportAttemptResponse
+	20, // 30: levers9.agent.v1.Controlplane.ReportMetrics:output_type -> levers9.agent.v1.MetricsReportResponse
+	5,  // 31: levers9.agent.v1.Agent.Ping:output_type -> levers9.agent.v1.PingResponse
+	10, // 32: levers9.agent.v1.Agent.RunTask:output_type -> levers9.agent.v1.RunTaskResponse
+	12, // 33: levers9.agent.v1.Agent.CancelTask:output_type -> levers9.agent.v1.CancelTaskResponse
+	14, // 34: levers9.agent.v1.Agent.ListTasks:output_type -> levers9.agent.v1.ListTasksResponse
+	27, // [27:35] is the sub-list for method output_type
+	19, // [19:27] is the sub-list for method input_type
+	19, // [19:19] is the sub-list for extension type_name
+	19, // [19:19] is the sub-list for extension extendee
+	0,  // [0:19] is the sub-list for field type_name
 }
 
 func init() { file_api_levers9_agent_v1_agent_proto_init() }
@@ -1533,7 +1612,7 @@ func file_api_levers9_agent_v1_agent_proto_init() {
 	if File_api_levers9_agent_v1_agent_proto != nil {
 		return
 	}
-	file_api_levers9_agent_v1_agent_proto_msgTypes[15].OneofWrappers = []any{
+	file_api_levers9_agent_v1_agent_proto_msgTypes[16].OneofWrappers = []any{
 		(*AttemptRecord_Log)(nil),
 		(*AttemptRecord_Update)(nil),
 		(*AttemptRecord_Seccomp)(nil),
@@ -1544,7 +1623,7 @@ func file_api_levers9_agent_v1_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_levers9_agent_v1_agent_proto_rawDesc), len(file_api_levers9_agent_v1_agent_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   20,
+			NumMessages:   21,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

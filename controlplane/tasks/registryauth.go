@@ -1,0 +1,54 @@
+package tasks
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/google/go-containerregistry/pkg/name"
+
+	agentv1 "github.com/levers9/levers9/api/levers9/agent/v1"
+	"github.com/levers9/levers9/controlplane/store"
+)
+
+// RegistryLogins opens a workspace's stored login to one image registry
+// host for a push. ok=false means the workspace has none (the pull goes
+// anonymous). Safe for concurrent use; errors never hold the password.
+type RegistryLogins interface {
+	OpenRegistryLogin(ctx context.Context, wsID, host string) (username, password string, ok bool, err error)
+}
+
+// ImageRegistryHost is the registry host[:port] an image reference pulls
+// from, resolving a reference without one against defaultRegistry
+// (worker.imageRegistry) as the agent's image cache does.
+func ImageRegistryHost(ref, defaultRegistry string) (string, error) {
+	var opts []name.Option
+	if defaultRegistry != "" {
+		opts = append(opts, name.WithDefaultRegistry(defaultRegistry))
+	}
+	r, err := name.ParseReference(ref, opts...)
+	if err != nil {
+		return "", fmt.Errorf("image %q: %w", ref, err)
+	}
+	return r.Context().RegistryStr(), nil
+}
+
+// attachRegistryAuth adds the task's workspace's login to the image's
+// registry to this push only; nothing is stored with the attempt.
+func (s *Scheduler) attachRegistryAuth(ctx context.Context, t store.Task, ta *agentv1.TaskAttempt) error {
+	if s.d.logins == nil {
+		return nil
+	}
+	host, err := ImageRegistryHost(ta.GetImage(), s.d.config.Worker.ImageRegistry)
+	if err != nil {
+		// The agent refuses the reference with its own words.
+		return nil
+	}
+	user, password, ok, err := s.d.logins.OpenRegistryLogin(ctx, t.WorkspaceID, host)
+	if err != nil {
+		return fmt.Errorf("open the workspace's login to registry %s: %w", host, err)
+	}
+	if ok {
+		ta.RegistryAuth = &agentv1.RegistryAuth{Host: host, Username: user, Password: password}
+	}
+	return nil
+}
