@@ -31,6 +31,10 @@ type Task struct {
 	Args []string
 	// Env is KEY=VALUE entries added after the image's own.
 	Env []string
+	// SecretEnv is the task's secrets as KEY=VALUE, added after Env. The
+	// Runner hands them to the sandbox and nothing else: they are not in
+	// attempt records, events or logs (SecretEnv prints keys only).
+	SecretEnv sandbox.SecretEnv
 	// User and Cwd override the image's user and working directory.
 	User string
 	Cwd  string
@@ -69,6 +73,11 @@ func (t Task) Validate() error {
 	for i, kv := range t.Env {
 		if k, _, ok := strings.Cut(kv, "="); !ok || k == "" {
 			errs = append(errs, fmt.Errorf("task.env[%d]: %q is not KEY=VALUE", i, kv))
+		}
+	}
+	for i, kv := range t.SecretEnv {
+		if k, _, ok := strings.Cut(kv, "="); !ok || k == "" {
+			errs = append(errs, fmt.Errorf("task.secretEnv[%d]: not KEY=VALUE", i))
 		}
 	}
 	if t.Cwd != "" && !filepath.IsAbs(t.Cwd) {

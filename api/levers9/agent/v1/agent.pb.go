@@ -384,6 +384,11 @@ type TaskAttempt struct {
 	Security *v1.SecuritySettings `protobuf:"bytes,13,opt,name=security,proto3" json:"security,omitempty"`
 	// worker.imageRegistry, for references without a registry.
 	ImageRegistry string `protobuf:"bytes,14,opt,name=image_registry,json=imageRegistry,proto3" json:"image_registry,omitempty"`
+	// The task's secrets as KEY=VALUE, opened by the controlplane for this
+	// push only and added to the container's environment after env. Never
+	// logged, reported, or written to disk by the agent beyond the moment the
+	// runtime needs it.
+	SecretEnv     []string `protobuf:"bytes,60,rep,name=secret_env,json=secretEnv,proto3" json:"secret_env,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -514,6 +519,13 @@ func (x *TaskAttempt) GetImageRegistry() string {
 		return x.ImageRegistry
 	}
 	return ""
+}
+
+func (x *TaskAttempt) GetSecretEnv() []string {
+	if x != nil {
+		return x.SecretEnv
+	}
+	return nil
 }
 
 type RunningAttempt struct {
@@ -1180,7 +1192,7 @@ const file_api_levers9_agent_v1_agent_proto_rawDesc = "" +
 	"\fPingResponse\x12\x1d\n" +
 	"\n" +
 	"machine_id\x18\x01 \x01(\tR\tmachineId\x12\x18\n" +
-	"\apayload\x18\x02 \x01(\fR\apayload\"\xb5\x03\n" +
+	"\apayload\x18\x02 \x01(\fR\apayload\"\xd4\x03\n" +
 	"\vTaskAttempt\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12\x18\n" +
 	"\aattempt\x18\x02 \x01(\x05R\aattempt\x12\x12\n" +
@@ -1198,7 +1210,9 @@ const file_api_levers9_agent_v1_agent_proto_rawDesc = "" +
 	"gpuDevices\x123\n" +
 	"\atimeout\x18\f \x01(\v2\x19.google.protobuf.DurationR\atimeout\x128\n" +
 	"\bsecurity\x18\r \x01(\v2\x1c.levers9.v1.SecuritySettingsR\bsecurity\x12%\n" +
-	"\x0eimage_registry\x18\x0e \x01(\tR\rimageRegistry\"C\n" +
+	"\x0eimage_registry\x18\x0e \x01(\tR\rimageRegistry\x12\x1d\n" +
+	"\n" +
+	"secret_env\x18< \x03(\tR\tsecretEnv\"C\n" +
 	"\x0eRunningAttempt\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12\x18\n" +
 	"\aattempt\x18\x02 \x01(\x05R\aattempt\"I\n" +
