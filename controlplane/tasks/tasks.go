@@ -74,6 +74,9 @@ type Config struct {
 	// woken (default 1 s).
 	Tick  time.Duration
 	Clock clock.Clock
+	// Secrets opens the workspace secrets tasks name (secrets.go); nil
+	// fails every push of a task that names one.
+	Secrets SecretOpener
 }
 
 // deps is what every service of the package shares; read-only after New.
@@ -85,6 +88,7 @@ type deps struct {
 	log     *slog.Logger
 	clock   clock.Clock
 	tick    time.Duration
+	secrets SecretOpener
 }
 
 func (d *deps) now() time.Time { return d.clock.Now() }
@@ -135,7 +139,7 @@ func New(cfg Config) (*Service, error) {
 		cfg.Tick = time.Second
 	}
 	d := &deps{store: cfg.Store, redis: cfg.Redis, config: cfg.Config, agentsF: cfg.Agents, log: cfg.Log,
-		clock: clock.OrReal(cfg.Clock), tick: cfg.Tick}
+		clock: clock.OrReal(cfg.Clock), tick: cfg.Tick, secrets: cfg.Secrets}
 	q := &queue{d: d}
 	ev := newEvents(d)
 	sch := newScheduler(d, q, ev)
