@@ -29,6 +29,8 @@ type taskWorld struct {
 	boxes    []*box
 	runs     map[string]machineRun // machine ID -> how its agent runs
 	registry string
+	// agentOut is every agent run's output (its logs), in start order.
+	agentOut []*syncBuffer
 }
 
 func setupTaskWorld(t *testing.T) *taskWorld {
@@ -91,7 +93,8 @@ type machineRun struct {
 func (w *taskWorld) startAgent(t *testing.T, m machineRun) {
 	t.Helper()
 	w.joinWorld.box = m.box
-	w.runScript(t, m.script, m.root, "--", "--insecure-registries", w.registry)
+	_, out := w.runScript(t, m.script, m.root, "--", "--insecure-registries", w.registry)
+	w.agentOut = append(w.agentOut, out)
 	w.joinWorld.box = w.boxes[0]
 }
 
