@@ -8,6 +8,10 @@
 // (Handle.LimitKills; runc runs with --keep so the cgroup outlives the
 // process until Delete).
 //
+// A task's secret environment (TaskSpec.SecretEnv) reaches the container's
+// process and nothing else the sandbox keeps: the bundle holds it only
+// until the runtime started the container, and it is never logged.
+//
 // It must never loosen what a pool asks for (a task may only tighten), never
 // report a control as applied when the runtime ignores it (see Effective),
 // never ask a spec for more open files than the host's hard limit, and never

@@ -8,7 +8,8 @@
 //	Scheduler  scheduler.go, capacity.go, queue.go: per-pool placement on
 //	           machines with room, fair across workspaces, one replica per
 //	           pool at a time (a Redis lock); pushes placed attempts down
-//	           their machine's tunnel.
+//	           their machine's tunnel, with the task's secrets opened for
+//	           that push only (secrets.go; Submit checks their names).
 //	Rescuer    rescuer.go: attempts whose machine is lost (deleted, or its
 //	           tunnel gone longer than controlplane.lostAgentGrace) become
 //	           LOST and their task a new attempt when retries remain;
