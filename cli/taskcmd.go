@@ -188,6 +188,7 @@ func (a *app) printTask(t *v1.Task) {
 		fmt.Fprintf(w, "%s:\t%s\n", kv[0], kv[1])
 	}
 	w.Flush()
+	a.printTaskSecrets(sp)
 	if len(t.Attempts) == 0 {
 		fmt.Fprintln(a.io.Out, "\nno attempts yet (waiting for a machine with room)")
 		return
@@ -260,4 +261,15 @@ func (a *app) logsSoFar(s *session, c *sdk.Client, id string) error {
 		return a.explain(s, err)
 	}
 	return nil
+}
+
+// printTaskSecrets is task show's secrets block: the names of the
+// workspace secrets the task gets as variables, never their values.
+func (a *app) printTaskSecrets(sp *v1.TaskSpec) {
+	if len(sp.GetSecrets()) == 0 {
+		return
+	}
+	w := newTab(a)
+	fmt.Fprintf(w, "Secrets:\t%s\n", strings.Join(sp.GetSecrets(), ", "))
+	w.Flush()
 }

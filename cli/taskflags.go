@@ -18,7 +18,7 @@ type runFlags struct {
 	gpus, retries                int
 	cpu                          float64
 	timeout                      time.Duration
-	env                          []string
+	env, secrets                 []string
 	detach                       bool
 }
 
@@ -67,6 +67,9 @@ func (f *runFlags) options() ([]sdk.FunctionOption, error) {
 			continue
 		}
 		opts = append(opts, sdk.Env(k, v))
+	}
+	for _, n := range f.secrets {
+		opts = append(opts, sdk.Secret(n))
 	}
 	if len(problems) > 0 {
 		return nil, fmt.Errorf("bad flags, nothing was submitted:\n  %s", strings.Join(problems, "\n  "))

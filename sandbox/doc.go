@@ -9,6 +9,10 @@
 // (Handle.LimitKills; runc runs with --keep so the cgroup outlives the
 // process until Delete).
 //
+// A task's secret environment (TaskSpec.SecretEnv) reaches the container's
+// process and nothing else the sandbox keeps: the bundle holds it only
+// until the runtime started the container, and it is never logged.
+//
 // It must never loosen what a pool asks for (a task may only tighten), never
 // report a control as applied when the runtime ignores it (Effective is read
 // from the final spec, with the seccomp profile's hash as written to the

@@ -167,7 +167,17 @@ func (s *Sandbox) Run(ctx context.Context, task TaskSpec, pool Security, stdio S
 	id := s.ContainerID(task.ID)
 	spec.Linux.CgroupsPath = s.cfg.CgroupParent + "/" + id
 	bundle := filepath.Join(s.cfg.StateDir, "bundles", id)
-	if err := writeBundle(bundle, spec); err != nil {
+	// The runtime reads the secrets from the bundle once, as it starts the
+	// container; the bundle then goes back to the spec without them.
+	withSecrets := spec
+	if len(task.SecretEnv) > 0 {
+		full, proc := *spec, *spec.Process
+		proc.Env = withSecretEnv(spec.Process.Env, task.SecretEnv)
+		full.Process = &proc
+		withSecrets = &full
+	}
+	if err := writeBundle(bundle, withSecrets); err != nil {
+		_ = os.RemoveAll(bundle)
 		return nil, errdefs.WithRetry(fmt.Errorf("task %s: %w", task.ID, err), true)
 	}
 	opts := CreateOpts{
@@ -190,8 +200,21 @@ func (s *Sandbox) Run(ctx context.Context, task TaskSpec, pool Security, stdio S
 	if s.cfg.SeccompLog != nil {
 		s.cfg.SeccompLog.Track(id, task.ID)
 	}
-	if err := rt.Start(ctx, id); err != nil {
+	err = rt.Start(ctx, id)
+	if err == nil && withSecrets != spec {
+		// Started: the runtime has read the spec (runc and runsc read it
+		// before they write the pid file Start waits for).
+		if err = writeBundle(bundle, spec); err != nil {
+			err = errdefs.WithRetry(fmt.Errorf("take the secrets out of the bundle: %w", err), true)
+		}
+	}
+	if err != nil {
+		// Delete removes the bundle, secrets and all; the secrets go even
+		// when it fails.
 		_ = h.Delete(context.WithoutCancel(ctx))
+		if withSecrets != spec {
+			_ = os.Remove(filepath.Join(bundle, "config.json"))
+		}
 		return nil, fmt.Errorf("task %s: %w", task.ID, err)
 	}
 	s.logger.Debug("container started", "task_id", task.ID, "container_id", id, "runtime", string(sec.Runtime))
@@ -227,7 +250,15 @@ func writeBundle(dir string, spec any) error {
 	if err != nil {
 		return fmt.Errorf("write bundle: %w", err)
 	}
-	if err := os.WriteFile(filepath.Join(dir, "config.json"), b, 0o600); err != nil {
+	// A new file renamed over the old: a secret-bearing config.json is
+	// unlinked whole, never truncated in place.
+	tmp := filepath.Join(dir, "config.json.tmp")
+	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+		_ = os.Remove(tmp)
+		return fmt.Errorf("write bundle: %w", err)
+	}
+	if err := os.Rename(tmp, filepath.Join(dir, "config.json")); err != nil {
+		_ = os.Remove(tmp)
 		return fmt.Errorf("write bundle: %w", err)
 	}
 	return nil

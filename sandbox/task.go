@@ -21,6 +21,12 @@ type TaskSpec struct {
 	RootfsReadonly bool     `json:"rootfsReadonly"`
 	Args           []string `json:"args"`
 	Env            []string `json:"env"`
+	// SecretEnv is KEY=VALUE entries added after Env (replacing the same
+	// keys): the task's secrets. They reach the container's process and
+	// nothing else the sandbox keeps: the bundle on disk holds them only
+	// while the runtime creates the container, and they are never logged
+	// or put in an error.
+	SecretEnv SecretEnv `json:"-"`
 	// User is "user[:group]", each a number or a name in the image's
 	// /etc/passwd and /etc/group; empty means ImageUser.
 	User string `json:"user"`
@@ -90,6 +96,11 @@ func (t TaskSpec) Validate() error {
 	for i, kv := range t.Env {
 		if k, _, ok := strings.Cut(kv, "="); !ok || k == "" {
 			errs = append(errs, fmt.Errorf("task.env[%d]: %q is not KEY=VALUE", i, kv))
+		}
+	}
+	for i, kv := range t.SecretEnv {
+		if k, _, ok := strings.Cut(kv, "="); !ok || k == "" {
+			errs = append(errs, fmt.Errorf("task.secretEnv[%d]: not KEY=VALUE", i))
 		}
 	}
 	for field, u := range map[string]string{"task.user": t.User, "task.imageUser": t.ImageUser} {

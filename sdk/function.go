@@ -9,6 +9,7 @@ import (
 	"maps"
 	"math"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -72,6 +73,20 @@ func GPU(n int, gpuType string) FunctionOption {
 
 // Pool runs the task on a machine of this pool (default "default").
 func Pool(name string) FunctionOption { return func(f *Function) { f.spec.Pool = name } }
+
+// Secret names a workspace secret (levers9 secret put NAME) whose keys
+// become environment variables of the task, each with its value. Only the
+// name travels with the task; the controlplane opens the value when it
+// starts an attempt, and refuses the submit when the workspace has no
+// such secret or a key is also set by Env or another Secret. Repeatable;
+// naming a secret twice names it once.
+func Secret(name string) FunctionOption {
+	return func(f *Function) {
+		if !slices.Contains(f.spec.Secrets, name) {
+			f.spec.Secrets = append(f.spec.Secrets, name)
+		}
+	}
+}
 
 // Env sets an environment variable of the task.
 func Env(key, value string) FunctionOption {
@@ -173,7 +188,10 @@ func (c *Client) Function(name string, opts ...FunctionOption) *Function {
 	return f
 }
 
-var envKey = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+var (
+	envKey     = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+	secretName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$`)
+)
 
 // Spec returns the task spec a call with args submits, or every problem
 // with it at once.
@@ -189,6 +207,11 @@ func (f *Function) Spec(args ...string) (*v1.TaskSpec, error) {
 	}
 	if spec.GpuType != "" && spec.Gpus == 0 {
 		problems = append(problems, fmt.Sprintf("GPU: type %q without a GPU count", spec.GpuType))
+	}
+	for _, n := range spec.Secrets {
+		if !secretName.MatchString(n) {
+			problems = append(problems, fmt.Sprintf("Secret: %q is not a secret name (1-63 letters, digits, '.', '_' or '-', starting with a letter or digit)", n))
+		}
 	}
 	if len(problems) > 0 {
 		return nil, fmt.Errorf("function %s: %s", f.name, strings.Join(problems, "; "))

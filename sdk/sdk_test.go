@@ -271,3 +271,17 @@ func TestMapOrderAndBound(t *testing.T) {
 		t.Errorf("after cancel: %d calls, last err %v", calls.Load(), errs[len(errs)-1])
 	}
 }
+
+// Secret names workspace secrets by name only, once each; a name the
+// controlplane could never hold is refused before anything is sent.
+func TestFunctionSecret(t *testing.T) {
+	t.Parallel()
+	_, c := scripted(t, nil)
+	spec, err := c.Function("f", Secret("db"), Secret("api-keys"), Secret("db")).Spec("run")
+	if err != nil || !slices.Equal(spec.Secrets, []string{"db", "api-keys"}) || len(spec.Env) != 0 {
+		t.Fatalf("spec %v, err %v", spec, err)
+	}
+	if _, err := c.Function("f", Secret("no spaces")).Spec(); err == nil || !strings.Contains(err.Error(), `Secret: "no spaces"`) {
+		t.Fatalf("want the bad name refused: %v", err)
+	}
+}

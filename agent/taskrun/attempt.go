@@ -181,7 +181,7 @@ func (a *attempt) spec(resp *PrestartResponse) sandbox.TaskSpec {
 	}
 	return sandbox.TaskSpec{
 		ID: a.task.runID(), Rootfs: resp.Rootfs, Args: args,
-		Env:  mergeEnv(cfg.Env, a.task.Env),
+		Env: mergeEnv(cfg.Env, a.task.Env), SecretEnv: a.task.SecretEnv,
 		User: a.task.User, ImageUser: cfg.User, Cwd: cwd,
 		Hostname: a.task.ID, Resources: a.task.Resources, GPUs: a.task.gpuSpec(),
 		AgentMounts: resp.Mounts, NetNSPath: resp.NetNSPath,

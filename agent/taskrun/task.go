@@ -32,6 +32,10 @@ type Task struct {
 	Args []string
 	// Env is KEY=VALUE entries added after the image's own.
 	Env []string
+	// SecretEnv is the task's secrets as KEY=VALUE, added after Env. The
+	// Runner hands them to the sandbox and nothing else: they are not in
+	// attempt records, events or logs (SecretEnv prints keys only).
+	SecretEnv sandbox.SecretEnv
 	// User and Cwd override the image's user and working directory.
 	User string
 	Cwd  string
@@ -80,6 +84,11 @@ func (t Task) Validate() error {
 	for host, c := range t.RegistryAuth {
 		if host == "" || c.Username == "" && c.IdentityToken == "" && c.RegistryToken == "" {
 			errs = append(errs, fmt.Errorf("task.registryAuth[%q]: needs a host and a username or token", host))
+		}
+	}
+	for i, kv := range t.SecretEnv {
+		if k, _, ok := strings.Cut(kv, "="); !ok || k == "" {
+			errs = append(errs, fmt.Errorf("task.secretEnv[%d]: not KEY=VALUE", i))
 		}
 	}
 	if t.Cwd != "" && !filepath.IsAbs(t.Cwd) {

@@ -117,7 +117,8 @@ func (d *Deps) OpenSecret(ctx context.Context, wsID, name string) (map[string]st
 	defer clear(plain)
 	var vals map[string]string
 	if err := json.Unmarshal(plain, &vals); err != nil {
-		return nil, fmt.Errorf("decode secret %s: %w", name, err)
+		// Not err: a syntax error quotes the text, here the value.
+		return nil, fmt.Errorf("decode secret %s: its opened value is not a JSON object of strings", name)
 	}
 	return vals, nil
 }

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/levers9/levers9/controlplane/seal"
+	"github.com/levers9/levers9/internal/errdefs"
 )
 
 // dependencyLoop checks Postgres and Redis every interval. The first time
@@ -156,4 +158,18 @@ func (s *Server) readyStream() grpc.StreamServerInterceptor {
 		}
 		return h(srv, ss)
 	}
+}
+
+// secretOpener opens the secrets tasks name, once the sealing keys exist
+// (the dependency loop builds them before it sets migrated).
+type secretOpener struct{ s *Server }
+
+func (o secretOpener) OpenSecret(ctx context.Context, workspaceID, name string) (map[string]string, error) {
+	o.s.mu.Lock()
+	migrated := o.s.migrated
+	o.s.mu.Unlock()
+	if !migrated {
+		return nil, fmt.Errorf("open secret %q: the sealing keys are not loaded yet: %w", name, errdefs.ErrUnavailable)
+	}
+	return o.s.deps.OpenSecret(ctx, workspaceID, name)
 }

@@ -248,7 +248,8 @@ func (s *Server) newDeps() (*api.Deps, error) {
 				return r
 			}
 			return nil
-		}}); err != nil {
+		},
+		Secrets: secretOpener{s}}); err != nil {
 		return nil, err
 	}
 	deps.Tasks = s.tasks

@@ -36,6 +36,9 @@ func (s *Scheduler) dispatch(ctx context.Context, t store.Task, a store.Attempt)
 		err = s.attachRegistryAuth(ctx, t, ta)
 	}
 	if err == nil {
+		err = s.openSecrets(ctx, t, ta)
+	}
+	if err == nil {
 		err = s.pushWithResends(ctx, t, a, ta)
 	}
 	if err == nil {
@@ -49,6 +52,17 @@ func (s *Scheduler) dispatch(ctx context.Context, t store.Task, a store.Attempt)
 	// The verdict is recorded even if the push's own time ran out.
 	vctx, vcancel := context.WithTimeout(context.WithoutCancel(ctx), pushTimeout)
 	defer vcancel()
+	var gone *secretGone
+	if errors.As(err, &gone) {
+		// Another machine could not open it either: the task fails.
+		if ok, ferr := s.d.store.FinishAttempt(vctx, t.ID, a.Number, store.AttemptEnd{State: store.AttemptFailed,
+			Message: gone.summary, Summary: gone.summary, At: s.d.now()}); ferr == nil && ok {
+			s.events.publishState(vctx, t.ID, a.Number, &v1.StateChange{TaskState: v1.TaskState_TASK_STATE_FAILED,
+				AttemptState: v1.AttemptState_ATTEMPT_STATE_FAILED, MachineId: a.MachineID, Message: gone.summary, Summary: gone.summary})
+			s.Wake()
+		}
+		return
+	}
 	switch status.Code(err) {
 	case codes.InvalidArgument, codes.FailedPrecondition, codes.PermissionDenied:
 		msg := "refused by machine " + a.MachineID + ": " + status.Convert(err).Message()

@@ -8,7 +8,8 @@
 //	Scheduler  scheduler.go, capacity.go, queue.go: per-pool placement on
 //	           machines with room, fair across workspaces, one replica per
 //	           pool at a time (a Redis lock); pushes placed attempts down
-//	           their machine's tunnel.
+//	           their machine's tunnel, with the task's secrets opened for
+//	           that push only (secrets.go; Submit checks their names).
 //	Rescuer    rescuer.go: attempts whose machine is lost (deleted, or its
 //	           tunnel gone longer than controlplane.lostAgentGrace) become
 //	           LOST and their task a new attempt when retries remain;
@@ -77,6 +78,9 @@ type Config struct {
 	// woken (default 1 s).
 	Tick  time.Duration
 	Clock clock.Clock
+	// Secrets opens the workspace secrets tasks name (secrets.go); nil
+	// fails every push of a task that names one.
+	Secrets SecretOpener
 }
 
 // deps is what every service of the package shares; read-only after New.
@@ -89,6 +93,7 @@ type deps struct {
 	log     *slog.Logger
 	clock   clock.Clock
 	tick    time.Duration
+	secrets SecretOpener
 }
 
 func (d *deps) now() time.Time { return d.clock.Now() }
@@ -139,7 +144,7 @@ func New(cfg Config) (*Service, error) {
 		cfg.Tick = time.Second
 	}
 	d := &deps{store: cfg.Store, redis: cfg.Redis, config: cfg.Config, agentsF: cfg.Agents, logins: cfg.RegistryLogins, log: cfg.Log,
-		clock: clock.OrReal(cfg.Clock), tick: cfg.Tick}
+		clock: clock.OrReal(cfg.Clock), tick: cfg.Tick, secrets: cfg.Secrets}
 	q := &queue{d: d}
 	ev := newEvents(d)
 	sch := newScheduler(d, q, ev)

@@ -45,6 +45,9 @@ func (s *Submitter) resolve(ctx context.Context, workspaceID string, in *v1.Task
 	if err := s.checkSecurity(spec); err != nil {
 		return nil, "", err
 	}
+	if err := s.checkSecrets(ctx, workspaceID, spec); err != nil {
+		return nil, "", err
+	}
 	note, err = s.checkFits(ctx, workspaceID, spec)
 	if err != nil {
 		return nil, "", err
@@ -112,6 +115,7 @@ func (s *Submitter) fillAndCheck(spec *v1.TaskSpec, key string) []error {
 	if spec.Cwd != "" && !strings.HasPrefix(spec.Cwd, "/") {
 		bad("cwd %q: not an absolute path", spec.Cwd)
 	}
+	errs = append(errs, checkSecretNames(spec)...)
 	return errs
 }
 

@@ -302,9 +302,15 @@ type TaskSpec struct {
 	Timeout *durationpb.Duration `protobuf:"bytes,9,opt,name=timeout,proto3" json:"timeout,omitempty"`
 	// How many new attempts a task gets when the machine running it is lost.
 	// A non-zero exit is the task's result and is not retried.
-	Retries       int32  `protobuf:"varint,10,opt,name=retries,proto3" json:"retries,omitempty"`
-	User          string `protobuf:"bytes,11,opt,name=user,proto3" json:"user,omitempty"`
-	Cwd           string `protobuf:"bytes,12,opt,name=cwd,proto3" json:"cwd,omitempty"`
+	Retries int32  `protobuf:"varint,10,opt,name=retries,proto3" json:"retries,omitempty"`
+	User    string `protobuf:"bytes,11,opt,name=user,proto3" json:"user,omitempty"`
+	Cwd     string `protobuf:"bytes,12,opt,name=cwd,proto3" json:"cwd,omitempty"`
+	// Names of workspace secrets (levers9 secret put) whose keys become
+	// environment variables of this task only, each key the variable's name.
+	// Only the names are stored with the task; the controlplane opens the
+	// values when it pushes an attempt to its machine. A key may not also be
+	// in env or in another listed secret.
+	Secrets       []string `protobuf:"bytes,60,rep,name=secrets,proto3" json:"secrets,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -421,6 +427,13 @@ func (x *TaskSpec) GetCwd() string {
 		return x.Cwd
 	}
 	return ""
+}
+
+func (x *TaskSpec) GetSecrets() []string {
+	if x != nil {
+		return x.Secrets
+	}
+	return nil
 }
 
 type Attempt struct {
@@ -1724,7 +1737,7 @@ var File_api_levers9_v1_task_proto protoreflect.FileDescriptor
 const file_api_levers9_v1_task_proto_rawDesc = "" +
 	"\n" +
 	"\x19api/levers9/v1/task.proto\x12\n" +
-	"levers9.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x9d\x03\n" +
+	"levers9.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xb7\x03\n" +
 	"\bTaskSpec\x12\x14\n" +
 	"\x05image\x18\x01 \x01(\tR\x05image\x12\x18\n" +
 	"\acommand\x18\x02 \x03(\tR\acommand\x12/\n" +
@@ -1739,7 +1752,8 @@ const file_api_levers9_v1_task_proto_rawDesc = "" +
 	"\aretries\x18\n" +
 	" \x01(\x05R\aretries\x12\x12\n" +
 	"\x04user\x18\v \x01(\tR\x04user\x12\x10\n" +
-	"\x03cwd\x18\f \x01(\tR\x03cwd\x1a6\n" +
+	"\x03cwd\x18\f \x01(\tR\x03cwd\x12\x18\n" +
+	"\asecrets\x18< \x03(\tR\asecrets\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xce\x04\n" +

@@ -396,7 +396,12 @@ type TaskAttempt struct {
 	ImageRegistry string `protobuf:"bytes,14,opt,name=image_registry,json=imageRegistry,proto3" json:"image_registry,omitempty"`
 	// The workspace's login to the image's registry, if it has one: for this
 	// attempt's pull only. Never logged, stored or echoed by the agent.
-	RegistryAuth  *RegistryAuth `protobuf:"bytes,50,opt,name=registry_auth,json=registryAuth,proto3" json:"registry_auth,omitempty"`
+	RegistryAuth *RegistryAuth `protobuf:"bytes,50,opt,name=registry_auth,json=registryAuth,proto3" json:"registry_auth,omitempty"`
+	// The task's secrets as KEY=VALUE, opened by the controlplane for this
+	// push only and added to the container's environment after env. Never
+	// logged, reported, or written to disk by the agent beyond the moment the
+	// runtime needs it.
+	SecretEnv     []string `protobuf:"bytes,60,rep,name=secret_env,json=secretEnv,proto3" json:"secret_env,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -532,6 +537,13 @@ func (x *TaskAttempt) GetImageRegistry() string {
 func (x *TaskAttempt) GetRegistryAuth() *RegistryAuth {
 	if x != nil {
 		return x.RegistryAuth
+	}
+	return nil
+}
+
+func (x *TaskAttempt) GetSecretEnv() []string {
+	if x != nil {
+		return x.SecretEnv
 	}
 	return nil
 }
@@ -1432,7 +1444,7 @@ const file_api_levers9_agent_v1_agent_proto_rawDesc = "" +
 	"\fPingResponse\x12\x1d\n" +
 	"\n" +
 	"machine_id\x18\x01 \x01(\tR\tmachineId\x12\x18\n" +
-	"\apayload\x18\x02 \x01(\fR\apayload\"\xfa\x03\n" +
+	"\apayload\x18\x02 \x01(\fR\apayload\"\x99\x04\n" +
 	"\vTaskAttempt\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12\x18\n" +
 	"\aattempt\x18\x02 \x01(\x05R\aattempt\x12\x12\n" +
@@ -1451,7 +1463,9 @@ const file_api_levers9_agent_v1_agent_proto_rawDesc = "" +
 	"\atimeout\x18\f \x01(\v2\x19.google.protobuf.DurationR\atimeout\x128\n" +
 	"\bsecurity\x18\r \x01(\v2\x1c.levers9.v1.SecuritySettingsR\bsecurity\x12%\n" +
 	"\x0eimage_registry\x18\x0e \x01(\tR\rimageRegistry\x12C\n" +
-	"\rregistry_auth\x182 \x01(\v2\x1e.levers9.agent.v1.RegistryAuthR\fregistryAuth\"Z\n" +
+	"\rregistry_auth\x182 \x01(\v2\x1e.levers9.agent.v1.RegistryAuthR\fregistryAuth\x12\x1d\n" +
+	"\n" +
+	"secret_env\x18< \x03(\tR\tsecretEnv\"Z\n" +
 	"\fRegistryAuth\x12\x12\n" +
 	"\x04host\x18\x01 \x01(\tR\x04host\x12\x1a\n" +
 	"\busername\x18\x02 \x01(\tR\busername\x12\x1a\n" +
