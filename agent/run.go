@@ -164,15 +164,18 @@ func NewAgent(o RunOptions) (*Agent, error) {
 // MachineID is the machine this agent is.
 func (a *Agent) MachineID() string { return a.settings.MachineID }
 
-// Start removes what an earlier agent left (its attempts are reported
-// lost by their absence from the heartbeat), starts the Runner, and
-// connects (and keeps reconnecting) in the background. ctx is the shutdown
-// context: its end detaches running containers instead of killing them.
+// Start goes on with the attempts an earlier agent left running (their
+// containers outlive it: it reattaches their output and reports them
+// running again), removes everything else it left (attempts whose
+// container is gone are reported lost by their absence from the
+// heartbeat), starts the Runner, and connects (and keeps reconnecting) in
+// the background. ctx is the shutdown context: its end detaches running
+// containers instead of killing them.
 func (a *Agent) Start(ctx context.Context) error {
 	if a.tasks != nil {
-		lost, err := a.o.Runner.Reconcile(ctx)
+		found, lost, err := a.o.Runner.Recover(ctx)
 		for _, l := range lost {
-			a.o.Log.Warn("attempt lost by an earlier agent: container removed", "task_id", l.TaskID, "attempt", l.Attempt,
+			a.o.Log.Warn("attempt lost by an earlier agent: its container is gone", "task_id", l.TaskID, "attempt", l.Attempt,
 				"pool", l.Pool, "container_id", l.ContainerID, "started", l.Started)
 		}
 		if err != nil {
@@ -182,6 +185,14 @@ func (a *Agent) Start(ctx context.Context) error {
 			return err
 		}
 		a.tasks.start(ctx)
+		for _, rc := range found {
+			// Held before the first heartbeat, so the controlplane sees
+			// them still running.
+			if err := a.tasks.resume(rc); err != nil {
+				a.o.Log.Error("could not resume an attempt an earlier agent left running", "task_id", rc.Task.ID,
+					"attempt", rc.Task.Attempt, "pool", rc.Task.Pool, "err", err)
+			}
+		}
 	}
 	a.cp.Connect()
 	return a.auto.Start(ctx)

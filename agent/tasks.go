@@ -149,13 +149,48 @@ func (t *tasks) run(a *agentv1.TaskAttempt) (alreadyRunning bool, err error) {
 	if _, ok := t.finished[key]; ok {
 		return true, nil
 	}
+	t.holdLocked(key, task, newReportQueue(t.cfg), func(ctx context.Context, out taskrun.Output) (taskrun.Result, error) {
+		return t.runner.Run(ctx, task, out)
+	})
+	return false, nil
+}
+
+// resume holds an attempt an earlier agent started and left running
+// (taskrun.Runner.Recover found it): it goes on reporting from the record
+// after the last one the controlplane acknowledged.
+func (t *tasks) resume(rc taskrun.Recovered) error {
+	key := attemptKey{rc.Task.ID, int32(rc.Task.Attempt)}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.ctx == nil || t.stopped || t.ctx.Err() != nil {
+		return fmt.Errorf("resume task %s: agent not started or stopping: %w", key, errdefs.ErrUnavailable)
+	}
+	if _, ok := t.held[key]; ok {
+		return fmt.Errorf("resume task %s: %w", key, errdefs.ErrAlreadyExists)
+	}
+	t.holdLocked(key, rc.Task, resumedReportQueue(t.cfg, rc.Shipped), func(ctx context.Context, out taskrun.Output) (taskrun.Result, error) {
+		return t.runner.Resume(ctx, rc, out)
+	})
+	return nil
+}
+
+// runFunc runs or resumes an attempt with the Runner.
+type runFunc func(ctx context.Context, out taskrun.Output) (taskrun.Result, error)
+
+// holdLocked holds an attempt and starts its reporter and its run.
+func (t *tasks) holdLocked(key attemptKey, task taskrun.Task, q *reportQueue, run runFunc) {
 	killCtx, cancel := context.WithCancel(context.WithoutCancel(t.ctx))
-	h := &held{key: key, cancel: cancel, q: newReportQueue(t.cfg)}
+	h := &held{key: key, cancel: cancel, q: q}
 	t.held[key] = h
 	t.wg.Add(2)
-	log := t.log.With("task_id", a.TaskId, "attempt", a.Attempt, "pool", task.Pool)
-	rep := &reporter{taskID: a.TaskId, attempt: a.Attempt, q: h.q, send: t.send, clock: t.clock, log: log,
-		onStop: func() { h.kill("stopped by the controlplane") }}
+	log := t.log.With("task_id", key.taskID, "attempt", key.attempt, "pool", task.Pool)
+	rep := &reporter{taskID: key.taskID, attempt: key.attempt, q: h.q, send: t.send, clock: t.clock, log: log,
+		onStop: func() { h.kill("stopped by the controlplane") },
+		onShipped: func(s taskrun.Shipped) {
+			if err := t.runner.SaveShipped(key.taskID, int(key.attempt), s); err != nil {
+				log.Warn("could not save how far the attempt's output was shipped", "err", err)
+			}
+		}}
 	ctx := t.ctx
 	go func() {
 		defer t.wg.Done()
@@ -165,17 +200,16 @@ func (t *tasks) run(a *agentv1.TaskAttempt) (alreadyRunning bool, err error) {
 	go func() {
 		defer t.wg.Done()
 		defer cancel()
-		t.execute(killCtx, h, task, log)
+		t.execute(killCtx, h, task, run, log)
 	}()
-	return false, nil
 }
 
 // execute runs the attempt and queues its records.
-func (t *tasks) execute(ctx context.Context, h *held, task taskrun.Task, log *slog.Logger) {
+func (t *tasks) execute(ctx context.Context, h *held, task taskrun.Task, run runFunc, log *slog.Logger) {
 	var failMsg string
 	out := taskrun.Output{
 		Logs: taskrun.LogSinkFunc(func(_ context.Context, l taskrun.LogLine) error {
-			h.q.pushLog(logRecord(l))
+			h.q.pushLogAt(logRecord(l), lineEnd{stream: l.Stream, end: l.End})
 			return nil
 		}),
 		Events: func(e taskrun.Event) {
@@ -191,7 +225,7 @@ func (t *tasks) execute(ctx context.Context, h *held, task taskrun.Task, log *sl
 			}
 		},
 	}
-	res, err := t.runner.Run(ctx, task, out)
+	res, err := run(ctx, out)
 	if errors.Is(err, taskrun.ErrDetached) || (err != nil && errdefs.IsUnavailable(err) && res.State == taskrun.StatePending) {
 		// The agent is shutting down: the container (if any) keeps
 		// running, and the next agent's Reconcile finds it.
