@@ -3,6 +3,7 @@ package agents
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -54,7 +55,7 @@ func (s *controlplaneService) Heartbeat(ctx context.Context, req *agentv1.Heartb
 			s.r.cfg.Log.Warn("egress report not kept", "machine_id", id, "err", err)
 		}
 	}
-	resp := &agentv1.HeartbeatResponse{IntervalSeconds: 10}
+	resp := &agentv1.HeartbeatResponse{IntervalSeconds: 10, LeaseSeconds: uint32(s.r.cfg.LostGrace.Round(time.Second) / time.Second)}
 	if t := s.r.cfg.Tasks; t != nil {
 		stop, err := t.Running(ctx, id, req.GetRunning())
 		if err != nil {

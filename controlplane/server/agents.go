@@ -32,7 +32,7 @@ func (s *Server) startAgents(ctx context.Context) error {
 		Addr: s.cfg.Controlplane.TunnelAddr, Hosts: hosts, CA: ca, CertTTL: s.cfg.Controlplane.CertTTL(),
 		Store: s.store, Redis: s.bus.Redis(), Bus: s.bus, Log: s.log.With("component", "agents"), Registerer: s.reg,
 		Tasks: s.tasks, ResetKey: s.resetKey(), ReplicaSecret: secret, PreviousReplicaSecrets: previous,
-		MaxHandshakesPerSource: s.cfg.Controlplane.TunnelMaxHandshakesPerSource,
+		MaxHandshakesPerSource: s.cfg.Controlplane.TunnelMaxHandshakesPerSource, LostGrace: s.cfg.Controlplane.LostGrace(),
 	})
 	if err != nil {
 		return err

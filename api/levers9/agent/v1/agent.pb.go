@@ -113,7 +113,12 @@ type HeartbeatResponse struct {
 	RenewCertificate bool `protobuf:"varint,2,opt,name=renew_certificate,json=renewCertificate,proto3" json:"renew_certificate,omitempty"`
 	// Attempts the agent runs that the controlplane does not want (cancelled,
 	// already finished elsewhere, unknown): kill them.
-	Stop          []*RunningAttempt `protobuf:"bytes,3,rep,name=stop,proto3" json:"stop,omitempty"`
+	Stop []*RunningAttempt `protobuf:"bytes,3,rep,name=stop,proto3" json:"stop,omitempty"`
+	// The agent's lease, in seconds (controlplane.lostAgentGrace): an agent
+	// that reaches no controlplane for this long kills the containers of its
+	// attempts, since the controlplane gives them up and retries them
+	// elsewhere. 0: keep the lease the agent has.
+	LeaseSeconds  uint32 `protobuf:"varint,80,opt,name=lease_seconds,json=leaseSeconds,proto3" json:"lease_seconds,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -167,6 +172,13 @@ func (x *HeartbeatResponse) GetStop() []*RunningAttempt {
 		return x.Stop
 	}
 	return nil
+}
+
+func (x *HeartbeatResponse) GetLeaseSeconds() uint32 {
+	if x != nil {
+		return x.LeaseSeconds
+	}
+	return 0
 }
 
 type RenewCertificateRequest struct {
@@ -1164,11 +1176,12 @@ const file_api_levers9_agent_v1_agent_proto_rawDesc = "" +
 	"\tinventory\x18\x02 \x01(\v2\x15.levers9.v1.InventoryR\tinventory\x123\n" +
 	"\asent_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x06sentAt\x12@\n" +
 	"\regress_report\x18\x04 \x01(\v2\x1b.levers9.v1.ReadinessReportR\fegressReport\x12:\n" +
-	"\arunning\x18\x05 \x03(\v2 .levers9.agent.v1.RunningAttemptR\arunning\"\xa1\x01\n" +
+	"\arunning\x18\x05 \x03(\v2 .levers9.agent.v1.RunningAttemptR\arunning\"\xc6\x01\n" +
 	"\x11HeartbeatResponse\x12)\n" +
 	"\x10interval_seconds\x18\x01 \x01(\x05R\x0fintervalSeconds\x12+\n" +
 	"\x11renew_certificate\x18\x02 \x01(\bR\x10renewCertificate\x124\n" +
-	"\x04stop\x18\x03 \x03(\v2 .levers9.agent.v1.RunningAttemptR\x04stop\"2\n" +
+	"\x04stop\x18\x03 \x03(\v2 .levers9.agent.v1.RunningAttemptR\x04stop\x12#\n" +
+	"\rlease_seconds\x18P \x01(\rR\fleaseSeconds\"2\n" +
 	"\x17RenewCertificateRequest\x12\x17\n" +
 	"\acsr_pem\x18\x01 \x01(\tR\x06csrPem\"~\n" +
 	"\x18RenewCertificateResponse\x12'\n" +
