@@ -323,6 +323,25 @@ func (t *tasks) cancel(taskID string, attempt int32, reason string) bool {
 	return true
 }
 
+// killAll kills every held attempt whose run has not ended and returns
+// how many it killed.
+func (t *tasks) killAll(reason string) int {
+	t.mu.Lock()
+	hs := make([]*held, 0, len(t.held))
+	for _, h := range t.held {
+		hs = append(hs, h)
+	}
+	t.mu.Unlock()
+	n := 0
+	for _, h := range hs {
+		if h.killReason() == "" {
+			n++
+		}
+		h.kill(reason)
+	}
+	return n
+}
+
 // list returns every held attempt, sorted.
 func (t *tasks) list() []*agentv1.RunningAttempt {
 	t.mu.Lock()
