@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -125,5 +126,64 @@ func TestAgentRestartKeepsTasks(t *testing.T) {
 				t.Fatalf("attempts: %+v", ts[0].Attempts)
 			}
 		})
+	}
+}
+
+// containerRunning reports whether a process `sh -c SCRIPT` whose script
+// holds marker runs on the host (the container's, not the CLI's).
+func containerRunning(t *testing.T, marker string) bool {
+	t.Helper()
+	procs, err := filepath.Glob("/proc/[0-9]*/cmdline")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range procs {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			continue
+		}
+		args := strings.Split(string(b), "\x00")
+		if len(args) >= 3 && args[0] == "sh" && args[1] == "-c" && strings.Contains(args[2], marker) {
+			return true
+		}
+	}
+	return false
+}
+
+// TestAgentLeaseStopsPartitionedTasks cuts the agent off the controlplane
+// (the controlplane stops) while a task runs: once the lease (the
+// controlplane's lostAgentGrace) runs out, the agent kills the container,
+// since the controlplane gives the attempt up and may run it elsewhere.
+func TestAgentLeaseStopsPartitionedTasks(t *testing.T) {
+	w := setupRestartWorld(t, "4s")
+	marker := fmt.Sprintf("lease-%d", time.Now().UnixNano())
+	r := w.start(t, "run", "--", "sh", "-c", "echo "+marker+"; while true; do echo tick; sleep 0.2; done")
+	controlplanetest.Eventually(t, 60*time.Second, "task started", func() bool {
+		so, _ := r.out()
+		return strings.Contains(so, marker)
+	})
+	if !containerRunning(t, marker) {
+		t.Fatal("no container process found for the running task")
+	}
+	// The lease is not a timeout: a connected agent keeps its task.
+	time.Sleep(6 * time.Second)
+	if !containerRunning(t, marker) {
+		t.Fatalf("the task's container stopped while its agent was connected\nagent:\n%s", w.out.String())
+	}
+	w.in.Server.Stop()
+	stopped := time.Now()
+	// Lease (4 s), then the kill's grace (10 s) before SIGKILL.
+	deadline := time.Now().Add(40 * time.Second)
+	for containerRunning(t, marker) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the container still runs %s after the controlplane went away\nagent:\n%s", time.Since(stopped).Round(time.Second), w.out.String())
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if gone := time.Since(stopped); gone < 4*time.Second {
+		t.Fatalf("the container stopped %s after the controlplane went away, before the lease ran out", gone)
+	}
+	if !strings.Contains(w.out.String(), "lease expired") {
+		t.Fatalf("the agent did not say why it killed the task\nagent:\n%s", w.out.String())
 	}
 }
