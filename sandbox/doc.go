@@ -6,7 +6,9 @@
 // log-mode reader that attributes kernel audit records to tasks, and reading
 // a container cgroup's memory and pids event counters after it exits
 // (Handle.LimitKills; runc runs with --keep so the cgroup outlives the
-// process until Delete).
+// process until Delete). Containers run under a holder process in their own
+// session, with output and exit status in files, so they outlive the agent
+// and a restarted agent can adopt them (Sandbox.Reattach).
 //
 // It must never loosen what a pool asks for (a task may only tighten), never
 // report a control as applied when the runtime ignores it (see Effective),
