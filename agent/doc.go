@@ -7,7 +7,11 @@
 // state) that are resent until acknowledged, so a controlplane restart
 // loses nothing, and whose unsent output is bounded (the oldest lines go,
 // counted). An attempt is held, and listed in every heartbeat, from the
-// RunTask that took it until its terminal record is acknowledged.
+// RunTask that took it until its terminal record is acknowledged. A
+// restarted agent holds again the attempts whose containers the previous
+// one left running and reports them from the record after the last one
+// acknowledged. The lease: with no heartbeat answered for longer than the
+// controlplane's lostAgentGrace, the agent kills its attempts' containers.
 //
 // It dials out and never listens on a network port. It never imports the
 // controlplane; it talks to it only through api/ over the tunnel or the
