@@ -16,6 +16,23 @@ import (
 	"github.com/levers9/levers9/sandbox/image/build"
 )
 
+// demoImage starts a registry where the boxes reach the host, pushes a
+// busybox image to it, and makes it the image of tasks that name none.
+func (w *taskWorld) demoImage(t *testing.T, c *config.Config) {
+	t.Helper()
+	reg, err := devstack.StartRegistry(context.Background(), filepath.Join(t.TempDir(), "registry"), c.Controlplane.PublicHost, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = reg.Stop() })
+	w.registry = reg.Addr()
+	res, err := build.BuildBusybox(context.Background(), reg.Addr(), "levers9/demo", "e2e", nil, build.Options{Insecure: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Worker.DefaultImage = res.Ref
+}
+
 // restartWorld is a controlplane with one machine, its agent run by the
 // join script in a box, which the tests stop and start again.
 type restartWorld struct {
@@ -34,17 +51,7 @@ func setupRestartWorld(t *testing.T, grace string) *restartWorld {
 	w := &taskWorld{runs: map[string]machineRun{}}
 	w.joinWorld = setupJoinWorldWith(t, func(c *config.Config) {
 		c.Controlplane.LostAgentGrace = grace
-		reg, err := devstack.StartRegistry(context.Background(), filepath.Join(t.TempDir(), "registry"), c.Controlplane.PublicHost, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = reg.Stop() })
-		w.registry = reg.Addr()
-		res, err := build.BuildBusybox(context.Background(), reg.Addr(), "levers9/demo", "e2e", nil, build.Options{Insecure: true})
-		if err != nil {
-			t.Fatal(err)
-		}
-		c.Worker.DefaultImage = res.Ref
+		w.demoImage(t, c)
 	})
 	w.boxes = []*box{w.joinWorld.box}
 	out, errOut, err := w.cli(t, "machine", "create", "--pool", "default", "--name", "restarts")
