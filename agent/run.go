@@ -320,7 +320,7 @@ func (a *Agent) watchLease() {
 			expired = false
 			continue
 		}
-		n := a.tasks.killAll(fmt.Sprintf("killed by this machine's agent: no contact with the controlplane for %s, longer than its lease of %s", away.Round(time.Second), lease))
+		n := a.tasks.loseAll(fmt.Sprintf("killed by this machine's agent: no contact with the controlplane for %s, longer than its lease of %s", away.Round(time.Second), lease))
 		if n > 0 || !expired {
 			a.o.Log.Warn("lease expired: the controlplane gives up this machine's attempts; killing their containers",
 				"machine_id", a.settings.MachineID, "away", away.Round(time.Second).String(), "lease", lease.String(), "attempts", n)

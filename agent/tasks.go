@@ -44,9 +44,12 @@ type held struct {
 	key    attemptKey
 	cancel context.CancelFunc
 	q      *reportQueue
-	// cancelMu guards reason, the first reason the attempt was killed.
+	// cancelMu guards reason, the first reason the attempt was killed,
+	// and lost, set when the lease killed it (it ends LOST, not CANCELLED:
+	// the controlplane gave it up, and retries it when it may).
 	cancelMu sync.Mutex
 	reason   string
+	lost     bool
 }
 
 func (h *held) kill(reason string) {
@@ -56,6 +59,22 @@ func (h *held) kill(reason string) {
 	}
 	h.cancelMu.Unlock()
 	h.cancel()
+}
+
+// killLost kills the attempt as lost (the lease ran out).
+func (h *held) killLost(reason string) {
+	h.cancelMu.Lock()
+	if h.reason == "" {
+		h.reason, h.lost = reason, true
+	}
+	h.cancelMu.Unlock()
+	h.cancel()
+}
+
+func (h *held) killedLost() bool {
+	h.cancelMu.Lock()
+	defer h.cancelMu.Unlock()
+	return h.lost
 }
 
 func (h *held) killReason() string {
@@ -246,6 +265,9 @@ func (t *tasks) execute(ctx context.Context, h *held, task taskrun.Task, run run
 		}
 	case taskrun.StateCancelled:
 		u.Message = cmp.Or(h.killReason(), "cancelled")
+		if h.killedLost() {
+			u.State = v1.AttemptState_ATTEMPT_STATE_LOST
+		}
 	case taskrun.StateTimedOut:
 		u.Message = fmt.Sprintf("killed after the task's %s timeout", task.Timeout)
 	default:
@@ -323,9 +345,9 @@ func (t *tasks) cancel(taskID string, attempt int32, reason string) bool {
 	return true
 }
 
-// killAll kills every held attempt whose run has not ended and returns
-// how many it killed.
-func (t *tasks) killAll(reason string) int {
+// loseAll kills every held attempt as lost and returns how many it had
+// not killed before.
+func (t *tasks) loseAll(reason string) int {
 	t.mu.Lock()
 	hs := make([]*held, 0, len(t.held))
 	for _, h := range t.held {
@@ -337,7 +359,7 @@ func (t *tasks) killAll(reason string) int {
 		if h.killReason() == "" {
 			n++
 		}
-		h.kill(reason)
+		h.killLost(reason)
 	}
 	return n
 }

@@ -32,7 +32,9 @@ func setupTaskWorld(t *testing.T) *taskWorld {
 	t.Helper()
 	w := &taskWorld{runs: map[string]machineRun{}}
 	w.joinWorld = setupJoinWorldWith(t, func(c *config.Config) {
-		c.Controlplane.LostAgentGrace = "2s"
+		// Long enough for the controlplane restart below: an agent that
+		// reaches no controlplane for longer kills its tasks (its lease).
+		c.Controlplane.LostAgentGrace = "15s"
 		w.demoImage(t, c)
 	})
 	b1 := w.joinWorld.box
