@@ -480,7 +480,7 @@ func (r *OCI) Delete(ctx context.Context, id string) error {
 	if started {
 		select {
 		case <-c.done:
-			if r.name == RuntimeRunc {
+			if _, err := os.Stat(filepath.Join(c.dir, "pid")); r.name == RuntimeRunc && err == nil {
 				// Run kept the stopped container: remove it and its cgroup.
 				if _, err := r.exec(ctx, c.dir, c.opts, "delete", "--force", id); err != nil && !errdefs.IsNotFound(err) {
 					return fmt.Errorf("delete container %s: %w", id, err)
