@@ -8,6 +8,7 @@ import (
 
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/levers9/levers9/agent/taskrun"
 	agentv1 "github.com/levers9/levers9/api/levers9/agent/v1"
 	"github.com/levers9/levers9/internal/clock"
 )
@@ -110,10 +111,29 @@ type reportQueue struct {
 	// two goroutines, so a line can be queued after a later-read one;
 	// record times never go back within an attempt.
 	last time.Time
+	// ends are the output file offsets just past each queued log
+	// record's line; shipped is how far acknowledged records reach.
+	ends    map[*agentv1.AttemptRecord]lineEnd
+	shipped taskrun.Shipped
+}
+
+// lineEnd is where a log record's line ends in its stream's file.
+type lineEnd struct {
+	stream taskrun.Stream
+	end    int64
 }
 
 func newReportQueue(cfg ReportConfig) *reportQueue {
-	return &reportQueue{cfg: cfg.withDefaults(), notify: make(chan struct{}, 1)}
+	return &reportQueue{cfg: cfg.withDefaults(), notify: make(chan struct{}, 1), ends: map[*agentv1.AttemptRecord]lineEnd{}}
+}
+
+// resumedReportQueue is the queue of an attempt an earlier agent ran and
+// reported up to s: records are numbered from s.Seq+1, and a RUNNING
+// update the earlier agent delivered is not sent again.
+func resumedReportQueue(cfg ReportConfig, s taskrun.Shipped) *reportQueue {
+	q := newReportQueue(cfg)
+	q.acked, q.shipped = s.Seq, s
+	return q
 }
 
 func (q *reportQueue) wake() {
@@ -126,6 +146,12 @@ func (q *reportQueue) wake() {
 // pushRunning queues the RUNNING update ahead of any output.
 func (q *reportQueue) pushRunning(r *agentv1.AttemptRecord) {
 	q.mu.Lock()
+	if q.acked > 0 || len(q.sent) > 0 {
+		// Record 1, the RUNNING update, went out already (an earlier agent
+		// sent it before it restarted).
+		q.mu.Unlock()
+		return
+	}
 	// Output read while the runtime was still returning is earlier than
 	// the RUNNING event; the container was running then, and record times
 	// should not go back.
@@ -145,13 +171,20 @@ func (q *reportQueue) pushRunning(r *agentv1.AttemptRecord) {
 
 // pushLog queues an output line; when the unsent lines exceed the bounds
 // the oldest go, their count carried on the next one kept.
-func (q *reportQueue) pushLog(r *agentv1.AttemptRecord) {
+func (q *reportQueue) pushLog(r *agentv1.AttemptRecord) { q.pushLogAt(r, lineEnd{}) }
+
+// pushLogAt is pushLog for a line ending at e in its output file.
+func (q *reportQueue) pushLogAt(r *agentv1.AttemptRecord, e lineEnd) {
 	q.mu.Lock()
+	if e.stream != "" {
+		q.ends[r] = e
+	}
 	q.monotonic(r)
 	q.logs = append(q.logs, r)
 	q.logBytes += len(r.GetLog().GetText())
 	for len(q.logs) > 1 && (len(q.logs) > q.cfg.MaxUnsentLogs || q.logBytes > q.cfg.MaxUnsentBytes) {
 		old := q.logs[0].GetLog()
+		delete(q.ends, q.logs[0])
 		q.logs[0] = nil
 		q.logs = q.logs[1:]
 		q.logBytes -= len(old.GetText())
@@ -259,17 +292,30 @@ func (q *reportQueue) batch() (first uint64, records []*agentv1.AttemptRecord) {
 	return q.acked + 1, append([]*agentv1.AttemptRecord(nil), q.sent...)
 }
 
-// ack drops every sent record up to seq.
-func (q *reportQueue) ack(seq uint64) {
+// ack drops every sent record up to seq. It returns how far the
+// acknowledged records reach and whether that moved.
+func (q *reportQueue) ack(seq uint64) (taskrun.Shipped, bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if seq <= q.acked {
-		return
+		return q.shipped, false
 	}
 	n := min(seq-q.acked, uint64(len(q.sent)))
+	for _, r := range q.sent[:n] {
+		if e, ok := q.ends[r]; ok {
+			delete(q.ends, r)
+			if e.stream == taskrun.Stderr {
+				q.shipped.Stderr = max(q.shipped.Stderr, e.end)
+			} else {
+				q.shipped.Stdout = max(q.shipped.Stdout, e.end)
+			}
+		}
+	}
 	clear(q.sent[:n])
 	q.sent = q.sent[n:]
 	q.acked += n
+	q.shipped.Seq = q.acked
+	return q.shipped, n > 0
 }
 
 // done reports whether the terminal record is acknowledged.
@@ -295,6 +341,9 @@ type reporter struct {
 	log     *slog.Logger
 	// onStop runs when the controlplane answers stop=true.
 	onStop func()
+	// onShipped, when set, records how far the acknowledged records reach
+	// (for an agent that restarts while the attempt runs).
+	onShipped func(taskrun.Shipped)
 }
 
 func (r *reporter) run(ctx context.Context) {
@@ -337,7 +386,9 @@ func (r *reporter) run(ctx context.Context) {
 			r.log.Info("attempt report delivered again", "first_seq", first)
 			failing = false
 		}
-		r.q.ack(resp.AckedSeq)
+		if s, moved := r.q.ack(resp.AckedSeq); moved && r.onShipped != nil {
+			r.onShipped(s)
+		}
 		if resp.Stop && r.onStop != nil {
 			r.onStop()
 		}

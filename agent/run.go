@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -71,6 +72,14 @@ type RunOptions struct {
 	// DefaultMetricsInterval) unless a heartbeat answer names another.
 	Metrics         *Metrics
 	MetricsInterval time.Duration
+	// Lease is how long the agent runs its attempts without reaching the
+	// controlplane before it kills their containers (the controlplane
+	// gives them up after controlplane.lostAgentGrace and retries them
+	// elsewhere). Each heartbeat answer replaces it with the
+	// controlplane's grace; this is the lease until the first answer
+	// (default 30 s, the grace's default). Heartbeats go at least every
+	// third of the lease.
+	Lease time.Duration
 	// Floor is the operator's --min-* flags: the loosest security this
 	// machine runs. Settings left empty keep the floor saved in the state
 	// directory (none at first).
@@ -103,6 +112,14 @@ type Agent struct {
 	metricsWake chan struct{}
 	metricsStop context.CancelFunc
 	metricsDone chan struct{}
+	// lease (a time.Duration) and contact (the clock's UnixNano of the
+	// last heartbeat answer) drive the lease watchdog.
+	lease   atomic.Int64
+	contact atomic.Int64
+	// watchStop ends the watchdog; watchDone closes when it returned.
+	watchStop chan struct{}
+	watchDone chan struct{}
+	watchOnce sync.Once
 }
 
 // NewAgent loads the state written by Join.
@@ -119,12 +136,19 @@ func NewAgent(o RunOptions) (*Agent, error) {
 	if o.MetricsInterval <= 0 {
 		o.MetricsInterval = DefaultMetricsInterval
 	}
+	if o.Lease == 0 {
+		o.Lease = 30 * time.Second
+	}
+	if o.Lease < 0 {
+		return nil, fmt.Errorf("--lease: %v is negative: %w", o.Lease, errdefs.ErrInvalidArgument)
+	}
 	o.Clock = clock.OrReal(o.Clock)
 	st, err := o.State.Settings()
 	if err != nil {
 		return nil, err
 	}
-	a := &Agent{o: o, settings: st, metricsWake: make(chan struct{}, 1)}
+	a := &Agent{o: o, settings: st, metricsWake: make(chan struct{}, 1), watchStop: make(chan struct{}), watchDone: make(chan struct{})}
+	a.lease.Store(int64(o.Lease))
 	if a.floor, err = o.State.resolveFloor(o.Floor); err != nil {
 		return nil, err
 	}
@@ -188,15 +212,18 @@ func NewAgent(o RunOptions) (*Agent, error) {
 // MachineID is the machine this agent is.
 func (a *Agent) MachineID() string { return a.settings.MachineID }
 
-// Start removes what an earlier agent left (its attempts are reported
-// lost by their absence from the heartbeat), starts the Runner, and
-// connects (and keeps reconnecting) in the background. ctx is the shutdown
-// context: its end detaches running containers instead of killing them.
+// Start goes on with the attempts an earlier agent left running (their
+// containers outlive it: it reattaches their output and reports them
+// running again), removes everything else it left (attempts whose
+// container is gone are reported lost by their absence from the
+// heartbeat), starts the Runner, and connects (and keeps reconnecting) in
+// the background. ctx is the shutdown context: its end detaches running
+// containers instead of killing them.
 func (a *Agent) Start(ctx context.Context) error {
 	if a.tasks != nil {
-		lost, err := a.o.Runner.Reconcile(ctx)
+		found, lost, err := a.o.Runner.Recover(ctx)
 		for _, l := range lost {
-			a.o.Log.Warn("attempt lost by an earlier agent: container removed", "task_id", l.TaskID, "attempt", l.Attempt,
+			a.o.Log.Warn("attempt lost by an earlier agent: its container is gone", "task_id", l.TaskID, "attempt", l.Attempt,
 				"pool", l.Pool, "container_id", l.ContainerID, "started", l.Started)
 		}
 		if err != nil {
@@ -206,6 +233,16 @@ func (a *Agent) Start(ctx context.Context) error {
 			return err
 		}
 		a.tasks.start(ctx)
+		a.contact.Store(a.o.Clock.Now().UnixNano())
+		go a.watchLease()
+		for _, rc := range found {
+			// Held before the first heartbeat, so the controlplane sees
+			// them still running.
+			if err := a.tasks.resume(rc); err != nil {
+				a.o.Log.Error("could not resume an attempt an earlier agent left running", "task_id", rc.Task.ID,
+					"attempt", rc.Task.Attempt, "pool", rc.Task.Pool, "err", err)
+			}
+		}
 	}
 	a.cp.Connect()
 	if err := a.auto.Start(ctx); err != nil {
@@ -226,6 +263,10 @@ func (a *Agent) Stop() {
 	if a.metricsStop != nil {
 		a.metricsStop()
 		<-a.metricsDone
+	}
+	a.watchOnce.Do(func() { close(a.watchStop) })
+	if a.tasks != nil && a.contact.Load() != 0 {
+		<-a.watchDone
 	}
 	a.auto.Stop()
 	a.srv.Stop()
@@ -251,8 +292,6 @@ func (a *Agent) onSession(ctx context.Context, s tunnel.Session) {
 	cp := agentv1.NewControlplaneClient(conn)
 	var lastInv *v1.Inventory
 	lastInvSent := time.Time{}
-	t := a.o.Clock.NewTicker(a.o.HeartbeatInterval)
-	defer t.Stop()
 	for {
 		req := &agentv1.HeartbeatRequest{AgentVersion: a.o.Version, SentAt: timestamppb.New(a.o.Clock.Now())}
 		inv := a.collect(ctx)
@@ -274,6 +313,10 @@ func (a *Agent) onSession(ctx context.Context, s tunnel.Session) {
 		case err != nil && ctx.Err() == nil:
 			a.o.Log.Warn("heartbeat failed", "err", err)
 		case err == nil:
+			a.contact.Store(a.o.Clock.Now().UnixNano())
+			if resp.LeaseSeconds > 0 {
+				a.lease.Store(int64(time.Duration(resp.LeaseSeconds) * time.Second))
+			}
 			if req.Inventory != nil {
 				lastInv, lastInvSent = inv, a.o.Clock.Now()
 			}
@@ -292,8 +335,39 @@ func (a *Agent) onSession(ctx context.Context, s tunnel.Session) {
 			return
 		case <-s.Done():
 			return
+		case <-a.o.Clock.After(min(a.o.HeartbeatInterval, time.Duration(a.lease.Load())/3)):
+		}
+	}
+}
+
+// watchLease kills the containers of every held attempt once the agent
+// has not reached the controlplane for longer than its lease: by then the
+// controlplane has given them up and may run them elsewhere, and one
+// attempt must never run twice at once. Attempts the controlplane still
+// counts as this agent's are not affected while heartbeats get answers.
+func (a *Agent) watchLease() {
+	defer close(a.watchDone)
+	t := a.o.Clock.NewTicker(time.Second)
+	defer t.Stop()
+	expired := false
+	for {
+		select {
+		case <-a.watchStop:
+			return
 		case <-t.C():
 		}
+		lease := time.Duration(a.lease.Load())
+		away := a.o.Clock.Now().Sub(time.Unix(0, a.contact.Load()))
+		if away <= lease {
+			expired = false
+			continue
+		}
+		n := a.tasks.loseAll(fmt.Sprintf("killed by this machine's agent: no contact with the controlplane for %s, longer than its lease of %s", away.Round(time.Second), lease))
+		if n > 0 || !expired {
+			a.o.Log.Warn("lease expired: the controlplane gives up this machine's attempts; killing their containers",
+				"machine_id", a.settings.MachineID, "away", away.Round(time.Second).String(), "lease", lease.String(), "attempts", n)
+		}
+		expired = true
 	}
 }
 
@@ -408,6 +482,7 @@ func runCmd(ctx context.Context, args []string, _, stderr io.Writer) error {
 	fs.StringVar(&floor.Seccomp, "min-seccomp", "", "refuse tasks whose seccomp is below this: off < log < enforce (default: the saved floor, else none)")
 	fs.StringVar(&floor.Egress, "min-egress", "", "refuse tasks whose egress mode is below this: observe < enforce (default: the saved floor, else none)")
 	metricsEvery := fs.Duration("metrics-interval", DefaultMetricsInterval, "how often to send a metrics snapshot to the controlplane (unless it asks for another interval: controlplane.metrics.workerInterval)")
+	lease := fs.Duration("lease", 0, "how long tasks run without reaching the controlplane before their containers are killed, until the controlplane says its controlplane.lostAgentGrace (default 30s)")
 	fs.StringVar(&nc.RunscPath, "runsc", "", "the runsc binary runsc pools run with (default: "+PinnedRunsc+" when installed, else runsc on PATH)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -426,7 +501,7 @@ func runCmd(ctx context.Context, args []string, _, stderr io.Writer) error {
 	nc.Registries, nc.InsecureRegistries, nc.Resolvers = splitList(*registries), splitList(*insecure), splitList(*resolvers)
 	log := slog.New(slog.NewJSONHandler(stderr, nil))
 	o := RunOptions{State: State{Dir: *stateDir}, Log: log, Version: Version, Floor: floor,
-		Metrics: NewMetrics(), MetricsInterval: *metricsEvery}
+		Metrics: NewMetrics(), MetricsInterval: *metricsEvery, Lease: *lease}
 	if *tunnelAddr != "" {
 		o.TunnelAddrs = []string{*tunnelAddr}
 	}

@@ -44,9 +44,12 @@ type held struct {
 	key    attemptKey
 	cancel context.CancelFunc
 	q      *reportQueue
-	// cancelMu guards reason, the first reason the attempt was killed.
+	// cancelMu guards reason, the first reason the attempt was killed,
+	// and lost, set when the lease killed it (it ends LOST, not CANCELLED:
+	// the controlplane gave it up, and retries it when it may).
 	cancelMu sync.Mutex
 	reason   string
+	lost     bool
 }
 
 func (h *held) kill(reason string) {
@@ -56,6 +59,22 @@ func (h *held) kill(reason string) {
 	}
 	h.cancelMu.Unlock()
 	h.cancel()
+}
+
+// killLost kills the attempt as lost (the lease ran out).
+func (h *held) killLost(reason string) {
+	h.cancelMu.Lock()
+	if h.reason == "" {
+		h.reason, h.lost = reason, true
+	}
+	h.cancelMu.Unlock()
+	h.cancel()
+}
+
+func (h *held) killedLost() bool {
+	h.cancelMu.Lock()
+	defer h.cancelMu.Unlock()
+	return h.lost
 }
 
 func (h *held) killReason() string {
@@ -153,14 +172,49 @@ func (t *tasks) run(a *agentv1.TaskAttempt) (alreadyRunning bool, err error) {
 	if _, ok := t.finished[key]; ok {
 		return true, nil
 	}
+	t.holdLocked(key, task, newReportQueue(t.cfg), func(ctx context.Context, out taskrun.Output) (taskrun.Result, error) {
+		return t.runner.Run(ctx, task, out)
+	})
+	return false, nil
+}
+
+// resume holds an attempt an earlier agent started and left running
+// (taskrun.Runner.Recover found it): it goes on reporting from the record
+// after the last one the controlplane acknowledged.
+func (t *tasks) resume(rc taskrun.Recovered) error {
+	key := attemptKey{rc.Task.ID, int32(rc.Task.Attempt)}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.ctx == nil || t.stopped || t.ctx.Err() != nil {
+		return fmt.Errorf("resume task %s: agent not started or stopping: %w", key, errdefs.ErrUnavailable)
+	}
+	if _, ok := t.held[key]; ok {
+		return fmt.Errorf("resume task %s: %w", key, errdefs.ErrAlreadyExists)
+	}
+	t.holdLocked(key, rc.Task, resumedReportQueue(t.cfg, rc.Shipped), func(ctx context.Context, out taskrun.Output) (taskrun.Result, error) {
+		return t.runner.Resume(ctx, rc, out)
+	})
+	return nil
+}
+
+// runFunc runs or resumes an attempt with the Runner.
+type runFunc func(ctx context.Context, out taskrun.Output) (taskrun.Result, error)
+
+// holdLocked holds an attempt and starts its reporter and its run.
+func (t *tasks) holdLocked(key attemptKey, task taskrun.Task, q *reportQueue, run runFunc) {
 	killCtx, cancel := context.WithCancel(context.WithoutCancel(t.ctx))
-	h := &held{key: key, cancel: cancel, q: newReportQueue(t.cfg)}
+	h := &held{key: key, cancel: cancel, q: q}
 	t.held[key] = h
 	watched := t.seccomp.watch(task, h.q)
 	t.wg.Add(2)
-	log := t.log.With("task_id", a.TaskId, "attempt", a.Attempt, "pool", task.Pool)
-	rep := &reporter{taskID: a.TaskId, attempt: a.Attempt, q: h.q, send: t.send, clock: t.clock, log: log,
-		onStop: func() { h.kill("stopped by the controlplane") }}
+	log := t.log.With("task_id", key.taskID, "attempt", key.attempt, "pool", task.Pool)
+	rep := &reporter{taskID: key.taskID, attempt: key.attempt, q: h.q, send: t.send, clock: t.clock, log: log,
+		onStop: func() { h.kill("stopped by the controlplane") },
+		onShipped: func(s taskrun.Shipped) {
+			if err := t.runner.SaveShipped(key.taskID, int(key.attempt), s); err != nil {
+				log.Warn("could not save how far the attempt's output was shipped", "err", err)
+			}
+		}}
 	ctx := t.ctx
 	go func() {
 		defer t.wg.Done()
@@ -170,19 +224,18 @@ func (t *tasks) run(a *agentv1.TaskAttempt) (alreadyRunning bool, err error) {
 	go func() {
 		defer t.wg.Done()
 		defer cancel()
-		t.execute(killCtx, h, task, log, watched)
+		t.execute(killCtx, h, task, run, log, watched)
 	}()
-	return false, nil
 }
 
 // execute runs the attempt and queues its records.
-func (t *tasks) execute(ctx context.Context, h *held, task taskrun.Task, log *slog.Logger, watched bool) {
+func (t *tasks) execute(ctx context.Context, h *held, task taskrun.Task, run runFunc, log *slog.Logger, watched bool) {
 	var failMsg string
 	taken, started := t.clock.Now(), false
 	var applied *v1.AppliedSecurity
 	out := taskrun.Output{
 		Logs: taskrun.LogSinkFunc(func(_ context.Context, l taskrun.LogLine) error {
-			h.q.pushLog(logRecord(l))
+			h.q.pushLogAt(logRecord(l), lineEnd{stream: l.Stream, end: l.End})
 			return nil
 		}),
 		Events: func(e taskrun.Event) {
@@ -206,7 +259,7 @@ func (t *tasks) execute(ctx context.Context, h *held, task taskrun.Task, log *sl
 			}
 		},
 	}
-	res, err := t.runner.Run(ctx, task, out)
+	res, err := run(ctx, out)
 	if errors.Is(err, taskrun.ErrDetached) || (err != nil && errdefs.IsUnavailable(err) && res.State == taskrun.StatePending) {
 		// The agent is shutting down: the container (if any) keeps
 		// running, and the next agent's Reconcile finds it.
@@ -237,6 +290,9 @@ func (t *tasks) execute(ctx context.Context, h *held, task taskrun.Task, log *sl
 		}
 	case taskrun.StateCancelled:
 		u.Message = cmp.Or(h.killReason(), "cancelled")
+		if h.killedLost() {
+			u.State = v1.AttemptState_ATTEMPT_STATE_LOST
+		}
 	case taskrun.StateTimedOut:
 		u.Message = fmt.Sprintf("killed after the task's %s timeout", task.Timeout)
 	default:
@@ -323,6 +379,25 @@ func (t *tasks) cancel(taskID string, attempt int32, reason string) bool {
 	}
 	h.kill(reason)
 	return true
+}
+
+// loseAll kills every held attempt as lost and returns how many it had
+// not killed before.
+func (t *tasks) loseAll(reason string) int {
+	t.mu.Lock()
+	hs := make([]*held, 0, len(t.held))
+	for _, h := range t.held {
+		hs = append(hs, h)
+	}
+	t.mu.Unlock()
+	n := 0
+	for _, h := range hs {
+		if h.killReason() == "" {
+			n++
+		}
+		h.killLost(reason)
+	}
+	return n
 }
 
 // list returns every held attempt, sorted.

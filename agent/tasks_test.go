@@ -668,12 +668,14 @@ func TestReportOverflow(t *testing.T) {
 	}
 }
 
-// TestRestartedAgentReconciles: an agent that stops while an attempt runs
-// detaches it; the next agent on the same state removes it, does not hold
-// it, and runs new attempts.
-func TestRestartedAgentReconciles(t *testing.T) {
+// TestRestartedAgentResumes: an agent that stops while an attempt runs
+// detaches it and the container keeps running; the next agent on the same
+// state holds it again, ships the output from where the first one's
+// acknowledged reports ended (lines printed meanwhile included, none
+// twice), reports its end, cleans up, and runs new attempts.
+func TestRestartedAgentResumes(t *testing.T) {
 	b := setupTasks(t, taskSetup{})
-	a := b.attempt("detach", "echo up; exec sleep 60")
+	a := b.attempt("detach", "echo up; sleep 2; echo down; exit 3")
 	k := attemptKey{a.TaskId, a.Attempt}
 	b.run(t, a)
 	testenv.Eventually(t, 30*time.Second, "the task's first line", func() bool { return len(b.cp.recordsOf(k)) > 1 })
@@ -683,8 +685,15 @@ func TestRestartedAgentReconciles(t *testing.T) {
 	}
 	b.startAgent(t, ReportConfig{})
 	resp, err := b.client.ListTasks(context.Background(), &agentv1.ListTasksRequest{})
-	if err != nil || len(resp.Attempts) != 0 {
-		t.Errorf("ListTasks of the restarted agent = %v, %v; want nothing", resp, err)
+	if err != nil || len(resp.Attempts) != 1 || resp.Attempts[0].TaskId != k.taskID {
+		t.Errorf("ListTasks of the restarted agent = %v, %v; want the detached attempt", resp, err)
+	}
+	b.waitTerminal(t, k)
+	if got, want := shape(b.cp.recordsOf(k)), []string{"RUNNING", "out:up", "out:down", "FAILED"}; !slices.Equal(got, want) {
+		t.Errorf("records %q, want %q", got, want)
+	}
+	if recs := b.cp.recordsOf(k); recs[len(recs)-1].GetUpdate().GetExitCode() != 3 {
+		t.Errorf("terminal record %v, want exit code 3", recs[len(recs)-1])
 	}
 	b.assertClean(t, k)
 	n := attemptKey{"after-restart", 1}

@@ -7,7 +7,9 @@
 // log-mode reader that attributes kernel audit records to tasks, and reading
 // a container cgroup's memory and pids event counters after it exits
 // (Handle.LimitKills; runc runs with --keep so the cgroup outlives the
-// process until Delete).
+// process until Delete). Containers run under a holder process in their own
+// session, with output and exit status in files, so they outlive the agent
+// and a restarted agent can adopt them (Sandbox.Reattach).
 //
 // A task's secret environment (TaskSpec.SecretEnv) reaches the container's
 // process and nothing else the sandbox keeps: the bundle holds it only

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -20,16 +21,20 @@ import (
 )
 
 // OCI drives runc or runsc as a binary. Each container gets the directory
-// StateDir/ID holding its state root ("root/"), the runtime's log and pid
-// file.
+// StateDir/ID holding its state root ("root/"), the runtime's log, pid
+// file, the container's output and its exit status.
 //
-// The runtime's foreground `run` stays this process's child for the
-// container's life, the way a containerd shim would: `runc create` leaves
-// the init process orphaned and only a subreaper could collect its exit
-// status, and making the whole agent a subreaper would steal exit statuses
-// from every other child it has. Create therefore only prepares the
-// container directory; Start launches `run` and returns once the container
-// has a pid.
+// The runtime's foreground `run` is the child of a holder: a tiny shell in
+// its own session (setsid) that runs `run` with the container's stdout and
+// stderr going to the files "stdout" and "stderr" of the container
+// directory, and writes `run`'s exit status to "exit" when it returns. So
+// the container is no child of this process and outlives it (a stopped or
+// killed agent leaves it running), and a later process learns its output
+// by following the files (Reattach, from the offsets it had shipped) and
+// its exit status from the file. `runc create` alone would leave the init
+// process orphaned and only a subreaper could collect its exit status.
+// Create prepares the container directory; Start launches the holder and
+// returns once the container has a pid.
 type OCI struct {
 	name     RuntimeName
 	binary   string
@@ -48,12 +53,36 @@ type ociContainer struct {
 	dir  string
 	opts CreateOpts
 
-	// done is closed once the runtime's `run` has exited; exit and
-	// waitErr are set before.
+	// done is closed once the runtime's `run` has exited and its output
+	// was read to the end; exit and waitErr are set before.
 	done    chan struct{}
 	exit    ExitStatus
 	waitErr error
-	cmd     *exec.Cmd
+	// started is set by Start and Reattach.
+	started bool
+}
+
+// The files of a container directory the holder writes.
+const (
+	stdoutFile = "stdout"
+	stderrFile = "stderr"
+	exitFile   = "exit"
+	holderFile = "holder"
+	metaFile   = "meta.json"
+)
+
+// holderScript runs `run` with its output in files and records its exit
+// status; its arguments are the output files, the exit file and then the
+// runtime's command line. It takes no secret (the environment is in the
+// bundle).
+const holderScript = `out=$1 err=$2 exitf=$3; shift 3; "$@" </dev/null >>"$out" 2>>"$err"; echo $? >"$exitf.tmp" && mv "$exitf.tmp" "$exitf"`
+
+// meta is what a later process needs to drive a container it did not
+// start.
+type meta struct {
+	Bundle     string `json:"bundle"`
+	OwnNetwork bool   `json:"ownNetwork"`
+	NetRaw     bool   `json:"netRaw"`
 }
 
 // NewOCI returns a Runtime for the binary (looked up on PATH when not
@@ -120,6 +149,10 @@ func (r *OCI) Create(ctx context.Context, id string, opts CreateOpts) error {
 	if err := os.WriteFile(filepath.Join(dir, "runtime"), []byte(r.name), 0o600); err != nil {
 		return errdefs.WithRetry(fmt.Errorf("create container %s: %w", id, err), true)
 	}
+	mb, _ := json.Marshal(meta{Bundle: opts.Bundle, OwnNetwork: opts.OwnNetwork, NetRaw: opts.NetRaw})
+	if err := os.WriteFile(filepath.Join(dir, metaFile), mb, 0o600); err != nil {
+		return errdefs.WithRetry(fmt.Errorf("create container %s: %w", id, err), true)
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.containers[id] = &ociContainer{dir: dir, opts: opts, done: make(chan struct{})}
@@ -143,10 +176,12 @@ func (r *OCI) Start(ctx context.Context, id string) error {
 		return err
 	}
 	r.mu.Lock()
-	if c.cmd != nil {
+	if c.started {
 		r.mu.Unlock()
 		return errdefs.WithRetry(fmt.Errorf("start container %s: already started: %w", id, errdefs.ErrFailedPrecondition), false)
 	}
+	c.started = true
+	r.mu.Unlock()
 	pidFile := filepath.Join(c.dir, "pid")
 	args := append(r.globalArgs(c.dir, c.opts), "run")
 	if r.name == RuntimeRunc {
@@ -155,28 +190,35 @@ func (r *OCI) Start(ctx context.Context, id string) error {
 		args = append(args, "--keep")
 	}
 	args = append(args, "--bundle", c.opts.Bundle, "--pid-file", pidFile, id)
-	// Not CommandContext: the container outlives the call that starts it.
-	cmd := exec.Command(r.binary, args...)
-	cmd.Stdout, cmd.Stderr = c.opts.Stdout, c.opts.Stderr
+	for _, f := range []string{stdoutFile, stderrFile} {
+		if err := os.WriteFile(filepath.Join(c.dir, f), nil, 0o600); err != nil {
+			err = errdefs.WithRetry(fmt.Errorf("start container %s: %w", id, err), true)
+			c.exit, c.waitErr = ExitStatus{Code: -1}, err
+			close(c.done)
+			return err
+		}
+	}
+	// Not CommandContext: the container outlives the call that starts it,
+	// and this process.
+	cmd := exec.Command("/bin/sh", append([]string{"-c", holderScript, "holder",
+		filepath.Join(c.dir, stdoutFile), filepath.Join(c.dir, stderrFile), filepath.Join(c.dir, exitFile), r.binary}, args...)...)
 	cmd.Dir = c.dir
-	c.cmd = cmd
-	r.mu.Unlock()
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if err := cmd.Start(); err != nil {
-		err = errdefs.WithRetry(fmt.Errorf("start container %s: exec %s: %w", id, r.binary, err), true)
+		err = errdefs.WithRetry(fmt.Errorf("start container %s: exec holder for %s: %w", id, r.binary, err), true)
 		// Waiters must not hang on a runtime that never ran.
 		c.exit, c.waitErr = ExitStatus{Code: -1}, err
 		close(c.done)
 		return err
 	}
+	_ = os.WriteFile(filepath.Join(c.dir, holderFile), []byte(strconv.Itoa(cmd.Process.Pid)), 0o600)
+	holderDone := make(chan struct{})
 	go func() {
-		werr := cmd.Wait()
-		c.exit, c.waitErr = exitStatus(cmd.ProcessState, werr)
-		if _, err := os.Stat(pidFile); err != nil && c.waitErr == nil {
-			// The runtime failed before the container had a process.
-			c.waitErr = errdefs.WithRetry(fmt.Errorf("container %s: %s run failed (exit %d): %s", id, r.name, c.exit.Code, r.logTail(c.dir)), false)
-		}
-		close(c.done)
+		// Reap the holder; the exit file says how `run` ended.
+		_ = cmd.Wait()
+		close(holderDone)
 	}()
+	go r.watch(id, c, 0, 0, holderDone, cmd.Process.Pid)
 	// Wait for the pid file or the runtime's exit, whichever comes first.
 	tick := time.NewTicker(time.Millisecond)
 	defer tick.Stop()
@@ -198,19 +240,155 @@ func (r *OCI) Start(ctx context.Context, id string) error {
 	}
 }
 
-func exitStatus(ps *os.ProcessState, err error) (ExitStatus, error) {
-	if ps == nil {
-		return ExitStatus{Code: -1}, errdefs.WithRetry(fmt.Errorf("wait: %w", err), false)
+// ReattachOpts say where the output of a container started by an earlier
+// process goes from now on.
+type ReattachOpts struct {
+	// Stdout and Stderr receive the output from the given offsets of the
+	// container's output files on (what the caller had not shipped yet).
+	Stdout, Stderr             io.Writer
+	StdoutOffset, StderrOffset int64
+}
+
+// Reattach adopts a container an earlier process started (and left running
+// or exited): its output files are followed from the offsets into the
+// writers, and Wait returns its exit status once the holder recorded it.
+// NotFound when there is no such container directory.
+func (r *OCI) Reattach(ctx context.Context, id string, opts ReattachOpts) error {
+	if !taskIDRe.MatchString(id) {
+		return errdefs.WithRetry(fmt.Errorf("reattach container %q: bad id: %w", id, errdefs.ErrInvalidArgument), false)
 	}
-	ws, _ := ps.Sys().(syscall.WaitStatus)
-	if ws.Signaled() {
-		return ExitStatus{Code: 128 + int(ws.Signal()), Signal: ws.Signal()}, nil
+	dir := filepath.Join(r.stateDir, id)
+	b, err := os.ReadFile(filepath.Join(dir, metaFile))
+	if errors.Is(err, os.ErrNotExist) {
+		return errdefs.WithRetry(fmt.Errorf("reattach container %s: %w", id, errdefs.ErrNotFound), false)
 	}
-	code := ws.ExitStatus()
+	if err != nil {
+		return errdefs.WithRetry(fmt.Errorf("reattach container %s: %w", id, err), false)
+	}
+	var m meta
+	if err := json.Unmarshal(b, &m); err != nil {
+		return errdefs.WithRetry(fmt.Errorf("reattach container %s: %s: %w", id, metaFile, err), false)
+	}
+	hp, _ := os.ReadFile(filepath.Join(dir, holderFile))
+	holder, _ := strconv.Atoi(strings.TrimSpace(string(hp)))
+	c := &ociContainer{dir: dir, started: true, done: make(chan struct{}),
+		opts: CreateOpts{Bundle: m.Bundle, OwnNetwork: m.OwnNetwork, NetRaw: m.NetRaw, Stdout: opts.Stdout, Stderr: opts.Stderr}}
+	r.mu.Lock()
+	if _, ok := r.containers[id]; ok {
+		r.mu.Unlock()
+		return errdefs.WithRetry(fmt.Errorf("reattach container %s: %w", id, errdefs.ErrAlreadyExists), false)
+	}
+	r.containers[id] = c
+	r.mu.Unlock()
+	go r.watch(id, c, opts.StdoutOffset, opts.StderrOffset, nil, holder)
+	return nil
+}
+
+// watchEvery is how often the output files are read and the exit file
+// looked for.
+const watchEvery = 50 * time.Millisecond
+
+// watch follows the container's output files into its writers until the
+// holder recorded the exit and the files are read to their end, then
+// closes done. holderDone, when not nil, closes when this process reaped
+// the holder; otherwise the holder's pid is checked now and then.
+func (r *OCI) watch(id string, c *ociContainer, outOff, errOff int64, holderDone <-chan struct{}, holder int) {
+	out := &follower{path: filepath.Join(c.dir, stdoutFile), off: outOff, w: c.opts.Stdout}
+	errs := &follower{path: filepath.Join(c.dir, stderrFile), off: errOff, w: c.opts.Stderr}
+	defer out.close()
+	defer errs.close()
+	tick := time.NewTicker(watchEvery)
+	defer tick.Stop()
+	holderGone := false
+	for i := 0; ; i++ {
+		code, ok := readExit(filepath.Join(c.dir, exitFile))
+		out.read()
+		errs.read()
+		if ok {
+			c.exit = exitCode(code)
+			if _, err := os.Stat(filepath.Join(c.dir, "pid")); err != nil {
+				// The runtime failed before the container had a process.
+				c.waitErr = errdefs.WithRetry(fmt.Errorf("container %s: %s run failed (exit %d): %s", id, r.name, code, r.logTail(c.dir)), false)
+			}
+			close(c.done)
+			return
+		}
+		if holderGone {
+			c.exit = ExitStatus{Code: -1}
+			c.waitErr = errdefs.WithRetry(fmt.Errorf("container %s: its holder process ended without recording the exit status", id), false)
+			close(c.done)
+			return
+		}
+		select {
+		case <-holderDone:
+			// One more pass reads the exit file the holder wrote last.
+			holderGone, holderDone = true, nil
+			continue
+		case <-tick.C:
+		}
+		if holderDone == nil && i%40 == 39 && (holder <= 0 || syscall.Kill(holder, 0) == syscall.ESRCH) {
+			holderGone = true
+		}
+	}
+}
+
+// readExit reads the holder's exit file.
+func readExit(path string) (int, bool) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0, false
+	}
+	code, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		return -1, true
+	}
+	return code, true
+}
+
+// exitCode maps a shell's exit status (128+signal for a signal death)
+// onto an ExitStatus.
+func exitCode(code int) ExitStatus {
 	if code > 128 && code < 128+65 {
-		return ExitStatus{Code: code, Signal: syscall.Signal(code - 128)}, nil
+		return ExitStatus{Code: code, Signal: syscall.Signal(code - 128)}
 	}
-	return ExitStatus{Code: code}, nil
+	return ExitStatus{Code: code}
+}
+
+// follower copies what is appended to a file into a writer.
+type follower struct {
+	path string
+	off  int64
+	w    io.Writer
+	f    *os.File
+	buf  []byte
+}
+
+func (f *follower) read() {
+	if f.f == nil {
+		fh, err := os.Open(f.path)
+		if err != nil {
+			return
+		}
+		f.f, f.buf = fh, make([]byte, 64<<10)
+	}
+	for {
+		n, err := f.f.ReadAt(f.buf, f.off)
+		if n > 0 {
+			if f.w != nil {
+				_, _ = f.w.Write(f.buf[:n])
+			}
+			f.off += int64(n)
+		}
+		if err != nil || n < len(f.buf) {
+			return
+		}
+	}
+}
+
+func (f *follower) close() {
+	if f.f != nil {
+		_ = f.f.Close()
+	}
 }
 
 // logTail returns the last runtime error message, for error texts.
@@ -252,7 +430,7 @@ func (r *OCI) Wait(ctx context.Context, id string) (ExitStatus, error) {
 		return ExitStatus{}, err
 	}
 	r.mu.Lock()
-	started := c.cmd != nil
+	started := c.started
 	r.mu.Unlock()
 	if !started {
 		return ExitStatus{}, errdefs.WithRetry(fmt.Errorf("wait container %s: not started: %w", id, errdefs.ErrFailedPrecondition), false)
@@ -298,12 +476,12 @@ func (r *OCI) Delete(ctx context.Context, id string) error {
 		return err
 	}
 	r.mu.Lock()
-	started := c.cmd != nil
+	started := c.started
 	r.mu.Unlock()
 	if started {
 		select {
 		case <-c.done:
-			if r.name == RuntimeRunc && c.cmd.ProcessState != nil {
+			if _, err := os.Stat(filepath.Join(c.dir, "pid")); r.name == RuntimeRunc && err == nil {
 				// Run kept the stopped container: remove it and its cgroup.
 				if _, err := r.exec(ctx, c.dir, c.opts, "delete", "--force", id); err != nil && !errdefs.IsNotFound(err) {
 					return fmt.Errorf("delete container %s: %w", id, err)
@@ -347,7 +525,7 @@ func (r *OCI) State(ctx context.Context, id string) (State, error) {
 		return State{}, err
 	}
 	r.mu.Lock()
-	started := c.cmd != nil
+	started := c.started
 	r.mu.Unlock()
 	if !started {
 		return State{ID: id, Status: StatusCreated}, nil

@@ -221,6 +221,42 @@ func (s *Sandbox) Run(ctx context.Context, task TaskSpec, pool Security, stdio S
 	return h, nil
 }
 
+// Reattach adopts the container of a task (TaskSpec.ID) that an earlier
+// process started and left behind, running or exited: its output from the
+// given offsets on goes to stdio, and the handle waits, kills and deletes it
+// like one Run returned. Effective is unknown (zero) on such a handle.
+// NotFound when no container of the task is left.
+func (s *Sandbox) Reattach(ctx context.Context, taskID string, opts ReattachOpts) (*Handle, error) {
+	id := s.ContainerID(taskID)
+	name, err := os.ReadFile(filepath.Join(s.cfg.StateDir, id, "runtime"))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, errdefs.WithRetry(fmt.Errorf("task %s: reattach container %s: %w", taskID, id, errdefs.ErrNotFound), false)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("task %s: reattach container %s: %w", taskID, id, err)
+	}
+	rt, ok := s.runtimes[RuntimeName(name)].(*OCI)
+	if !ok {
+		return nil, errdefs.WithRetry(fmt.Errorf("task %s: reattach container %s: runtime %q not installed: %w", taskID, id, name, errdefs.ErrFailedPrecondition), false)
+	}
+	if err := rt.Reattach(ctx, id, opts); err != nil {
+		return nil, fmt.Errorf("task %s: %w", taskID, err)
+	}
+	bundle := filepath.Join(s.cfg.StateDir, "bundles", id)
+	if s.cfg.SeccompLog != nil {
+		s.cfg.SeccompLog.Track(id, taskID)
+	}
+	s.logger.Info("container reattached", "task_id", taskID, "container_id", id, "runtime", string(name))
+	return &Handle{ID: id, cgroup: s.cfg.CgroupParent + "/" + id, rt: &bundleCleanup{Runtime: rt, bundle: bundle, seccomp: s.cfg.SeccompLog}}, nil
+}
+
+// Left reports whether an earlier process left a container of the task
+// (TaskSpec.ID) that Reattach can adopt.
+func (s *Sandbox) Left(taskID string) bool {
+	_, err := os.Stat(filepath.Join(s.cfg.StateDir, s.ContainerID(taskID), metaFile))
+	return err == nil
+}
+
 // bundleCleanup removes the bundle and stops attributing seccomp records
 // after the runtime deleted the container.
 type bundleCleanup struct {
@@ -269,7 +305,15 @@ func writeBundle(dir string, spec any) error {
 // force-deleted with the runtime recorded in it, then its bundle and its
 // cgroups are removed. Call it before starting tasks; it must not run
 // while this Sandbox has live containers.
-func (s *Sandbox) Reconcile(ctx context.Context) error {
+func (s *Sandbox) Reconcile(ctx context.Context) error { return s.ReconcileExcept(ctx, nil) }
+
+// ReconcileExcept is Reconcile sparing the containers of the tasks in keep
+// (TaskSpec.IDs), which a restarted agent reattaches.
+func (s *Sandbox) ReconcileExcept(ctx context.Context, keep []string) error {
+	kept := map[string]bool{}
+	for _, k := range keep {
+		kept[s.ContainerID(k)] = true
+	}
 	entries, err := os.ReadDir(s.cfg.StateDir)
 	if errors.Is(err, os.ErrNotExist) {
 		removeCgroups(s.cfg.CgroupParent)
@@ -281,7 +325,7 @@ func (s *Sandbox) Reconcile(ctx context.Context) error {
 	var errs []error
 	for _, e := range entries {
 		id := e.Name()
-		if !e.IsDir() || !strings.HasPrefix(id, s.cfg.Prefix+"-") {
+		if !e.IsDir() || !strings.HasPrefix(id, s.cfg.Prefix+"-") || kept[id] {
 			continue
 		}
 		dir := filepath.Join(s.cfg.StateDir, id)
@@ -316,7 +360,7 @@ func (s *Sandbox) Reconcile(ctx context.Context) error {
 			}
 		}
 	}
-	if len(errs) == 0 {
+	if len(errs) == 0 && len(kept) == 0 {
 		// Empty leftovers only: rmdir refuses a parent still in use.
 		_ = syscall.Rmdir(filepath.Join(s.cfg.StateDir, "bundles"))
 		_ = syscall.Rmdir(s.cfg.StateDir)

@@ -219,7 +219,8 @@ func (a *attempt) start(ctx context.Context, resp *PrestartResponse) (*sandbox.H
 		return nil, startReason(err)
 	}
 	rec := record{TaskID: a.task.ID, Attempt: a.task.Attempt, Pool: a.task.Pool, ContainerID: h.ID,
-		ImageDigest: resp.Image.Digest, Started: a.r.cfg.Clock.Now()}
+		ImageDigest: resp.Image.Digest, Started: a.r.cfg.Clock.Now(),
+		Timeout: a.task.Timeout, Resources: a.task.Resources, Network: a.task.Network}
 	if err := a.r.records().save(a.task.runID(), rec); err != nil {
 		// Without the record a restarted agent could not report this
 		// attempt; better not to run it.

@@ -47,17 +47,19 @@
 // context given to Runner.Start is the shutdown context: when it ends (or
 // Stop is called) every Run returns ErrDetached at once and leaves its
 // container, network and rootfs in place, so an agent upgrade does not kill
-// users' work. What survives is limited today: the runtime's `run` process
-// stays a child of the agent (see sandbox.OCI), so it is reparented to init
-// when the agent exits and the container keeps running. While the agent
-// process lives its output is still read and discarded; once it exits the
-// stdout and stderr pipes lose their reader, so the container's next write
-// gets EPIPE/SIGPIPE, and the exit status is lost with the `run` parent.
-// An attempt that had not started its container when shutdown came is
-// cleaned up and also returns ErrDetached, in a non-terminal state.
-// Reattaching a restarted agent to running containers is future work:
-// Reconcile removes them instead and, from the attempt records kept in
-// Config.StateDir, returns them as Lost so the agent can report them.
+// users' work. The container is no child of the agent (sandbox.OCI runs
+// it under a setsid holder that writes its output and exit status to
+// files), so it outlives the agent's exit, SIGKILL included. An attempt
+// that had not started its container when shutdown came is cleaned up and
+// also returns ErrDetached, in a non-terminal state.
+//
+// A restarted agent calls Recover: attempts whose record (Config.StateDir)
+// and container both survived are kept, with their rootfs and network, and
+// returned; Resume goes on with each from RUNNING, reading the output files
+// from the offsets the previous agent had shipped (Shipped, saved with
+// SaveShipped after each acknowledgement; LogLine.End is a line's offset),
+// with the timeout counted from the original start. Everything else is
+// removed and the attempts it had records of are returned as Lost.
 //
 // A FAILED Result carries a Reason when its exit code does not say why:
 // the hook or runtime that could not start the program marks its error
@@ -74,6 +76,6 @@
 // network hook really attached the container with).
 //
 // API stability: experimental, internal to the agent. Runner, Task, Hook
-// and the phase interfaces, Event, LogLine and Lost are what the agent
-// calls; fields may be added.
+// and the phase interfaces, Event, LogLine, Lost, Recovered and Shipped
+// are what the agent calls; fields may be added.
 package taskrun

@@ -76,3 +76,10 @@ func (h *imageHook) Stop(ctx context.Context, req *StopRequest) error {
 	h.cleanup = nil
 	return nil
 }
+
+// adopt makes Stop release a rootfs an earlier agent mounted.
+func (h *imageHook) adopt(cleanup func() error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.cleanup = cleanup
+}

@@ -28,6 +28,10 @@ type LogLine struct {
 	// DroppedBefore counts lines lost to a full buffer just before this
 	// one, so a reader can mark the gap.
 	DroppedBefore uint64
+	// End is the offset in the container's output file of its stream just
+	// past this line: once the line is delivered, a restarted agent
+	// resumes the stream there (Shipped).
+	End int64
 }
 
 // lineQueue is a bounded FIFO of lines shared by both streams, bounded in
@@ -125,9 +129,11 @@ type lineWriter struct {
 	now     func() time.Time
 	maxLine int
 
-	// mu guards partial.
+	// mu guards partial and pos.
 	mu      sync.Mutex
 	partial []byte
+	// pos is the stream offset of the first byte not yet in a line.
+	pos int64
 }
 
 func (w *lineWriter) Write(p []byte) (int, error) {
@@ -153,6 +159,7 @@ func (w *lineWriter) Write(p []byte) (int, error) {
 			w.emit(line[:w.maxLine], true)
 			line = line[w.maxLine:]
 		}
+		w.pos++ // the newline
 		w.emit(line, false)
 		p = p[i+1:]
 	}
@@ -160,7 +167,8 @@ func (w *lineWriter) Write(p []byte) (int, error) {
 }
 
 func (w *lineWriter) emit(b []byte, partial bool) {
-	w.q.push(LogLine{Stream: w.stream, Time: w.now(), Text: string(b), Partial: partial})
+	w.pos += int64(len(b))
+	w.q.push(LogLine{Stream: w.stream, Time: w.now(), Text: string(b), Partial: partial, End: w.pos})
 }
 
 // flush pushes an unterminated last line.

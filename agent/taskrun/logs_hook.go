@@ -38,6 +38,9 @@ type logsHook struct {
 	drainTimeout time.Duration
 	clock        clock.Clock
 	logger       *slog.Logger
+	// from are the output file offsets a resumed attempt's streams start
+	// at (Shipped), so each line's End is its offset in the file.
+	from Shipped
 
 	// mu guards the fields below.
 	mu      sync.Mutex
@@ -63,8 +66,8 @@ func (h *logsHook) Prestart(ctx context.Context, req *PrestartRequest, resp *Pre
 	defer h.mu.Unlock()
 	if h.q == nil {
 		h.q = newLineQueue(h.capacity, h.maxBytes)
-		h.stdout = &lineWriter{stream: Stdout, q: h.q, now: h.clock.Now, maxLine: h.maxLine}
-		h.stderr = &lineWriter{stream: Stderr, q: h.q, now: h.clock.Now, maxLine: h.maxLine}
+		h.stdout = &lineWriter{stream: Stdout, q: h.q, now: h.clock.Now, maxLine: h.maxLine, pos: h.from.Stdout}
+		h.stderr = &lineWriter{stream: Stderr, q: h.q, now: h.clock.Now, maxLine: h.maxLine, pos: h.from.Stderr}
 		// The pump outlives Prestart's ctx: it ends at exit or Stop.
 		pctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 		h.cancel, h.closing, h.done = cancel, make(chan struct{}), make(chan struct{})

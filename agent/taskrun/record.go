@@ -8,6 +8,9 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/levers9/levers9/egress"
+	"github.com/levers9/levers9/sandbox"
 )
 
 // record is what the Runner keeps on disk about an attempt whose container
@@ -20,6 +23,59 @@ type record struct {
 	ContainerID string    `json:"containerId"`
 	ImageDigest string    `json:"imageDigest"`
 	Started     time.Time `json:"started"`
+	// What a restarted agent needs to go on with the attempt (Resume):
+	// the timeout counts from Started, the resources name a limit kill,
+	// the network re-adopts the container's namespace. No environment:
+	// it may hold secrets.
+	Timeout   time.Duration          `json:"timeout,omitempty"`
+	Resources sandbox.Resources      `json:"resources"`
+	Network   *egress.SecurityConfig `json:"network,omitempty"`
+}
+
+// Shipped is how far an attempt's reports reached the controlplane: the
+// last acknowledged record number and the offsets in the container's
+// output files just past the last acknowledged line of each stream. A
+// restarted agent numbers its records from Seq+1 and reads the files from
+// the offsets, so output written while no agent ran is shipped, and none
+// twice.
+type Shipped struct {
+	Seq    uint64 `json:"seq"`
+	Stdout int64  `json:"stdout"`
+	Stderr int64  `json:"stderr"`
+}
+
+// shippedSuffix names the file of an attempt's Shipped beside its record.
+const shippedSuffix = ".shipped"
+
+func (r records) saveShipped(runID string, s Shipped) error {
+	if r.dir == "" {
+		return nil
+	}
+	if _, err := os.Stat(r.path(runID)); err != nil {
+		// The attempt ended and was cleaned up: nothing to resume.
+		return nil
+	}
+	b, _ := json.Marshal(s)
+	p := filepath.Join(r.dir, runID+shippedSuffix)
+	if err := os.WriteFile(p+".tmp", b, 0o600); err != nil {
+		return fmt.Errorf("save shipped offsets of %s: %w", runID, err)
+	}
+	if err := os.Rename(p+".tmp", p); err != nil {
+		return fmt.Errorf("save shipped offsets of %s: %w", runID, err)
+	}
+	return nil
+}
+
+// shipped returns what was saved, zero when nothing was.
+func (r records) shipped(runID string) Shipped {
+	var s Shipped
+	if r.dir == "" {
+		return s
+	}
+	if b, err := os.ReadFile(filepath.Join(r.dir, runID+shippedSuffix)); err == nil {
+		_ = json.Unmarshal(b, &s)
+	}
+	return s
 }
 
 // records stores one JSON file per attempt under dir; a zero dir keeps
@@ -54,6 +110,9 @@ func (r records) remove(runID string) error {
 		return nil
 	}
 	if err := os.Remove(r.path(runID)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("remove attempt record %s: %w", runID, err)
+	}
+	if err := os.Remove(filepath.Join(r.dir, runID+shippedSuffix)); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("remove attempt record %s: %w", runID, err)
 	}
 	return nil

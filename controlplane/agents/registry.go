@@ -63,6 +63,9 @@ type Config struct {
 	// Tasks takes what agents report about their attempts; nil refuses
 	// reports (Unavailable) and ignores heartbeats' attempt lists.
 	Tasks Tasks
+	// LostGrace is controlplane.lostAgentGrace, sent to agents as their
+	// lease (0 sends none).
+	LostGrace time.Duration
 	// PresenceTTL is how long a replica's claim on an agent lives in Redis
 	// without a refresh (default 30 s; refreshed every third of it).
 	PresenceTTL time.Duration

@@ -55,7 +55,8 @@ func (s *controlplaneService) Heartbeat(ctx context.Context, req *agentv1.Heartb
 			s.r.cfg.Log.Warn("egress report not kept", "machine_id", id, "err", err)
 		}
 	}
-	resp := &agentv1.HeartbeatResponse{IntervalSeconds: 10, MetricsIntervalSeconds: int32(s.r.cfg.WorkerMetricsInterval / time.Second)}
+	resp := &agentv1.HeartbeatResponse{IntervalSeconds: 10, MetricsIntervalSeconds: int32(s.r.cfg.WorkerMetricsInterval / time.Second),
+		LeaseSeconds: uint32(s.r.cfg.LostGrace.Round(time.Second) / time.Second)}
 	if t := s.r.cfg.Tasks; t != nil {
 		stop, err := t.Running(ctx, id, req.GetRunning())
 		if err != nil {

@@ -36,6 +36,7 @@ func (s *Server) startAgents(ctx context.Context) error {
 		WorkerMetricsInterval:  s.cfg.Controlplane.Metrics.WorkerMetricsInterval(),
 		WorkerMetricsExpiry:    s.cfg.Controlplane.Metrics.WorkerMetricsExpiry(),
 		WorkerMetricsMaxSeries: s.cfg.Controlplane.Metrics.WorkerMaxSeries,
+		LostGrace:              s.cfg.Controlplane.LostGrace(),
 	})
 	if err != nil {
 		return err

@@ -92,6 +92,16 @@ func (s *Store) Mount(ctx context.Context, digest, taskID string) (string, func(
 	return target, cleanup, nil
 }
 
+// Unmount unmounts the rootfs Mount made for a task and deletes its
+// directories, for a process that did not mount it itself (an agent that
+// restarted while the task ran). Idempotent.
+func (s *Store) Unmount(taskID string) error {
+	if !taskIDRE.MatchString(taskID) || taskID == "." || taskID == ".." {
+		return fmt.Errorf("unmount task %q: bad task ID: %w", taskID, errdefs.ErrInvalidArgument)
+	}
+	return s.removeTask(taskID)
+}
+
 // removeTask unmounts a task's rootfs (if mounted) and deletes its dirs.
 func (s *Store) removeTask(taskID string) error {
 	dir := s.path("tasks", taskID)

@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"bufio"
-	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -17,8 +16,6 @@ import (
 
 	"github.com/levers9/levers9/controlplane/config"
 	"github.com/levers9/levers9/controlplane/controlplanetest"
-	"github.com/levers9/levers9/internal/devstack"
-	"github.com/levers9/levers9/sandbox/image/build"
 )
 
 // taskWorld is the whole stack: a controlplane with Postgres and Redis, an
@@ -47,20 +44,10 @@ func setupTaskWorldWith(t *testing.T, mutate func(*config.Config, *taskWorld)) *
 	t.Helper()
 	w := &taskWorld{runs: map[string]machineRun{}}
 	w.joinWorld = setupJoinWorldWith(t, func(c *config.Config) {
-		c.Controlplane.LostAgentGrace = "2s"
-		// The registry listens where the boxes reach the host.
-		reg, err := devstack.StartRegistry(context.Background(), filepath.Join(t.TempDir(), "registry"), c.Controlplane.PublicHost, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = reg.Stop() })
-		w.registry = reg.Addr()
-		res, err := build.BuildBusybox(context.Background(), reg.Addr(), "levers9/demo", "e2e", nil, build.Options{Insecure: true})
-		if err != nil {
-			t.Fatal(err)
-		}
-		// Tasks that name no image run the demo image.
-		c.Worker.DefaultImage = res.Ref
+		// Long enough for the controlplane restart below: an agent that
+		// reaches no controlplane for longer kills its tasks (its lease).
+		c.Controlplane.LostAgentGrace = "15s"
+		w.demoImage(t, c)
 		if mutate != nil {
 			mutate(c, w)
 		}

@@ -117,8 +117,13 @@ type HeartbeatResponse struct {
 	// How often to send metrics snapshots (ReportMetrics), in seconds;
 	// 0 leaves it to the agent (--metrics-interval).
 	MetricsIntervalSeconds int32 `protobuf:"varint,20,opt,name=metrics_interval_seconds,json=metricsIntervalSeconds,proto3" json:"metrics_interval_seconds,omitempty"`
-	unknownFields          protoimpl.UnknownFields
-	sizeCache              protoimpl.SizeCache
+	// The agent's lease, in seconds (controlplane.lostAgentGrace): an agent
+	// that reaches no controlplane for this long kills the containers of its
+	// attempts, since the controlplane gives them up and retries them
+	// elsewhere. 0: keep the lease the agent has.
+	LeaseSeconds  uint32 `protobuf:"varint,80,opt,name=lease_seconds,json=leaseSeconds,proto3" json:"lease_seconds,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *HeartbeatResponse) Reset() {
@@ -175,6 +180,13 @@ func (x *HeartbeatResponse) GetStop() []*RunningAttempt {
 func (x *HeartbeatResponse) GetMetricsIntervalSeconds() int32 {
 	if x != nil {
 		return x.MetricsIntervalSeconds
+	}
+	return 0
+}
+
+func (x *HeartbeatResponse) GetLeaseSeconds() uint32 {
+	if x != nil {
+		return x.LeaseSeconds
 	}
 	return 0
 }
@@ -1427,12 +1439,13 @@ const file_api_levers9_agent_v1_agent_proto_rawDesc = "" +
 	"\tinventory\x18\x02 \x01(\v2\x15.levers9.v1.InventoryR\tinventory\x123\n" +
 	"\asent_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x06sentAt\x12@\n" +
 	"\regress_report\x18\x04 \x01(\v2\x1b.levers9.v1.ReadinessReportR\fegressReport\x12:\n" +
-	"\arunning\x18\x05 \x03(\v2 .levers9.agent.v1.RunningAttemptR\arunning\"\xdb\x01\n" +
+	"\arunning\x18\x05 \x03(\v2 .levers9.agent.v1.RunningAttemptR\arunning\"\x80\x02\n" +
 	"\x11HeartbeatResponse\x12)\n" +
 	"\x10interval_seconds\x18\x01 \x01(\x05R\x0fintervalSeconds\x12+\n" +
 	"\x11renew_certificate\x18\x02 \x01(\bR\x10renewCertificate\x124\n" +
 	"\x04stop\x18\x03 \x03(\v2 .levers9.agent.v1.RunningAttemptR\x04stop\x128\n" +
-	"\x18metrics_interval_seconds\x18\x14 \x01(\x05R\x16metricsIntervalSeconds\"2\n" +
+	"\x18metrics_interval_seconds\x18\x14 \x01(\x05R\x16metricsIntervalSeconds\x12#\n" +
+	"\rlease_seconds\x18P \x01(\rR\fleaseSeconds\"2\n" +
 	"\x17RenewCertificateRequest\x12\x17\n" +
 	"\acsr_pem\x18\x01 \x01(\tR\x06csrPem\"~\n" +
 	"\x18RenewCertificateResponse\x12'\n" +
