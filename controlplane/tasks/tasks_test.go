@@ -570,9 +570,22 @@ func TestPushRacingAReconnectIsSentAgain(t *testing.T) {
 	for i, drops := range []int{1, 2, 1, 2, 1} {
 		m.DropSessionOnRun(drops)
 		task := b.submit(t, &v1.TaskSpec{Command: []string{"echo", fmt.Sprint(i)}}, "")
-		done := waitState(t, b, task.Id, v1.TaskState_TASK_STATE_SUCCEEDED)
+		// Each drop costs a redial and a re-send backoff; a loaded machine
+		// (the whole suite at once) stretches both, so the budget is wide
+		// and a miss says where the task stood.
+		var done *v1.Task
+		deadline := time.Now().Add(45 * time.Second)
+		for done == nil || done.State != v1.TaskState_TASK_STATE_SUCCEEDED {
+			if time.Now().After(deadline) {
+				t.Fatalf("task %d (%d dropped pushes) not done after 45s: %v\ncontrolplane log:\n%s", i, drops, done, b.in.Logs.String())
+			}
+			time.Sleep(50 * time.Millisecond)
+			if r, err := b.tasks.GetTask(b.ctx, &v1.GetTaskRequest{Id: task.Id}); err == nil {
+				done = r.Task
+			}
+		}
 		if len(done.Attempts) != 1 || done.Attempts[0].State != v1.AttemptState_ATTEMPT_STATE_SUCCEEDED {
-			t.Fatalf("task %d (%d dropped pushes): attempts %v", i, drops, done.Attempts)
+			t.Fatalf("task %d (%d dropped pushes): attempts %v\ncontrolplane log:\n%s", i, drops, done.Attempts, b.in.Logs.String())
 		}
 	}
 	// 7 pushes were dropped; a re-send can also find the machine not yet
