@@ -153,6 +153,17 @@ func pidStart(pid int) (uint64, error) {
 	return strconv.ParseUint(f[19], 10, 64)
 }
 
+// zombie reports whether the process has exited and waits to be reaped.
+func zombie(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	return i >= 0 && len(s) > i+2 && (s[i+2] == 'Z' || s[i+2] == 'X')
+}
+
 func netnsID(path string) (string, error) {
 	if path == "" {
 		path = "/proc/self/ns/net"
@@ -173,7 +184,9 @@ func (o Owner) Alive() bool {
 	if err := syscall.Kill(o.PID, 0); err != nil && !errors.Is(err, syscall.EPERM) {
 		return false
 	}
-	if st, err := pidStart(o.PID); err != nil || st != o.PIDStart {
+	if st, err := pidStart(o.PID); err != nil || st != o.PIDStart || zombie(o.PID) {
+		// A killed agent nobody reaped yet stays in the process table,
+		// start time and all, but holds nothing.
 		return false
 	}
 	if o.StateDir != "" {

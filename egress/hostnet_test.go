@@ -5,7 +5,9 @@ import (
 	"net"
 	"os/exec"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -249,5 +251,37 @@ func TestHostClaims(t *testing.T) {
 	}
 	if claims, _ := Claims(hc); len(claims) != 0 {
 		t.Errorf("claims left after ReleaseHost: %+v", claims)
+	}
+}
+
+// TestKilledUnreapedAgentIsNotAlive: an agent killed with SIGKILL whose
+// parent has not reaped it yet (a zombie) holds nothing, so its restart
+// may take its claim back.
+func TestKilledUnreapedAgentIsNotAlive(t *testing.T) {
+	cmd := exec.Command("sleep", "600")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	start, err := pidStart(cmd.Process.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := Owner{PID: cmd.Process.Pid, PIDStart: start, StateDir: t.TempDir()}
+	if !o.Alive() {
+		t.Fatal("a running process is not alive")
+	}
+	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for !zombie(o.PID) {
+		if time.Now().After(deadline) {
+			t.Fatal("the killed process never became a zombie")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if o.Alive() {
+		t.Fatal("a killed, unreaped process counts as a live agent")
 	}
 }
