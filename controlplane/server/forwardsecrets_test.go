@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
-	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -17,8 +16,6 @@ import (
 	"github.com/levers9/levers9/controlplane/bus"
 	"github.com/levers9/levers9/controlplane/config"
 	"github.com/levers9/levers9/controlplane/controlplanetest"
-	"github.com/levers9/levers9/internal/devstack"
-	"github.com/redis/go-redis/v9"
 )
 
 // revealed reports whether raw, a message read from Redis, holds secret:
@@ -75,24 +72,11 @@ func TestForwardedPushesHideSecrets(t *testing.T) {
 	)
 	b := setupMachines(t, func(c *config.Config) { c.Worker.DefaultImage = "busybox:test" })
 	holder := b.in
-	cfg2 := *holder.Config
-	cfg2.Controlplane.GRPCAddr, cfg2.Controlplane.RESTAddr = "127.0.0.1:0", "127.0.0.1:0"
-	port, err := devstack.FreeTCPUDPPort()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg2.Controlplane.TunnelAddr = fmt.Sprintf("127.0.0.1:%d", port)
-	other := controlplanetest.Start(t, &cfg2, true)
-	controlplanetest.Eventually(t, 10*time.Second, "both tunnel endpoints", func() bool {
-		return holder.Server.Agents() != nil && other.Server.Agents() != nil
-	})
+	other := secondReplica(t, holder)
 	m := controlplanetest.StartScriptedMachine(t, holder, b.ctx, "default", 4, 0)
 	holderChannel := bus.ReplicaChannel(holder.Server.Agents().ReplicaID())
-
 	// The eavesdropper: every replica channel.
-	rc := holder.Config.Database.Redis
-	rdb := redis.NewClient(&redis.Options{Addr: rc.Addr, Password: rc.Password, DB: rc.DB})
-	t.Cleanup(func() { rdb.Close() })
+	rdb := redisOf(t, holder)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	tap := rdb.PSubscribe(ctx, bus.ReplicaChannel("*"))
