@@ -27,21 +27,34 @@ import (
 // then the caller's deadline ends the call with Unavailable.
 //
 // Every message is signed for the replica it is addressed to (stamp, in
-// replicaauth.go) and opened only once; anything else on the channel is
+// replicaauth.go), its body (request, response, status message) sealed for
+// it (forwardseal.go), and it is opened only once; anything else on the channel is
 // dropped and counted. Before the first call to a replica (and again after
 // proofTTL) the caller pings it: a replica named by a presence record is
 // trusted only once it has answered a signed pong.
 type forwardMsg struct {
 	stamp
+	// V is the format version (forwardVersion; absent in v1).
+	V         int    `json:"v,omitempty"`
 	Kind      string `json:"kind"` // call, reply, drop, ping, pong
 	ID        string `json:"id,omitempty"`
 	From      string `json:"from,omitempty"`
 	MachineID string `json:"machine,omitempty"`
 	Method    string `json:"method,omitempty"`
-	Payload   []byte `json:"payload,omitempty"`
 	TimeoutMS int64  `json:"timeoutMs,omitempty"`
 	Code      uint32 `json:"code,omitempty"`
-	Message   string `json:"message,omitempty"`
+	// Sealed is Payload and Message encrypted (forwardseal.go); only it
+	// travels.
+	Sealed []byte `json:"sealed,omitempty"`
+	// Payload (the marshalled request or response) and Message (a reply's
+	// status message) are the body: set by the sender, filled by
+	// decodeForward, never on the wire in clear.
+	Payload []byte `json:"-"`
+	Message string `json:"-"`
+	// V1Payload and V1Message are where a v1 replica sent the body in
+	// clear; read only to recognise (and refuse) such a message.
+	V1Payload []byte `json:"payload,omitempty"`
+	V1Message string `json:"message,omitempty"`
 }
 
 const (
@@ -61,27 +74,63 @@ const (
 // agentMethods is the only service a forwarded call may invoke.
 var agentMethods = "/" + agentv1.Agent_ServiceDesc.ServiceName + "/"
 
-// fields is what the MAC covers: every field and the addressee.
-func (m *forwardMsg) fields(to string) []string {
-	return []string{to, m.Kind, m.ID, m.From, m.MachineID, m.Method, string(m.Payload),
-		strconv.FormatInt(m.TimeoutMS, 10), strconv.FormatUint(uint64(m.Code), 10), m.Message}
+// header is the message's fields but the body and the stamp, with the
+// addressee: the associated data of the sealed body.
+func (m *forwardMsg) header(to string) []string {
+	return []string{"v" + strconv.Itoa(m.V), to, m.Kind, m.ID, m.From, m.MachineID, m.Method,
+		strconv.FormatInt(m.TimeoutMS, 10), strconv.FormatUint(uint64(m.Code), 10)}
 }
 
-// encodeForward signs msg for replica to.
+// fields is what the MAC covers: the header and the sealed body.
+func (m *forwardMsg) fields(to string) []string {
+	return append(m.header(to), string(m.Sealed))
+}
+
+// v1Fields is what a v1 replica's MAC covered.
+func (m *forwardMsg) v1Fields(to string) []string {
+	return []string{to, m.Kind, m.ID, m.From, m.MachineID, m.Method, string(m.V1Payload),
+		strconv.FormatInt(m.TimeoutMS, 10), strconv.FormatUint(uint64(m.Code), 10), m.V1Message}
+}
+
+// encodeForward seals msg's body and signs msg for replica to.
 func encodeForward(a *replicaAuth, to string, msg forwardMsg) []byte {
+	msg.V, msg.Sealed, msg.V1Payload, msg.V1Message = forwardVersion, nil, nil, ""
+	if len(msg.Payload) > 0 || msg.Message != "" {
+		msg.Sealed = a.sealBody(lengthPrefixed(msg.header(to)...), msg.body())
+	}
 	msg.stamp = a.sign(forwardPurpose, msg.fields(to)...)
 	b, _ := json.Marshal(msg)
 	return b
 }
 
-// decodeForward parses a message read on self's channel and checks it.
+// decodeForward parses a message read on self's channel, checks it and
+// opens its body. A message of another format version is refused as
+// old_version (an authentic v1 message) or unknown_version.
 func decodeForward(a *replicaAuth, self string, raw []byte) (forwardMsg, error) {
 	var msg forwardMsg
 	if err := json.Unmarshal(raw, &msg); err != nil {
 		return forwardMsg{}, fmt.Errorf("decode a replica message: %w", err)
 	}
+	switch {
+	case msg.V == 0:
+		if a.verify(msg.stamp, replicaWindow, forwardPurpose, msg.v1Fields(self)...) == nil {
+			return forwardMsg{}, &rejection{reason: "old_version", from: msg.From}
+		}
+		return forwardMsg{}, &rejection{reason: "bad_mac"}
+	case msg.V != forwardVersion:
+		return forwardMsg{}, &rejection{reason: "unknown_version", from: msg.From}
+	}
 	if err := a.open(msg.stamp, forwardPurpose, msg.fields(self)...); err != nil {
 		return forwardMsg{}, err
+	}
+	if msg.Sealed != nil {
+		body, err := a.openBody(lengthPrefixed(msg.header(self)...), msg.Sealed)
+		if err == nil {
+			err = msg.setBody(body)
+		}
+		if err != nil {
+			return forwardMsg{}, &rejection{reason: "bad_seal", from: msg.From}
+		}
 	}
 	return msg, nil
 }

@@ -12,7 +12,8 @@
 // agent in memory and serves on the replica's /metrics labelled machine
 // and pool: workermetrics.go). It never dials an agent, and never acts
 // on a message or presence record from Redis that a replica holding the
-// replica secret did not sign (replicaauth.go).
+// replica secret did not sign (replicaauth.go), nor puts a forwarded call's
+// request or reply on Redis unencrypted (forwardseal.go).
 package agents
 
 import (

@@ -1,6 +1,7 @@
 package agents
 
 import (
+	"crypto/cipher"
 	"crypto/hkdf"
 	"crypto/hmac"
 	"crypto/rand"
@@ -35,6 +36,10 @@ import (
 // window (replayed). Presence records are read many times, so they skip the
 // nonce check and use a window of their own (their refresh period).
 //
+// Forwarded calls and replies also seal their body (forwardseal.go) under a
+// key derived from the same secrets with another label; the MAC covers the
+// ciphertext.
+//
 // The nonce set is bounded: past maxNonces the oldest entries are evicted
 // and messages no newer than the newest evicted one are refused as stale,
 // so a nonce that is no longer remembered can never be replayed.
@@ -58,8 +63,10 @@ type stamp struct {
 	MAC   string `json:"mac,omitempty"`
 }
 
-// rejection is why a message was refused; reason is the metric label.
-type rejection struct{ reason string }
+// rejection is why a message was refused; reason is the metric label, from
+// the sending replica when the message says (old_version, unknown_version,
+// bad_seal).
+type rejection struct{ reason, from string }
 
 func (r *rejection) Error() string { return "replica message refused: " + r.reason }
 
@@ -79,7 +86,10 @@ type nonceEntry struct {
 
 // replicaAuth signs and checks replica messages. Safe for concurrent use.
 type replicaAuth struct {
-	keys     [][]byte
+	keys [][]byte
+	// sealers seal forwarded bodies (forwardseal.go), one per secret like
+	// keys.
+	sealers  []cipher.AEAD
 	clock    clock.Clock
 	log      *slog.Logger
 	rejected *prometheus.CounterVec
@@ -90,10 +100,10 @@ type replicaAuth struct {
 	order []nonceEntry
 	// floor: messages stamped at or before it are stale (nonces evicted).
 	floor int64
-	// lastWarn and quiet rate-limit the warning; quiet counts rejections
-	// since it.
-	lastWarn time.Time
-	quiet    int
+	// lastWarn and quiet rate-limit the warning per reason; quiet counts
+	// rejections since it.
+	lastWarn map[string]time.Time
+	quiet    map[string]int
 }
 
 // macKey derives the MAC key of one replica secret.
@@ -105,7 +115,8 @@ func newReplicaAuth(secret string, previous []string, clk clock.Clock, log *slog
 	if secret == "" {
 		return nil, errors.New("agents: a replica secret is required (controlplane.replicaSecret, or the encryption key it defaults to)")
 	}
-	a := &replicaAuth{clock: clock.OrReal(clk), log: log, rejected: rejected, seen: map[string]struct{}{}}
+	a := &replicaAuth{clock: clock.OrReal(clk), log: log, rejected: rejected, seen: map[string]struct{}{},
+		lastWarn: map[string]time.Time{}, quiet: map[string]int{}}
 	if a.log == nil {
 		a.log = slog.New(slog.DiscardHandler)
 	}
@@ -115,6 +126,10 @@ func newReplicaAuth(secret string, previous []string, clk clock.Clock, log *slog
 			return nil, fmt.Errorf("agents: derive the replica MAC key: %w", err)
 		}
 		a.keys = append(a.keys, k)
+	}
+	var err error
+	if a.sealers, err = newSealers(append([]string{secret}, previous...)); err != nil {
+		return nil, fmt.Errorf("agents: %w", err)
 	}
 	return a, nil
 }
@@ -143,7 +158,7 @@ func (a *replicaAuth) sign(purpose string, fields ...string) stamp {
 func (a *replicaAuth) verify(s stamp, maxAge time.Duration, purpose string, fields ...string) error {
 	got, err := base64.RawStdEncoding.DecodeString(s.MAC)
 	if err != nil || len(got) != sha256.Size || s.Nonce == "" {
-		return &rejection{"bad_mac"}
+		return &rejection{reason: "bad_mac"}
 	}
 	ok := false
 	for _, k := range a.keys {
@@ -153,14 +168,14 @@ func (a *replicaAuth) verify(s stamp, maxAge time.Duration, purpose string, fiel
 		}
 	}
 	if !ok {
-		return &rejection{"bad_mac"}
+		return &rejection{reason: "bad_mac"}
 	}
 	now := a.clock.Now().UnixMilli()
 	switch {
 	case s.TS > now+replicaSkew.Milliseconds():
-		return &rejection{"future"}
+		return &rejection{reason: "future"}
 	case s.TS < now-maxAge.Milliseconds():
-		return &rejection{"stale"}
+		return &rejection{reason: "stale"}
 	}
 	return nil
 }
@@ -180,10 +195,10 @@ func (a *replicaAuth) open(s stamp, purpose string, fields ...string) error {
 		a.order = a.order[1:]
 	}
 	if s.TS <= a.floor {
-		return &rejection{"stale"}
+		return &rejection{reason: "stale"}
 	}
 	if _, dup := a.seen[s.Nonce]; dup {
-		return &rejection{"replayed"}
+		return &rejection{reason: "replayed"}
 	}
 	for len(a.order) >= maxNonces {
 		a.floor = max(a.floor, a.order[0].ts)
@@ -195,22 +210,38 @@ func (a *replicaAuth) open(s stamp, purpose string, fields ...string) error {
 	return nil
 }
 
-// reject counts a refused message and warns at most once per warnEvery.
+// rejectWarnings says, per reason, why a message was refused and what to do.
+var rejectWarnings = map[string]string{
+	"old_version":     "refused a message from a replica running an older levers9 (its forwarded calls are not encrypted): finish upgrading every replica; until then pushes forwarded between old and new replicas fail",
+	"unknown_version": "refused a replica message in a newer format than this replica's: upgrade this replica; until then pushes forwarded between old and new replicas fail",
+	"bad_seal":        "refused a replica message from Redis: its encrypted body did not open (tampered, moved from another message, or sealed with another controlplane.replicaSecret)",
+}
+
+// reject counts a refused message and warns at most once per warnEvery and
+// reason. The warning never holds the message's bytes.
 func (a *replicaAuth) reject(what string, err error) {
 	reason := rejectReason(err)
 	if a.rejected != nil {
 		a.rejected.WithLabelValues(reason).Inc()
 	}
 	a.mu.Lock()
-	a.quiet++
+	a.quiet[reason]++
 	now := a.clock.Now()
-	if !a.lastWarn.IsZero() && now.Sub(a.lastWarn) < warnEvery {
+	if last, ok := a.lastWarn[reason]; ok && now.Sub(last) < warnEvery {
 		a.mu.Unlock()
 		return
 	}
-	n := a.quiet
-	a.lastWarn, a.quiet = now, 0
+	n := a.quiet[reason]
+	a.lastWarn[reason], a.quiet[reason] = now, 0
 	a.mu.Unlock()
-	a.log.Warn("refused a replica message from Redis: forged, stale or replayed, or a replica with another controlplane.replicaSecret",
-		"what", what, "reason", reason, "refused", n, "audit", true)
+	msg, ok := rejectWarnings[reason]
+	if !ok {
+		msg = "refused a replica message from Redis: forged, stale or replayed, or a replica with another controlplane.replicaSecret"
+	}
+	args := []any{"what", what, "reason", reason, "refused", n, "audit", true}
+	var r *rejection
+	if errors.As(err, &r) && r.from != "" {
+		args = append(args, "replica", r.from)
+	}
+	a.log.Warn(msg, args...)
 }

@@ -60,8 +60,11 @@ func TestReplicaMessages(t *testing.T) {
 		{name: "signed", make: func(s func(string) *replicaAuth, _ *clock.Fake) []byte {
 			return encodeForward(s(secretA), "rep_b", testCall)
 		}},
-		{name: "tampered payload", reason: "bad_mac", make: func(s func(string) *replicaAuth, _ *clock.Fake) []byte {
-			return edit(encodeForward(s(secretA), "rep_b", testCall), func(m map[string]any) { m["payload"] = "BAUG" })
+		{name: "tampered sealed body", reason: "bad_mac", make: func(s func(string) *replicaAuth, _ *clock.Fake) []byte {
+			return edit(encodeForward(s(secretA), "rep_b", testCall), func(m map[string]any) { m["sealed"] = "BAUG" + m["sealed"].(string)[4:] })
+		}},
+		{name: "body removed", reason: "bad_mac", make: func(s func(string) *replicaAuth, _ *clock.Fake) []byte {
+			return edit(encodeForward(s(secretA), "rep_b", testCall), func(m map[string]any) { delete(m, "sealed") })
 		}},
 		{name: "tampered machine", reason: "bad_mac", make: func(s func(string) *replicaAuth, _ *clock.Fake) []byte {
 			return edit(encodeForward(s(secretA), "rep_b", testCall), func(m map[string]any) { m["machine"] = "m_2" })
@@ -185,7 +188,7 @@ func TestNonceSetBounded(t *testing.T) {
 	}
 }
 
-// TestRejectionsCountedAndWarnedOncePerMinute.
+// TestRejectionsCountedAndWarnedOncePerMinute: per reason.
 func TestRejectionsCountedAndWarnedOncePerMinute(t *testing.T) {
 	t.Parallel()
 	clk := clock.NewFake(time.Now())
@@ -199,17 +202,19 @@ func TestRejectionsCountedAndWarnedOncePerMinute(t *testing.T) {
 		_, err := decodeForward(a, "rep_b", []byte(`{"kind":"call"}`))
 		a.reject("test", err)
 	}
-	clk.Advance(warnEvery)
 	_, err = decodeForward(a, "rep_b", []byte(`nonsense`))
+	a.reject("test", err) // another reason: warned at once
+	clk.Advance(warnEvery)
+	_, err = decodeForward(a, "rep_b", []byte(`{"kind":"call"}`))
 	a.reject("test", err)
-	if got := testutil.ToFloat64(counter.WithLabelValues("bad_mac")); got != 5 {
-		t.Errorf("bad_mac counted %v times, want 5", got)
+	if got := testutil.ToFloat64(counter.WithLabelValues("bad_mac")); got != 6 {
+		t.Errorf("bad_mac counted %v times, want 6", got)
 	}
 	if got := testutil.ToFloat64(counter.WithLabelValues("malformed")); got != 1 {
 		t.Errorf("malformed counted %v times, want 1", got)
 	}
-	if n := bytes.Count(logs.Bytes(), []byte("refused a replica message")); n != 2 {
-		t.Errorf("%d warnings, want 2 (one per minute):\n%s", n, logs.String())
+	if n := bytes.Count(logs.Bytes(), []byte("refused a replica message")); n != 3 {
+		t.Errorf("%d warnings, want 3 (one per minute and reason):\n%s", n, logs.String())
 	}
 	if !bytes.Contains(logs.Bytes(), []byte(`"refused":5`)) {
 		t.Errorf("the second warning does not count what it held back:\n%s", logs.String())

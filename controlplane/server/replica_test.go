@@ -49,6 +49,33 @@ func rejectedReplicaMessages(t *testing.T, in *controlplanetest.Instance) float6
 	return sum
 }
 
+// secondReplica starts another replica on in's Postgres and Redis, and
+// waits for both tunnel endpoints.
+func secondReplica(t *testing.T, in *controlplanetest.Instance) *controlplanetest.Instance {
+	t.Helper()
+	cfg2 := *in.Config
+	cfg2.Controlplane.GRPCAddr, cfg2.Controlplane.RESTAddr = "127.0.0.1:0", "127.0.0.1:0"
+	port, err := devstack.FreeTCPUDPPort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg2.Controlplane.TunnelAddr = fmt.Sprintf("127.0.0.1:%d", port)
+	other := controlplanetest.Start(t, &cfg2, true)
+	controlplanetest.Eventually(t, 10*time.Second, "both tunnel endpoints", func() bool {
+		return in.Server.Agents() != nil && other.Server.Agents() != nil
+	})
+	return other
+}
+
+// redisOf is a client of in's Redis, as an attacker who has its password.
+func redisOf(t *testing.T, in *controlplanetest.Instance) *redis.Client {
+	t.Helper()
+	rc := in.Config.Database.Redis
+	rdb := redis.NewClient(&redis.Options{Addr: rc.Addr, Password: rc.Password, DB: rc.DB})
+	t.Cleanup(func() { rdb.Close() })
+	return rdb
+}
+
 // TestForgedReplicaMessages is the attack of someone who can write to
 // Redis (a task that reaches it, a leaked password) and forges what the
 // replicas tell each other: a forwarded RunTask call on the channel of the
@@ -60,22 +87,9 @@ func TestForgedReplicaMessages(t *testing.T) {
 	t.Parallel()
 	b := setupMachines(t, func(c *config.Config) { c.Worker.DefaultImage = "busybox:test" })
 	holder := b.in
-	cfg2 := *holder.Config
-	cfg2.Controlplane.GRPCAddr, cfg2.Controlplane.RESTAddr = "127.0.0.1:0", "127.0.0.1:0"
-	port, err := devstack.FreeTCPUDPPort()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg2.Controlplane.TunnelAddr = fmt.Sprintf("127.0.0.1:%d", port)
-	other := controlplanetest.Start(t, &cfg2, true)
-	controlplanetest.Eventually(t, 10*time.Second, "both tunnel endpoints", func() bool {
-		return holder.Server.Agents() != nil && other.Server.Agents() != nil
-	})
+	other := secondReplica(t, holder)
 	m := controlplanetest.StartScriptedMachine(t, holder, b.ctx, "default", 2, 0)
-
-	rc := holder.Config.Database.Redis
-	rdb := redis.NewClient(&redis.Options{Addr: rc.Addr, Password: rc.Password, DB: rc.DB})
-	t.Cleanup(func() { rdb.Close() })
+	rdb := redisOf(t, holder)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	// The attacker listens on a replica channel of its own for answers and
