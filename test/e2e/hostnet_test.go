@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"crypto/rand"
+	"encoding/json"
 	"fmt"
 	"math/big"
 	"net"
@@ -26,6 +27,7 @@ import (
 	"github.com/levers9/levers9/egress"
 	"github.com/levers9/levers9/internal/devstack"
 	"github.com/levers9/levers9/internal/testenv"
+	"github.com/levers9/levers9/packaging/localstack"
 	"github.com/levers9/levers9/sandbox/image/build"
 )
 
@@ -36,6 +38,7 @@ type hostStack struct {
 	*joinWorld
 	id, prefix string
 	root       string // the agent's state, etc and bin directories
+	pid        int
 	stop       func()
 	out        *syncBuffer
 }
@@ -55,6 +58,13 @@ type hostNet struct {
 // namespace to its pool default (egress observe), as `make up` does.
 func (h *hostNet) startStack(t *testing.T, name string) *hostStack {
 	t.Helper()
+	return h.startStackIn(t, name, h.hostDir)
+}
+
+// startStackIn is startStack with the agent's claims kept in hostDir (""
+// for the host's, egress.DefaultHostDir, as `make up` keeps them).
+func (h *hostNet) startStackIn(t *testing.T, name, hostDir string) *hostStack {
+	t.Helper()
 	w := setupJoinWorldWith(t, func(c *config.Config) {
 		c.Worker.DefaultImage = h.image
 		c.Worker.ContainerSecurity.Egress.Mode = "observe"
@@ -70,17 +80,21 @@ func (h *hostNet) startStack(t *testing.T, name string) *hostStack {
 	s := &hostStack{joinWorld: w, id: id, prefix: agent.NodeConfig{MachineID: id}.WithDefaults().Prefix,
 		root: filepath.Join(t.TempDir(), name), out: &syncBuffer{}}
 	// No --subnet-v4, --subnet-v6 or --nflog-group: the agent claims them
-	// from the host allocator as a `make up` agent does (in a claims
-	// directory of this test's, so other tests' agents are not its
-	// business).
-	cmd := exec.Command("sh", filepath.Join(w.home, "machines", id+".sh"), "--foreground",
+	// from the host allocator as a `make up` agent does.
+	args := []string{filepath.Join(w.home, "machines", id+".sh"), "--foreground",
 		"--state-dir", filepath.Join(s.root, "state"), "--etc-dir", filepath.Join(s.root, "etc"), "--bin-dir", filepath.Join(s.root, "bin"),
-		"--", "--insecure-registries", h.registry, "--host-net-dir", h.hostDir)
+		"--", "--insecure-registries", h.registry}
+	if hostDir != "" {
+		args = append(args, "--host-net-dir", hostDir)
+	}
+	cmd := exec.Command("sh", args...)
 	cmd.Stdout, cmd.Stderr = s.out, s.out
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	// The join script execs the agent: this is the agent's pid.
+	s.pid = cmd.Process.Pid
 	done := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(done) }()
 	stopped := false
@@ -193,7 +207,14 @@ func (s *hostStack) waitMatchCounted(t *testing.T, task string) {
 // claimOf is the stack's agent's host claim.
 func (h *hostNet) claimOf(t *testing.T, prefix string) (egress.HostClaim, bool) {
 	t.Helper()
-	cs, err := egress.Claims(egress.HostConfig{Dir: h.hostDir})
+	return claimIn(t, h.hostDir, prefix)
+}
+
+// claimIn is the claim of prefix in the claims directory dir ("" the
+// host's).
+func claimIn(t *testing.T, dir, prefix string) (egress.HostClaim, bool) {
+	t.Helper()
+	cs, err := egress.Claims(egress.HostConfig{Dir: dir})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -315,6 +336,78 @@ func TestHostNetworkAcrossStacks(t *testing.T) {
 	s2.waitMatchCounted(t, tasks[0])
 	s3.waitMatchCounted(t, tasks[1])
 	t.Logf("side by side: checked in %v", time.Since(start).Round(time.Millisecond))
+
+	t.Run("make down", func(t *testing.T) { checkMakeDown(t, h) })
+}
+
+// checkMakeDown runs `make down`'s code (localstack.Down) on a local stack
+// whose agent claimed its network from the host's claims directory, as a
+// `make up` agent does: Down stops the agent through its pid file and
+// removes its bridge, chains and claim; the next stack's agent then gets a
+// working network.
+func checkMakeDown(t *testing.T, h *hostNet) {
+	var prefixes []string
+	t.Cleanup(func() {
+		if len(prefixes) > 0 {
+			if err := egress.ReleaseHost(context.Background(), egress.HostConfig{}, prefixes, true); err != nil {
+				t.Errorf("remove the agents' networks: %v", err)
+			}
+		}
+	})
+	s := h.startStackIn(t, "stack4", "")
+	prefixes = append(prefixes, s.prefix)
+	if _, ok := claimIn(t, "", s.prefix); !ok || !linkExists(s.prefix+"br") {
+		t.Fatalf("stack 4 (%s): claim in %s %v, bridge %v", s.prefix, egress.DefaultHostDir, ok, linkExists(s.prefix+"br"))
+	}
+	s.runTask(t, h)
+
+	// .levers9-dev as `make up` leaves it, for the parts Down reads: the
+	// state naming the agent's machine and the agent's pid file (no
+	// controlplane, Redis or Postgres of its own here).
+	p := localstack.NewPaths(t.TempDir())
+	if err := os.MkdirAll(p.Dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	state, _ := json.Marshal(localstack.State{LocalMachineID: s.id})
+	if err := os.WriteFile(filepath.Join(p.Dir, "stack.json"), state, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(p.Dir, "agent.pid"), []byte(fmt.Sprint(s.pid)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var out syncBuffer
+	if err := localstack.Down(context.Background(), p, &out); err != nil {
+		t.Fatalf("down: %v\n%s", err, out.String())
+	}
+	t.Logf("down:\n%s", out.String())
+	if syscall.Kill(s.pid, 0) == nil {
+		t.Errorf("the agent (pid %d) still runs after down", s.pid)
+	}
+	if linkExists(s.prefix + "br") {
+		t.Errorf("bridge %sbr still there after down", s.prefix)
+	}
+	if _, ok := claimIn(t, "", s.prefix); ok {
+		t.Errorf("the agent's claim is still in %s after down", egress.DefaultHostDir)
+	}
+	for _, save := range []string{"iptables-save", "ip6tables-save"} {
+		b, err := exec.Command(save).Output()
+		if err != nil {
+			t.Fatalf("%s: %v", save, err)
+		}
+		for _, l := range strings.Split(string(b), "\n") {
+			if strings.Contains(l, s.prefix) {
+				t.Errorf("%s after down: %s", save, l)
+			}
+		}
+	}
+	if !strings.Contains(out.String(), "removing the agents' container networks ("+s.prefix+")") {
+		t.Errorf("down did not say it removed the network:\n%s", out.String())
+	}
+
+	// The next `make up` after `rm -rf .levers9-dev`: a new machine.
+	s5 := h.startStackIn(t, "stack5", "")
+	prefixes = append(prefixes, s5.prefix)
+	s5.waitMatchCounted(t, s5.runTask(t, h))
 }
 
 // answer answers every connection on l with what(conn).
