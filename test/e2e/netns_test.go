@@ -32,11 +32,23 @@ func newBox(t *testing.T) *box {
 	t.Helper()
 	testenv.RequireRoot(t)
 	testenv.RequireBinary(t, "ip")
-	n, _ := rand.Int(rand.Reader, big.NewInt(200))
-	suffix := fmt.Sprintf("%04x", n.Int64()*251%65536)
-	b := &box{ns: "l9j" + suffix, hostIP: fmt.Sprintf("10.199.%d.1", n.Int64()+20), boxIP: fmt.Sprintf("10.199.%d.2", n.Int64()+20)}
+	// The name and the /30 come from one number; a namespace of that name
+	// already there (another test's box, tests run side by side) means
+	// another number.
+	var b *box
+	for try := 0; ; try++ {
+		n, _ := rand.Int(rand.Reader, big.NewInt(200))
+		suffix := fmt.Sprintf("%04x", n.Int64()*251%65536)
+		b = &box{ns: "l9j" + suffix, hostIP: fmt.Sprintf("10.199.%d.1", n.Int64()+20), boxIP: fmt.Sprintf("10.199.%d.2", n.Int64()+20)}
+		out, err := exec.Command("ip", "netns", "add", b.ns).CombinedOutput()
+		if err == nil {
+			break
+		}
+		if try == 20 || !strings.Contains(string(out), "File exists") {
+			t.Fatalf("ip netns add %s: %v: %s", b.ns, err, out)
+		}
+	}
 	host, peer := b.ns+"h", b.ns+"b"
-	ip(t, "netns", "add", b.ns)
 	t.Cleanup(func() {
 		_ = exec.Command("ip", "link", "del", host).Run()
 		_ = exec.Command("ip", "netns", "del", b.ns).Run()
