@@ -177,18 +177,22 @@ func (a *app) printTask(t *v1.Task) {
 	if sp.GetGpuType() != "" {
 		gpus += " " + sp.GetGpuType()
 	}
-	for _, kv := range [][2]string{
+	rows := [][2]string{
 		{"ID", t.Id}, {"State", sdk.StateName(t.State)}, {"Exit code", exitText(t)}, {"Message", dash(taskMessage(t))},
 		{"Pool", dash(sp.GetPool())}, {"Image", dash(sp.GetImage())}, {"Command", dash(commandText(sp.GetCommand(), 0))},
 		{"CPU", fmt.Sprintf("%.3g cores", float64(sp.GetCpuMillis())/1000)}, {"Memory", fmt.Sprintf("%d MiB", sp.GetMemoryBytes()>>20)},
 		{"GPUs", gpus}, {"Timeout", timeout}, {"Retries", fmt.Sprint(sp.GetRetries())},
 		{"Env", dash(strings.Join(envNames(sp.GetEnv()), ", "))},
 		{"Created", when(t.CreatedAt)}, {"Finished", when(t.FinishedAt)},
-	} {
+	}
+	if len(sp.GetSecrets()) > 0 {
+		// Names only: the values never leave the controlplane but in the push.
+		rows = append(rows, [2]string{"Secrets", strings.Join(sp.GetSecrets(), ", ")})
+	}
+	for _, kv := range rows {
 		fmt.Fprintf(w, "%s:\t%s\n", kv[0], kv[1])
 	}
 	w.Flush()
-	a.printTaskSecrets(sp)
 	if len(t.Attempts) == 0 {
 		fmt.Fprintln(a.io.Out, "\nno attempts yet (waiting for a machine with room)")
 		return
@@ -261,15 +265,4 @@ func (a *app) logsSoFar(s *session, c *sdk.Client, id string) error {
 		return a.explain(s, err)
 	}
 	return nil
-}
-
-// printTaskSecrets is task show's secrets block: the names of the
-// workspace secrets the task gets as variables, never their values.
-func (a *app) printTaskSecrets(sp *v1.TaskSpec) {
-	if len(sp.GetSecrets()) == 0 {
-		return
-	}
-	w := newTab(a)
-	fmt.Fprintf(w, "Secrets:\t%s\n", strings.Join(sp.GetSecrets(), ", "))
-	w.Flush()
 }
