@@ -29,6 +29,8 @@ func (a *app) printSeccompReport(r *v1.SeccompReport) error {
 	}
 	verdict := "no: see below"
 	switch {
+	case r.GetMode() == "enforce" && r.GetTasksObserved() == 0:
+		verdict = "already enforced"
 	case r.GetMode() != "log" && r.GetTasksObserved() == 0:
 		verdict = fmt.Sprintf("unknown: the pool's seccomp mode is %s; set it to log to find out", r.GetMode())
 	case r.GetTasksObserved() == 0:
