@@ -246,20 +246,20 @@ func TestTasksStartStop(t *testing.T) {
 			t.Fatal(err)
 		}
 		ts := newTasks(r, (&store{}).report, ReportConfig{}, clock.NewFake(time.Now()), slog.New(slog.DiscardHandler), "default")
-		if _, err := ts.run(valid); !errdefs.IsUnavailable(err) {
+		if _, err := ts.run(context.Background(), valid); !errdefs.IsUnavailable(err) {
 			t.Fatalf("run before start: %v", err)
 		}
 		if i%2 == 0 {
 			ts.stop()
 		}
 		ts.start(context.Background())
-		_, err = ts.run(valid)
+		_, err = ts.run(context.Background(), valid)
 		if (i%2 == 0) != errdefs.IsUnavailable(err) {
 			t.Fatalf("run after start (stopped before: %v): %v", i%2 == 0, err)
 		}
 		ts.stop()
 		ts.stop()
-		if _, err := ts.run(valid); !errdefs.IsUnavailable(err) {
+		if _, err := ts.run(context.Background(), valid); !errdefs.IsUnavailable(err) {
 			t.Fatalf("run after stop: %v", err)
 		}
 		if got := ts.list(); len(got) != 0 {

@@ -116,6 +116,9 @@ type Agent struct {
 	// last heartbeat answer) drive the lease watchdog.
 	lease   atomic.Int64
 	contact atomic.Int64
+	// gate holds RunTask back on each new session until its first
+	// heartbeat answer is applied.
+	gate *sessionGate
 	// watchStop ends the watchdog; watchDone closes when it returned.
 	watchStop chan struct{}
 	watchDone chan struct{}
@@ -203,6 +206,8 @@ func NewAgent(o RunOptions) (*Agent, error) {
 		a.tasks.floor = a.floor
 		a.tasks.seccomp = o.Seccomp
 		a.tasks.metrics = o.Metrics
+		a.gate = newSessionGate(o.Clock)
+		a.tasks.gate = a.gate
 	}
 	a.srv = grpc.NewServer(tunnel.ServerOptions(tunnel.Limits{})...)
 	agentv1.RegisterAgentServer(a.srv, &agentService{machineID: st.MachineID, tasks: a.tasks})
@@ -277,6 +282,10 @@ func (a *Agent) Stop() {
 }
 
 func (a *Agent) onSession(ctx context.Context, s tunnel.Session) {
+	if a.gate != nil {
+		// Closed before the Agent service is served on this session.
+		a.gate.close()
+	}
 	a.o.Log.Info("connected to the controlplane", "machine_id", a.settings.MachineID, "transport", s.Transport())
 	go tunnel.ServeGRPC(ctx, s, a.srv)
 	up := a.o.Metrics.TunnelConnected.WithLabelValues(string(s.Transport()))
@@ -291,6 +300,7 @@ func (a *Agent) onSession(ctx context.Context, s tunnel.Session) {
 	defer conn.Close()
 	cp := agentv1.NewControlplaneClient(conn)
 	var lastInv *v1.Inventory
+	ready := false // the gate opened on this session
 	lastInvSent := time.Time{}
 	for {
 		req := &agentv1.HeartbeatRequest{AgentVersion: a.o.Version, SentAt: timestamppb.New(a.o.Clock.Now())}
@@ -320,9 +330,11 @@ func (a *Agent) onSession(ctx context.Context, s tunnel.Session) {
 			if req.Inventory != nil {
 				lastInv, lastInvSent = inv, a.o.Clock.Now()
 			}
-			for _, st := range resp.Stop {
-				if a.tasks != nil && a.tasks.cancel(st.TaskId, st.Attempt, "stopped by the controlplane") {
-					a.o.Log.Info("attempt stopped by the controlplane", "task_id", st.TaskId, "attempt", st.Attempt)
+			if a.tasks != nil {
+				ended := a.tasks.stopAll(resp.Stop, "stopped by the controlplane")
+				if a.gate != nil && !ready {
+					a.openGate(ctx, ended)
+					ready = true
 				}
 			}
 			a.setMetricsInterval(time.Duration(resp.MetricsIntervalSeconds) * time.Second)
@@ -338,6 +350,29 @@ func (a *Agent) onSession(ctx context.Context, s tunnel.Session) {
 		case <-a.o.Clock.After(min(a.o.HeartbeatInterval, time.Duration(a.lease.Load())/3)):
 		}
 	}
+}
+
+// openGate opens the session's gate once the attempts the heartbeat
+// answer stopped have ended (bounded by stopWait and ctx), so no new
+// container starts beside one the controlplane gave up.
+func (a *Agent) openGate(ctx context.Context, ended []<-chan struct{}) {
+	if len(ended) > 0 {
+		t := a.o.Clock.NewTimer(stopWait)
+		defer t.Stop()
+	wait:
+		for _, ch := range ended {
+			select {
+			case <-ch:
+			case <-ctx.Done():
+				return
+			case <-t.C():
+				a.o.Log.Warn("attempts stopped by the controlplane are still ending; taking new ones anyway",
+					"machine_id", a.settings.MachineID, "wait", stopWait.String())
+				break wait
+			}
+		}
+	}
+	a.gate.openUp()
 }
 
 // watchLease kills the containers of every held attempt once the agent

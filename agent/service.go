@@ -25,11 +25,17 @@ var errNoRunner = fmt.Errorf("this agent runs no tasks (no task runner): %w", er
 
 // RunTask takes the attempt and returns at once; it is in ListTasks and
 // the next heartbeat from then on. Its progress goes through ReportAttempt.
-func (s *agentService) RunTask(_ context.Context, req *agentv1.RunTaskRequest) (*agentv1.RunTaskResponse, error) {
+//
+// On a new session it first waits (briefly, bounded by ctx) for the
+// session's gate: see sessionGate.
+func (s *agentService) RunTask(ctx context.Context, req *agentv1.RunTaskRequest) (*agentv1.RunTaskResponse, error) {
 	if s.tasks == nil {
 		return nil, errdefs.ToGRPC(errNoRunner)
 	}
-	already, err := s.tasks.run(req.Attempt)
+	already, err := s.tasks.run(ctx, req.Attempt)
+	if errdefs.HasReason(err, errdefs.ReasonAgentNotReady) {
+		return nil, err
+	}
 	if err != nil {
 		return nil, errdefs.ToGRPC(err)
 	}

@@ -44,6 +44,9 @@ type held struct {
 	key    attemptKey
 	cancel context.CancelFunc
 	q      *reportQueue
+	// ended closes when the attempt's run returned: its container is
+	// gone (or detached, when the agent stops).
+	ended chan struct{}
 	// cancelMu guards reason, the first reason the attempt was killed,
 	// and lost, set when the lease killed it (it ends LOST, not CANCELLED:
 	// the controlplane gave it up, and retries it when it may).
@@ -108,6 +111,9 @@ type tasks struct {
 	seccomp *SeccompWatch
 	// metrics counts starts and their latency (nil: not counted).
 	metrics *Metrics
+	// gate, when set, holds RunTask back until the session's first
+	// heartbeat answer is applied.
+	gate *sessionGate
 
 	// mu guards the fields below.
 	mu       sync.Mutex
@@ -149,8 +155,9 @@ func (t *tasks) stop() {
 }
 
 // run takes an attempt: it is held when run returns without error, and
-// runs in the background.
-func (t *tasks) run(a *agentv1.TaskAttempt) (alreadyRunning bool, err error) {
+// runs in the background. It waits for the gate (if any) first, bounded
+// by ctx.
+func (t *tasks) run(ctx context.Context, a *agentv1.TaskAttempt) (alreadyRunning bool, err error) {
 	task, err := taskFromAttempt(a, t.pool)
 	if err != nil {
 		return false, err
@@ -161,6 +168,12 @@ func (t *tasks) run(a *agentv1.TaskAttempt) (alreadyRunning bool, err error) {
 		return false, err
 	}
 	key := attemptKey{a.TaskId, a.Attempt}
+	if t.gate != nil {
+		if err := t.gate.wait(ctx, "run task "+key.String()); err != nil {
+			t.log.Info("attempt refused until the session's first heartbeat answer is applied", "task_id", a.TaskId, "attempt", a.Attempt)
+			return false, err
+		}
+	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.ctx == nil || t.stopped || t.ctx.Err() != nil {
@@ -203,7 +216,7 @@ type runFunc func(ctx context.Context, out taskrun.Output) (taskrun.Result, erro
 // holdLocked holds an attempt and starts its reporter and its run.
 func (t *tasks) holdLocked(key attemptKey, task taskrun.Task, q *reportQueue, run runFunc) {
 	killCtx, cancel := context.WithCancel(context.WithoutCancel(t.ctx))
-	h := &held{key: key, cancel: cancel, q: q}
+	h := &held{key: key, cancel: cancel, q: q, ended: make(chan struct{})}
 	t.held[key] = h
 	watched := t.seccomp.watch(task, h.q)
 	t.wg.Add(2)
@@ -223,6 +236,7 @@ func (t *tasks) holdLocked(key attemptKey, task taskrun.Task, q *reportQueue, ru
 	}()
 	go func() {
 		defer t.wg.Done()
+		defer close(h.ended)
 		defer cancel()
 		t.execute(killCtx, h, task, run, log, watched)
 	}()
@@ -379,6 +393,24 @@ func (t *tasks) cancel(taskID string, attempt int32, reason string) bool {
 	}
 	h.kill(reason)
 	return true
+}
+
+// stopAll kills the held attempts the controlplane listed and returns
+// channels that close when each has ended.
+func (t *tasks) stopAll(stop []*agentv1.RunningAttempt, reason string) []<-chan struct{} {
+	var ended []<-chan struct{}
+	for _, st := range stop {
+		t.mu.Lock()
+		h, ok := t.held[attemptKey{st.TaskId, st.Attempt}]
+		t.mu.Unlock()
+		if !ok {
+			continue
+		}
+		h.kill(reason)
+		t.log.Info("attempt stopped by the controlplane", "task_id", st.TaskId, "attempt", st.Attempt)
+		ended = append(ended, h.ended)
+	}
+	return ended
 }
 
 // loseAll kills every held attempt as lost and returns how many it had

@@ -271,6 +271,8 @@ func (b *taskBundle) startAgent(t *testing.T, report ReportConfig) {
 type testNode struct {
 	prefix, sbState, imageRoot, registry string
 	state                                State
+	// hooks, when set, adds hooks to each attempt the Runner runs.
+	hooks func(taskrun.Task) []taskrun.Hook
 }
 
 // newTestRunner builds a Runner (runc, no container network) on n: its
@@ -296,7 +298,7 @@ func newTestRunner(t *testing.T, n testNode, logger *slog.Logger) *taskrun.Runne
 		t.Fatal(err)
 	}
 	r, err := taskrun.New(taskrun.Config{Sandbox: sb, Images: store, KillGrace: 500 * time.Millisecond, Logger: logger,
-		StateDir: filepath.Join(n.state.Dir, "attempts")})
+		StateDir: filepath.Join(n.state.Dir, "attempts"), Hooks: n.hooks})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -81,7 +81,8 @@ func (s *Scheduler) dispatch(ctx context.Context, t store.Task, a store.Attempt)
 // pushWithResends sends RunTask, and again after a session loss while the
 // grace lasts and the attempt is still wanted on its machine. Only calls
 // that reached a session count against maxResends; while the machine has no
-// session at all, it waits for one (within the grace).
+// session at all, or its agent answers that the session is not ready yet
+// (errdefs.ReasonAgentNotReady), it waits for one (within the grace).
 func (s *Scheduler) pushWithResends(ctx context.Context, t store.Task, a store.Attempt, ta *agentv1.TaskAttempt) error {
 	deadline := s.d.now().Add(s.d.config.Controlplane.LostGrace())
 	wait := resendBackoff
@@ -90,7 +91,10 @@ func (s *Scheduler) pushWithResends(ctx context.Context, t store.Task, a store.A
 		if err == nil || !sessionLost(err) || stopping(ctx) {
 			return err
 		}
-		if sent {
+		// An agent whose new session's first heartbeat is not yet answered
+		// refuses with ReasonAgentNotReady: it got the push and asks for
+		// it again, so that is not a push lost with a session.
+		if sent && !errdefs.HasReason(err, errdefs.ReasonAgentNotReady) {
 			if resends == maxResends {
 				return err
 			}

@@ -64,3 +64,20 @@ func TestRetryable(t *testing.T) {
 		t.Error("WithRetry must unwrap")
 	}
 }
+
+func TestReasonSurvivesGRPCAndAMessageOnlyHop(t *testing.T) {
+	err := UnavailableWithReason(fmt.Errorf("run task t/1: not ready: %w", ErrUnavailable), ReasonAgentNotReady)
+	if status.Code(err) != codes.Unavailable || !HasReason(err, ReasonAgentNotReady) {
+		t.Fatalf("%v: code %v, has reason %v", err, status.Code(err), HasReason(err, ReasonAgentNotReady))
+	}
+	// A replica forwarding the call keeps only code and message.
+	hop := status.Error(codes.Unavailable, status.Convert(err).Message())
+	if !HasReason(hop, ReasonAgentNotReady) {
+		t.Errorf("reason lost over a message-only hop: %v", hop)
+	}
+	for _, other := range []error{nil, ErrUnavailable, status.Error(codes.Unavailable, "session closed"), UnavailableWithReason(ErrUnavailable, "OTHER")} {
+		if HasReason(other, ReasonAgentNotReady) {
+			t.Errorf("HasReason(%v) = true", other)
+		}
+	}
+}

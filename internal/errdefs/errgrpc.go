@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -67,4 +69,40 @@ func FromGRPC(err error) error {
 		return fmt.Errorf("%s: %w", st.Message(), context.DeadlineExceeded)
 	}
 	return err
+}
+
+// ReasonAgentNotReady marks an agent's Unavailable refusal of a RunTask that
+// came before its session's first heartbeat was answered (and the stop list
+// in it applied). The push did not fail: the controlplane sends it again
+// without counting it as a lost push.
+const ReasonAgentNotReady = "AGENT_SESSION_NOT_READY"
+
+// errorDomain is the ErrorInfo domain of levers9's reasons.
+const errorDomain = "levers9.dev"
+
+// UnavailableWithReason is a gRPC Unavailable status with err's message
+// that carries reason for HasReason to find: as an ErrorInfo detail, and
+// at the end of the message ("... [REASON]"), which survives a hop that
+// keeps only code and message (forwarding between replicas).
+func UnavailableWithReason(err error, reason string) error {
+	msg := err.Error() + " [" + reason + "]"
+	st, derr := status.New(codes.Unavailable, msg).WithDetails(&errdetails.ErrorInfo{Reason: reason, Domain: errorDomain})
+	if derr != nil {
+		return status.Error(codes.Unavailable, msg)
+	}
+	return st.Err()
+}
+
+// HasReason reports whether err is a gRPC status carrying reason.
+func HasReason(err error, reason string) bool {
+	st, ok := status.FromError(err)
+	if !ok {
+		return false
+	}
+	for _, d := range st.Details() {
+		if ei, ok := d.(*errdetails.ErrorInfo); ok && ei.Domain == errorDomain && ei.Reason == reason {
+			return true
+		}
+	}
+	return strings.HasSuffix(st.Message(), " ["+reason+"]")
 }
