@@ -310,17 +310,15 @@ func TestCollectRuntimeVersionCachedPerBinary(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := 0; i < 3; i++ {
-		inv, _ := c.Collect(context.Background())
+		inv, err := c.Collect(context.Background())
 		if inv.RuncVersion != "1.1.5" {
-			t.Fatalf("runc version %q", inv.RuncVersion)
+			t.Fatalf("runc version %q (%v)", inv.RuncVersion, err)
 		}
 	}
 	if n, _ := os.ReadFile(count); strings.Count(string(n), "x") != 1 {
 		t.Errorf("runc --version ran %d times for 3 collections", strings.Count(string(n), "x"))
 	}
-	if err := os.WriteFile(runc, []byte("#!/bin/sh\necho \"runc version 1.2.0\"\n"), 0o755); err != nil {
-		t.Fatal(err)
-	}
+	installScript(t, runc, `echo "runc version 1.2.0"`)
 	if inv, _ := c.Collect(context.Background()); inv.RuncVersion != "1.2.0" {
 		t.Errorf("after replacing the binary: %q", inv.RuncVersion)
 	}

@@ -3,6 +3,7 @@ package inventory
 import (
 	"context"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -99,10 +100,23 @@ func writeScript(t *testing.T, body string) string {
 	t.Helper()
 	testenv.RequireBinary(t, "sh")
 	path := filepath.Join(t.TempDir(), "l9v-fake-runtime")
-	if err := os.WriteFile(path, []byte("#!/bin/sh\n"+body+"\n"), 0o755); err != nil {
+	installScript(t, path, body)
+	return path
+}
+
+// installScript puts an executable shell script at path through another
+// process. Written from this one, a parallel test's fork could inherit the
+// open file between its fork and exec, and running the script would then
+// fail with "text file busy".
+func installScript(t *testing.T, path, body string) {
+	t.Helper()
+	src := filepath.Join(t.TempDir(), "script")
+	if err := os.WriteFile(src, []byte("#!/bin/sh\n"+body+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	return path
+	if out, err := exec.Command("install", "-m", "0755", src, path).CombinedOutput(); err != nil {
+		t.Fatalf("install %s: %v %s", path, err, out)
+	}
 }
 
 func TestRuntimeVersionFailures(t *testing.T) {
