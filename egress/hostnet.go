@@ -10,14 +10,13 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
-	"strings"
 	"syscall"
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
 	"github.com/levers9/levers9/internal/errdefs"
+	"github.com/levers9/levers9/internal/procstat"
 )
 
 // Host-wide network resources. A bridge, its subnets, an NFLOG group and
@@ -135,33 +134,10 @@ func SelfOwner(prefix, machineID, stateDir, nodeNetns string) (Owner, error) {
 	return Owner{Prefix: prefix, MachineID: machineID, StateDir: stateDir, PID: os.Getpid(), PIDStart: start, Netns: ns}, nil
 }
 
-// pidStart reads field 22 of /proc/PID/stat.
+// pidStart is the process's start time, which with its pid names it.
 func pidStart(pid int) (uint64, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0, err
-	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 {
-		return 0, fmt.Errorf("parse /proc/%d/stat", pid)
-	}
-	f := strings.Fields(s[i+1:])
-	if len(f) < 20 {
-		return 0, fmt.Errorf("parse /proc/%d/stat", pid)
-	}
-	return strconv.ParseUint(f[19], 10, 64)
-}
-
-// zombie reports whether the process has exited and waits to be reaped.
-func zombie(pid int) bool {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return false
-	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	return i >= 0 && len(s) > i+2 && (s[i+2] == 'Z' || s[i+2] == 'X')
+	st, err := procstat.Read(pid)
+	return st.StartTime, err
 }
 
 func netnsID(path string) (string, error) {
@@ -184,7 +160,7 @@ func (o Owner) Alive() bool {
 	if err := syscall.Kill(o.PID, 0); err != nil && !errors.Is(err, syscall.EPERM) {
 		return false
 	}
-	if st, err := pidStart(o.PID); err != nil || st != o.PIDStart || zombie(o.PID) {
+	if st, err := procstat.Read(o.PID); err != nil || st.StartTime != o.PIDStart || st.Exited() {
 		// A killed agent nobody reaped yet stays in the process table,
 		// start time and all, but holds nothing.
 		return false

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/levers9/levers9/internal/procstat"
 )
 
 // agentProc is a process standing in for another agent: alive until kill.
@@ -275,7 +277,7 @@ func TestKilledUnreapedAgentIsNotAlive(t *testing.T) {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(10 * time.Second)
-	for !zombie(o.PID) {
+	for st, _ := procstat.Read(o.PID); !st.Exited(); st, _ = procstat.Read(o.PID) {
 		if time.Now().After(deadline) {
 			t.Fatal("the killed process never became a zombie")
 		}

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/levers9/levers9/internal/procstat"
 	"github.com/levers9/levers9/internal/testenv"
 )
 
@@ -37,7 +38,7 @@ func TestPidAliveSeesAnExitedUnreapedProcess(t *testing.T) {
 	if err := os.WriteFile(pidFile, []byte(strconv.Itoa(pid)), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	testenv.Eventually(t, 5*time.Second, "the released process to exit", func() bool { return zombie(pid) })
+	testenv.Eventually(t, 5*time.Second, "the released process to exit", func() bool { st, err := procstat.Read(pid); return err == nil && st.Exited() })
 	if pidAlive(pidFile) {
 		t.Fatal("an exited, unreaped process counts as alive")
 	}

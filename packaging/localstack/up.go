@@ -25,6 +25,7 @@ import (
 	"github.com/levers9/levers9/controlplane/config"
 	"github.com/levers9/levers9/enroll"
 	"github.com/levers9/levers9/internal/devstack"
+	"github.com/levers9/levers9/internal/procstat"
 )
 
 // Up brings the stack up (or finds it up) and saves the "local" CLI
@@ -138,19 +139,8 @@ func pidAlive(pidFile string) bool {
 	if err != nil || syscall.Kill(pid, 0) != nil {
 		return false
 	}
-	return !zombie(pid)
-}
-
-// zombie reports whether pid has exited and waits to be reaped.
-func zombie(pid int) bool {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return false
-	}
-	// The state follows the command name, which is in parentheses and may
-	// hold spaces or parentheses itself.
-	i := strings.LastIndexByte(string(b), ')')
-	return i >= 0 && i+2 < len(b) && b[i+2] == 'Z'
+	st, err := procstat.Read(pid)
+	return err == nil && !st.Exited()
 }
 
 func readPid(pidFile string) (int, error) {
