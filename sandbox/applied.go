@@ -6,9 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"os/exec"
 	"slices"
-	"strings"
 	"time"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
@@ -108,23 +106,14 @@ func (r *OCI) Version(ctx context.Context) (string, error) {
 	if v != "" {
 		return v, nil
 	}
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, r.binary, "--version")
-	cmd.WaitDelay = time.Second
-	out, err := cmd.Output()
+	n, err := RuntimeVersion(ctx, r.binary, string(r.name), 10*time.Second)
 	if err != nil {
-		return "", fmt.Errorf("runtime %s: --version: %w", r.name, err)
+		return "", fmt.Errorf("runtime %s: %w", r.name, err)
 	}
-	for _, line := range strings.Split(string(out), "\n") {
-		if strings.HasPrefix(line, string(r.name)+" version ") {
-			v = strings.TrimSpace(line)
-			break
-		}
+	if n == "" {
+		return "", fmt.Errorf("runtime %s: %s is not installed", r.name, r.binary)
 	}
-	if v == "" {
-		return "", fmt.Errorf("runtime %s: --version printed no %q line", r.name, string(r.name)+" version")
-	}
+	v = string(r.name) + " version " + n
 	r.mu.Lock()
 	r.version = v
 	r.mu.Unlock()

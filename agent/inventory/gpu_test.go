@@ -4,6 +4,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/levers9/levers9/internal/testenv"
 )
 
 func TestFilterVisible(t *testing.T) {
@@ -37,7 +39,7 @@ func TestFilterVisible(t *testing.T) {
 		t.Run(tt.spec, func(t *testing.T) {
 			t.Parallel()
 			got, err := FilterVisible(gpus, tt.spec)
-			checkErr(t, err, tt.wantErr)
+			testenv.CheckErr(t, err, tt.wantErr)
 			var idx []int
 			for _, g := range got {
 				idx = append(idx, g.Index)

@@ -11,6 +11,8 @@ import (
 	"runtime"
 	"sync"
 	"time"
+
+	"github.com/levers9/levers9/sandbox"
 )
 
 // Inventory is what the agent reports about its machine. When
@@ -149,7 +151,7 @@ type cachedVersion struct {
 	version string
 }
 
-// runtimeVersion is the package's runtimeVersion, cached per binary file.
+// runtimeVersion is sandbox.RuntimeVersion, cached per binary file.
 func (c *Collector) runtimeVersion(ctx context.Context, bin, name string) (string, error) {
 	path, err := exec.LookPath(bin)
 	var st os.FileInfo
@@ -157,7 +159,7 @@ func (c *Collector) runtimeVersion(ctx context.Context, bin, name string) (strin
 		st, err = os.Stat(path)
 	}
 	if err != nil {
-		return runtimeVersion(ctx, bin, name, c.cfg.CommandTimeout)
+		return sandbox.RuntimeVersion(ctx, bin, name, c.cfg.CommandTimeout)
 	}
 	c.mu.Lock()
 	cv, ok := c.versions[name]
@@ -165,7 +167,7 @@ func (c *Collector) runtimeVersion(ctx context.Context, bin, name string) (strin
 	if ok && cv.path == path && cv.size == st.Size() && cv.mtime.Equal(st.ModTime()) {
 		return cv.version, nil
 	}
-	v, err := runtimeVersion(ctx, bin, name, c.cfg.CommandTimeout)
+	v, err := sandbox.RuntimeVersion(ctx, bin, name, c.cfg.CommandTimeout)
 	if err == nil {
 		c.mu.Lock()
 		c.versions[name] = cachedVersion{path: path, size: st.Size(), mtime: st.ModTime(), version: v}

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"strings"
 	"testing"
@@ -203,8 +204,8 @@ func TestCollectRuntimeTimeout(t *testing.T) {
 	c, err := NewCollector(Config{
 		StateDir:       b.stateDir,
 		GPUs:           NoGPUs{},
-		RuncPath:       writeScript(t, "exec sleep 60"),
-		RunscPath:      writeScript(t, `echo "runsc version release-20231009.0"`),
+		RuncPath:       testenv.WriteScript(t, "exec sleep 60"),
+		RunscPath:      testenv.WriteScript(t, `echo "runsc version release-20231009.0"`),
 		CommandTimeout: 200 * time.Millisecond,
 	})
 	if err != nil {
@@ -304,8 +305,8 @@ func TestCollectRuntimeVersionCachedPerBinary(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	count := filepath.Join(t.TempDir(), "count")
-	runc := writeScript(t, `echo x >> `+count+`; echo "runc version 1.1.5"`)
-	c, err := NewCollector(Config{StateDir: b.stateDir, GPUs: NoGPUs{}, RuncPath: runc, RunscPath: writeScript(t, "exit 0")})
+	runc := testenv.WriteScript(t, `echo x >> `+count+`; echo "runc version 1.1.5"`)
+	c, err := NewCollector(Config{StateDir: b.stateDir, GPUs: NoGPUs{}, RuncPath: runc, RunscPath: testenv.WriteScript(t, "exit 0")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -318,8 +319,11 @@ func TestCollectRuntimeVersionCachedPerBinary(t *testing.T) {
 	if n, _ := os.ReadFile(count); strings.Count(string(n), "x") != 1 {
 		t.Errorf("runc --version ran %d times for 3 collections", strings.Count(string(n), "x"))
 	}
-	installScript(t, runc, `echo "runc version 1.2.0"`)
+	testenv.InstallScript(t, runc, `echo "runc version 1.2.0"`)
 	if inv, _ := c.Collect(context.Background()); inv.RuncVersion != "1.2.0" {
 		t.Errorf("after replacing the binary: %q", inv.RuncVersion)
 	}
 }
+
+// versionRE is what the installed runtimes' versions look like.
+var versionRE = regexp.MustCompile(`^[0-9A-Za-z][0-9A-Za-z.+~_-]*$`)

@@ -3,6 +3,8 @@ package inventory
 import (
 	"strings"
 	"testing"
+
+	"github.com/levers9/levers9/internal/testenv"
 )
 
 const cpuinfoX86 = `processor	: 0
@@ -76,7 +78,7 @@ func TestParseCPUInfo(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			got, err := parseCPUInfo(strings.NewReader(tt.in))
-			checkErr(t, err, tt.wantErr)
+			testenv.CheckErr(t, err, tt.wantErr)
 			if got != tt.want {
 				t.Errorf("parseCPUInfo = %+v, want %+v", got, tt.want)
 			}
@@ -108,7 +110,7 @@ func TestParseMemTotal(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			got, err := parseMemTotal(strings.NewReader(tt.in))
-			checkErr(t, err, tt.wantErr)
+			testenv.CheckErr(t, err, tt.wantErr)
 			if got != tt.want {
 				t.Errorf("parseMemTotal = %d, want %d", got, tt.want)
 			}
@@ -153,17 +155,4 @@ func FuzzParseMemTotal(f *testing.F) {
 			t.Fatalf("MemTotal %d bytes: want a non-zero multiple of 1024", n)
 		}
 	})
-}
-
-// checkErr fails unless err contains want, or is nil when want is "".
-func checkErr(t *testing.T, err error, want string) {
-	t.Helper()
-	switch {
-	case want == "" && err != nil:
-		t.Fatalf("unexpected error: %v", err)
-	case want != "" && err == nil:
-		t.Fatalf("no error, want one containing %q", want)
-	case want != "" && !strings.Contains(err.Error(), want):
-		t.Fatalf("error %q, want it to contain %q", err, want)
-	}
 }

@@ -12,6 +12,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -107,4 +108,42 @@ func FindBinary(name string, extra ...string) (string, bool) {
 		}
 	}
 	return "", false
+}
+
+// WriteScript writes an executable shell script (body after "#!/bin/sh"),
+// e.g. standing in for a runtime binary, and returns its path.
+func WriteScript(t testing.TB, body string) string {
+	t.Helper()
+	RequireBinary(t, "sh")
+	path := filepath.Join(t.TempDir(), "l9v-fake-runtime")
+	InstallScript(t, path, body)
+	return path
+}
+
+// InstallScript puts an executable shell script at path through another
+// process. Written from this one, a parallel test's fork could inherit the
+// open file between its fork and exec, and running the script would then
+// fail with "text file busy".
+func InstallScript(t testing.TB, path, body string) {
+	t.Helper()
+	src := filepath.Join(t.TempDir(), "script")
+	if err := os.WriteFile(src, []byte("#!/bin/sh\n"+body+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("install", "-m", "0755", src, path).CombinedOutput(); err != nil {
+		t.Fatalf("install %s: %v %s", path, err, out)
+	}
+}
+
+// CheckErr fails unless err contains want, or is nil when want is "".
+func CheckErr(t testing.TB, err error, want string) {
+	t.Helper()
+	switch {
+	case want == "" && err != nil:
+		t.Fatalf("unexpected error: %v", err)
+	case want != "" && err == nil:
+		t.Fatalf("no error, want one containing %q", want)
+	case want != "" && !strings.Contains(err.Error(), want):
+		t.Fatalf("error %q, want it to contain %q", err, want)
+	}
 }

@@ -1,9 +1,7 @@
-package inventory
+package sandbox
 
 import (
 	"context"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -44,7 +42,7 @@ func TestParseRuntimeVersion(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			got, err := parseRuntimeVersion(tt.runtime, tt.out)
-			checkErr(t, err, tt.wantErr)
+			testenv.CheckErr(t, err, tt.wantErr)
 			if got != tt.want {
 				t.Errorf("parseRuntimeVersion = %q, want %q", got, tt.want)
 			}
@@ -83,39 +81,14 @@ func TestRuntimeVersionInstalled(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			bin := testenv.RequireBinary(t, name)[0]
-			v, err := runtimeVersion(context.Background(), bin, name, 10*time.Second)
+			v, err := RuntimeVersion(context.Background(), bin, name, 10*time.Second)
 			if err != nil {
-				t.Fatalf("runtimeVersion(%s): %v", bin, err)
+				t.Fatalf("RuntimeVersion(%s): %v", bin, err)
 			}
 			if !versionRE.MatchString(v) {
-				t.Fatalf("runtimeVersion(%s) = %q, want a version", bin, v)
+				t.Fatalf("RuntimeVersion(%s) = %q, want a version", bin, v)
 			}
 		})
-	}
-}
-
-// writeScript writes an executable shell script standing in for a runtime
-// binary that misbehaves.
-func writeScript(t *testing.T, body string) string {
-	t.Helper()
-	testenv.RequireBinary(t, "sh")
-	path := filepath.Join(t.TempDir(), "l9v-fake-runtime")
-	installScript(t, path, body)
-	return path
-}
-
-// installScript puts an executable shell script at path through another
-// process. Written from this one, a parallel test's fork could inherit the
-// open file between its fork and exec, and running the script would then
-// fail with "text file busy".
-func installScript(t *testing.T, path, body string) {
-	t.Helper()
-	src := filepath.Join(t.TempDir(), "script")
-	if err := os.WriteFile(src, []byte("#!/bin/sh\n"+body+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if out, err := exec.Command("install", "-m", "0755", src, path).CombinedOutput(); err != nil {
-		t.Fatalf("install %s: %v %s", path, err, out)
 	}
 }
 
@@ -137,27 +110,27 @@ func TestRuntimeVersionFailures(t *testing.T) {
 		},
 		{
 			name: "works",
-			bin:  func(t *testing.T) string { return writeScript(t, `echo "runc version 9.9.9"`) },
+			bin:  func(t *testing.T) string { return testenv.WriteScript(t, `echo "runc version 9.9.9"`) },
 			want: "9.9.9",
 		},
 		{
 			name:    "exit status",
-			bin:     func(t *testing.T) string { return writeScript(t, `echo "boom" >&2; exit 3`) },
+			bin:     func(t *testing.T) string { return testenv.WriteScript(t, `echo "boom" >&2; exit 3`) },
 			wantErr: `exit status 3 (output "boom\n")`,
 		},
 		{
 			name:    "garbage output",
-			bin:     func(t *testing.T) string { return writeScript(t, `echo "hello"`) },
+			bin:     func(t *testing.T) string { return testenv.WriteScript(t, `echo "hello"`) },
 			wantErr: `no "runc version" line in output "hello\n"`,
 		},
 		{
 			name:    "hangs",
-			bin:     func(t *testing.T) string { return writeScript(t, `exec sleep 60`) },
+			bin:     func(t *testing.T) string { return testenv.WriteScript(t, `exec sleep 60`) },
 			wantErr: "no answer within 300ms",
 		},
 		{
 			name:    "hangs with a child holding the pipe",
-			bin:     func(t *testing.T) string { return writeScript(t, `sleep 60; echo late`) },
+			bin:     func(t *testing.T) string { return testenv.WriteScript(t, `sleep 60; echo late`) },
 			wantErr: "no answer within 300ms",
 		},
 	}
@@ -166,8 +139,8 @@ func TestRuntimeVersionFailures(t *testing.T) {
 			t.Parallel()
 			bin := tt.bin(t)
 			start := time.Now()
-			got, err := runtimeVersion(context.Background(), bin, "runc", 300*time.Millisecond)
-			checkErr(t, err, tt.wantErr)
+			got, err := RuntimeVersion(context.Background(), bin, "runc", 300*time.Millisecond)
+			testenv.CheckErr(t, err, tt.wantErr)
 			if got != tt.want {
 				t.Errorf("runtimeVersion = %q, want %q", got, tt.want)
 			}

@@ -1,4 +1,4 @@
-package inventory
+package sandbox
 
 import (
 	"bytes"
@@ -15,11 +15,11 @@ import (
 // on the first lines, and a misbehaving binary must not fill memory.
 const maxVersionOutput = 64 * 1024
 
-// runtimeVersion runs `bin --version` and returns the version from its
+// RuntimeVersion runs `bin --version` and returns the version from its
 // "<name> version X" line. A binary that is not installed gives "" and no
 // error; one that fails, hangs past timeout or prints no version line is an
 // error.
-func runtimeVersion(ctx context.Context, bin, name string, timeout time.Duration) (string, error) {
+func RuntimeVersion(ctx context.Context, bin, name string, timeout time.Duration) (string, error) {
 	path, err := exec.LookPath(bin)
 	if errors.Is(err, exec.ErrNotFound) || errors.Is(err, fs.ErrNotExist) {
 		return "", nil
@@ -40,7 +40,7 @@ func runtimeVersion(ctx context.Context, bin, name string, timeout time.Duration
 		if ctx.Err() != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
 			return "", fmt.Errorf("%s --version: no answer within %v", path, timeout)
 		}
-		return "", fmt.Errorf("%s --version: %w (output %q)", path, err, truncate(out.String(), 200))
+		return "", fmt.Errorf("%s --version: %w (output %q)", path, err, head(out.String(), 200))
 	}
 	v, err := parseRuntimeVersion(name, out.String())
 	if err != nil {
@@ -62,7 +62,7 @@ func parseRuntimeVersion(name, out string) (string, error) {
 		}
 		return fields[2], nil
 	}
-	return "", fmt.Errorf("no %q line in output %q", name+" version", truncate(out, 200))
+	return "", fmt.Errorf("no %q line in output %q", name+" version", head(out, 200))
 }
 
 // cappedBuffer keeps the first max bytes written and drops the rest while
@@ -80,3 +80,11 @@ func (b *cappedBuffer) Write(p []byte) (int, error) {
 }
 
 func (b *cappedBuffer) String() string { return b.buf.String() }
+
+// head is s cut to its first n bytes, marked when cut.
+func head(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "..."
+}
