@@ -185,7 +185,8 @@ func BuildNode(ctx context.Context, c NodeConfig) (*Node, error) {
 	n := &Node{}
 	var watch *SeccompWatch
 	reader, err := sandbox.NewSeccompLogReader(sandbox.SeccompLogConfig{Prefix: c.Prefix, Logger: log.With("component", "seccomp"),
-		OnEvent: func(ev sandbox.SeccompEvent) { watch.Handle(ev) }})
+		Registerer: c.Metrics.Registry,
+		OnEvent:    func(ev sandbox.SeccompEvent) { watch.Handle(ev) }})
 	if err != nil {
 		return nil, err
 	}
