@@ -6,10 +6,21 @@ import (
 	"fmt"
 	"io"
 	"os"
+
+	"github.com/levers9/levers9/internal/version"
 )
 
-// Version is the agent's version, set at build time.
-var Version = "dev"
+// reportedVersion is what the agent tells the controlplane at enroll and
+// in every heartbeat (shown by `machine list`): the stamped version line,
+// cut to the 64 bytes enroll accepts so an unusually long tag cannot keep
+// a machine from joining.
+func reportedVersion() string {
+	v := version.String()
+	if len(v) > 64 {
+		v = v[:64]
+	}
+	return v
+}
 
 // Main runs the levers9-agent command line.
 func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -22,8 +33,8 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return joinCmd(ctx, args[1:], stdout, stderr)
 	case "run":
 		return runCmd(ctx, args[1:], stdout, stderr)
-	case "version":
-		fmt.Fprintln(stdout, Version)
+	case "version", "--version", "-version":
+		fmt.Fprintln(stdout, "levers9-agent", version.String())
 		return nil
 	case "-h", "--help", "help":
 		usage(stdout)
@@ -43,7 +54,7 @@ controlplane and never listens on a port. A machine joins with the script from
 Commands:
   join     enroll this machine with a join token (the join script runs this)
   run      connect to the controlplane and run tasks
-  version  print the agent's version
+  version  print the agent's version and commit (also --version)
 `)
 }
 
@@ -61,7 +72,7 @@ func joinCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return fmt.Errorf("join needs --controlplane and --token-file (the token is never taken on the command line)")
 	}
 	host, _ := os.Hostname()
-	st, err := Join(ctx, JoinOptions{Controlplane: *cp, CAFile: *ca, TokenFile: *tokenFile, State: State{Dir: *stateDir}, Version: Version, Hostname: host})
+	st, err := Join(ctx, JoinOptions{Controlplane: *cp, CAFile: *ca, TokenFile: *tokenFile, State: State{Dir: *stateDir}, Version: reportedVersion(), Hostname: host})
 	if err != nil {
 		return err
 	}

@@ -535,7 +535,7 @@ func runCmd(ctx context.Context, args []string, _, stderr io.Writer) error {
 	}
 	nc.Registries, nc.InsecureRegistries, nc.Resolvers = splitList(*registries), splitList(*insecure), splitList(*resolvers)
 	log := slog.New(slog.NewJSONHandler(stderr, nil))
-	o := RunOptions{State: State{Dir: *stateDir}, Log: log, Version: Version, Floor: floor,
+	o := RunOptions{State: State{Dir: *stateDir}, Log: log, Version: reportedVersion(), Floor: floor,
 		Metrics: NewMetrics(), MetricsInterval: *metricsEvery, Lease: *lease}
 	if *tunnelAddr != "" {
 		o.TunnelAddrs = []string{*tunnelAddr}

@@ -14,7 +14,7 @@ import (
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := server.Main(ctx, os.Args[1:], os.LookupEnv, os.Stderr); err != nil {
+	if err := server.Main(ctx, os.Args[1:], os.LookupEnv, os.Stdout, os.Stderr); err != nil {
 		fmt.Fprintln(os.Stderr, "levers9-controlplane:", err)
 		os.Exit(1)
 	}

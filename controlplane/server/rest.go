@@ -18,6 +18,7 @@ import (
 
 	v1 "github.com/levers9/levers9/api/levers9/v1"
 	"github.com/levers9/levers9/controlplane/auth"
+	"github.com/levers9/levers9/internal/version"
 )
 
 // restHandler serves the REST gateway under /api/, health on /healthz, agent
@@ -123,10 +124,11 @@ const bootstrapRESTHeader = "Grpc-Metadata-X-Levers9-Bootstrap-Secret"
 
 func (s *Server) serveHealth(w http.ResponseWriter, _ *http.Request) {
 	s.mu.Lock()
-	body := map[string]bool{"postgres": s.pgUp, "redis": s.redisUp, "migrated": s.migrated}
+	body := map[string]any{"postgres": s.pgUp, "redis": s.redisUp, "migrated": s.migrated}
 	healthy := s.migrated && s.pgUp && s.redisUp
 	s.mu.Unlock()
 	body["healthy"] = healthy
+	body["version"] = version.String()
 	w.Header().Set("Content-Type", "application/json")
 	if !healthy {
 		w.WriteHeader(http.StatusServiceUnavailable)

@@ -9,20 +9,26 @@ import (
 	"strings"
 
 	"github.com/levers9/levers9/controlplane/config"
+	"github.com/levers9/levers9/internal/version"
 )
 
 // Main runs the controlplane until ctx ends: it parses args, loads the
 // config (file plus LEVERS9_* from getenv), starts and waits.
-func Main(ctx context.Context, args []string, getenv func(string) (string, bool), stderr io.Writer) error {
+func Main(ctx context.Context, args []string, getenv func(string) (string, bool), stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("levers9-controlplane", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	cfgPath := fs.String("config", "", "path to the YAML config (keys: controlplane.*, database.*, worker.*); LEVERS9_* variables override it")
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "Usage: levers9-controlplane [--config FILE]\n\nRuns a levers9 controlplane replica: gRPC (default :1993), REST and health (:1994), /metrics (127.0.0.1:1996).\n\n")
+		fmt.Fprintf(stderr, "Usage: levers9-controlplane [--config FILE] [--version]\n\nRuns a levers9 controlplane replica: gRPC (default :1993), REST and health (:1994), /metrics (127.0.0.1:1996).\n\n")
 		fs.PrintDefaults()
 	}
+	showVersion := fs.Bool("version", false, "print the version and commit, and exit")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if *showVersion {
+		fmt.Fprintln(stdout, "levers9-controlplane", version.String())
+		return nil
 	}
 	if *cfgPath == "" {
 		if v, ok := getenv("LEVERS9_CONFIG"); ok {
@@ -34,6 +40,7 @@ func Main(ctx context.Context, args []string, getenv func(string) (string, bool)
 		return err
 	}
 	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: parseLevel(cfg.Controlplane.LogLevel)}))
+	log.Info("starting", "version", version.String())
 	srv, err := New(cfg, Options{Logger: log})
 	if err != nil {
 		return err

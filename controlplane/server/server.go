@@ -259,7 +259,7 @@ func (s *Server) newDeps() (*api.Deps, error) {
 
 func (s *Server) newGRPC(deps *api.Deps, authn *auth.Authenticator, opts ...grpc.ServerOption) *grpc.Server {
 	opts = append(opts,
-		grpc.ChainUnaryInterceptor(s.metrics.unary(), s.readyUnary(), authn.Unary()),
+		grpc.ChainUnaryInterceptor(versionUnary(), s.metrics.unary(), s.readyUnary(), authn.Unary()),
 		grpc.ChainStreamInterceptor(s.readyStream(), authn.Stream()),
 		grpc.MaxRecvMsgSize(maxMessageBytes),
 	)
