@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 export GOFLAGS ?= -mod=mod
 
-.PHONY: all deps build up down test proto lint bench
+.PHONY: all deps build release up down test proto lint bench
 
 all: build
 
@@ -12,6 +12,11 @@ deps:
 build:
 	@mkdir -p bin
 	go build -o bin/ ./cmd/...
+
+# Release binaries for linux/amd64 and linux/arm64 into dist/ with SHA256SUMS
+# and VERSION (VERSION=, ONLY=amd64, ARM64_NVML=0: see the script).
+release:
+	@bash packaging/release/release.sh
 
 # Brings up Postgres, Redis and the controlplane on free local ports under
 # .levers9-dev/, bootstraps the first workspace and saves the CLI context
