@@ -126,10 +126,11 @@ func (w *joinWorld) runScript(t *testing.T, script, root string, extra ...string
 }
 
 type listedMachine struct {
-	ID        string `json:"id"`
-	State     string `json:"state"`
-	Transport string `json:"transport"`
-	Inventory struct {
+	ID           string `json:"id"`
+	State        string `json:"state"`
+	Transport    string `json:"transport"`
+	AgentVersion string `json:"agentVersion"`
+	Inventory    struct {
 		Cpus        int    `json:"cpus"`
 		Kernel      string `json:"kernel"`
 		RuncVersion string `json:"runcVersion"`
@@ -204,6 +205,9 @@ func TestMachineJoinEndToEnd(t *testing.T) {
 	t.Logf("online after %v over %s: %+v", time.Since(start).Round(time.Millisecond), m.Transport, m.Inventory)
 	if m.ID != id || m.Inventory.RuncVersion == "" {
 		t.Errorf("listed %+v", m)
+	}
+	if m.AgentVersion != stampedVersion {
+		t.Errorf("machine list shows agent version %q, want the stamped %q", m.AgentVersion, stampedVersion)
 	}
 	key, err := os.ReadFile(filepath.Join(root, "state", "agent.key"))
 	if err != nil {
