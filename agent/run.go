@@ -566,7 +566,7 @@ func runCmd(ctx context.Context, args []string, _, stderr io.Writer) error {
 		a.Stop()
 		return err
 	}
-	log.Info("agent running", "machine_id", a.MachineID(), "pool", a.settings.Pool, "prefix", nc.WithDefaults().Prefix, "runsc", nc.RunscPath, "floor", a.floor.String())
+	log.Info("agent running", "machine_id", a.MachineID(), "pool", a.settings.Pool, "prefix", nc.WithDefaults().Prefix, "runsc", nc.RunscPath, "floor", a.floor.String(), "version", o.Version)
 	<-ctx.Done()
 	a.Stop()
 	return nil

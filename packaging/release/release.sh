@@ -15,7 +15,8 @@
 #
 # Environment:
 #   VERSION=v1.2.3  the version to stamp (default: git describe --tags --always --dirty)
-#   DIST=DIR        where to write (default: dist in the repository)
+#   DIST=DIR        where to write (default: dist; a relative DIR is taken from the
+#                   repository's top, where the script runs)
 #   ONLY=amd64      build only these architectures (comma-separated; default amd64,arm64)
 #   ARM64_NVML=0    build the arm64 agent without cgo, so without NVML (GPUs are not
 #                   reported), when Debian's cross compiler cannot be had; the default
