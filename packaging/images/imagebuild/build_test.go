@@ -289,7 +289,7 @@ func checkPackageList(t *testing.T, image, list string) {
 	t.Helper()
 	want := map[string][]string{
 		"controlplane": {"deb ca-certificates ", "go levers9-controlplane-linux-amd64 github.com/levers9/levers9 ",
-			"go levers9-agent-linux-arm64 github.com/jackc/pgx", "go levers9-controlplane-linux-arm64 stdlib go1."},
+			"go levers9-agent-linux-arm64 github.com/levers9/levers9 ", "go levers9-controlplane-linux-amd64 github.com/jackc/pgx/v5 ", "go levers9-controlplane-linux-arm64 stdlib go1."},
 		"worker": {"deb runc ", "deb iptables ", "deb fuse3 ", "go levers9-agent github.com/levers9/levers9 ", "go runsc gvisor.dev/gvisor "},
 		"runner": {"deb python3 ", "deb ca-certificates "},
 	}[image]
