@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
@@ -69,7 +70,9 @@ func Push(ctx context.Context, img *Image, p PushOptions) (Pushed, error) {
 	if err != nil {
 		return Pushed{}, fmt.Errorf("push %s: %w", img.Name, err)
 	}
-	ropts := []remote.Option{remote.WithContext(ctx)}
+	// Credentials come from the usual docker config (docker login, a
+	// credential helper), never from flags.
+	ropts := []remote.Option{remote.WithContext(ctx), remote.WithAuthFromKeychain(authn.DefaultKeychain)}
 	digest, err := img.Digest()
 	if err != nil {
 		return Pushed{}, fmt.Errorf("push %s: %w", img.Name, err)

@@ -85,7 +85,7 @@ func EnsureRootfs(ctx context.Context, cacheDir string, r Rootfs, log io.Writer)
 	tmp := fmt.Sprintf("%s.tmp-%d", out, os.Getpid())
 	defer os.Remove(tmp)
 	args := []string{"--variant=" + r.Variant, "--mode=root", "--format=tar",
-		"--architectures=" + r.Arch, "--include=" + strings.Join(r.Packages, ","), "--quiet"}
+		"--architectures=" + r.Arch, "--include=" + strings.Join(r.Packages, ",")}
 	for _, o := range opts {
 		args = append(args, "--aptopt="+o)
 	}
