@@ -5,12 +5,14 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"debug/elf"
 	"encoding/hex"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -148,7 +150,7 @@ func TestImages(t *testing.T) {
 		user       string
 		entrypoint []string
 		files      map[string]byte // path -> tar type (0: any)
-		check      func(t *testing.T, contents map[string][]byte)
+		check      func(t *testing.T, arch string, contents map[string][]byte)
 	}{
 		{
 			name: "controlplane", archs: []string{"amd64", "arm64"}, user: "65532:65532",
@@ -158,7 +160,16 @@ func TestImages(t *testing.T) {
 				"/usr/local/bin/levers9-agent-linux-arm64": tar.TypeReg, "/etc/ssl/certs/ca-certificates.crt": tar.TypeReg,
 				"/etc/passwd": tar.TypeReg, "/etc/group": tar.TypeReg, "/tmp": tar.TypeDir,
 			},
-			check: func(t *testing.T, c map[string][]byte) {
+			check: func(t *testing.T, arch string, c map[string][]byte) {
+				// arm64 binaries are checked by their ELF headers, not run.
+				for p, want := range map[string]string{
+					ControlplanePath: arch, "/usr/local/bin/levers9-agent-linux-amd64": "amd64",
+					"/usr/local/bin/levers9-agent-linux-arm64": "arm64",
+				} {
+					if got := elfArch(t, c[p]); got != want {
+						t.Errorf("%s image: %s is built for %s, want %s", arch, p, got, want)
+					}
+				}
 				if !bytes.Contains(c["/etc/passwd"], []byte("levers9:x:65532:65532:")) {
 					t.Errorf("/etc/passwd has no levers9 user:\n%s", c["/etc/passwd"])
 				}
@@ -276,11 +287,28 @@ func TestImages(t *testing.T) {
 					}
 				}
 				if tc.check != nil {
-					tc.check(t, contents)
+					tc.check(t, arch, contents)
 				}
 			}
 		})
 	}
+}
+
+// elfArch is the GOARCH an ELF binary is built for.
+func elfArch(t *testing.T, b []byte) string {
+	t.Helper()
+	f, err := elf.NewFile(bytes.NewReader(b))
+	if err != nil {
+		t.Errorf("not an ELF binary: %v", err)
+		return ""
+	}
+	switch f.Machine {
+	case elf.EM_X86_64:
+		return "amd64"
+	case elf.EM_AARCH64:
+		return "arm64"
+	}
+	return f.Machine.String()
 }
 
 // checkPackageList wants Debian packages with versions, and for images
@@ -396,6 +424,67 @@ func TestLoopbackRegistry(t *testing.T) {
 	} {
 		if got := loopbackRegistry(ref); got != want {
 			t.Errorf("loopbackRegistry(%q) = %v, want %v", ref, got, want)
+		}
+	}
+}
+
+func TestDpkgPackages(t *testing.T) {
+	status := `Package: runc
+Status: install ok installed
+Architecture: amd64
+Version: 1.1.5+ds1-1+deb12u1
+Description: runtime
+ with a continuation line: Package: not-this
+
+Package: removed
+Status: deinstall ok config-files
+Architecture: amd64
+Version: 1.0
+
+Package: ca-certificates
+Status: install ok installed
+Architecture: all
+Version: 20250419~deb12u2
+`
+	tests := []struct {
+		name string
+		only []string
+		want []string
+	}{
+		{"all installed", nil, []string{"deb runc 1.1.5+ds1-1+deb12u1 amd64", "deb ca-certificates 20250419~deb12u2 all"}},
+		{"only named", []string{"ca-certificates"}, []string{"deb ca-certificates 20250419~deb12u2 all"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got := dpkgPackages([]byte(status), tc.only...)
+			if strings.Join(got, "|") != strings.Join(tc.want, "|") {
+				t.Errorf("got %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestRootfsKey: the cache key ignores package order and duplicates, and
+// changes with anything that changes the tar.
+func TestRootfsKey(t *testing.T) {
+	base := Rootfs{Suite: "bookworm", Variant: "minbase", Arch: "amd64", Packages: []string{"runc", "iptables"}}
+	same := base
+	same.Packages = []string{"iptables", "runc", "runc"}
+	if base.Key() != same.Key() {
+		t.Error("package order or duplicates changed the key")
+	}
+	for name, change := range map[string]func(*Rootfs){
+		"suite":    func(r *Rootfs) { r.Suite = "trixie" },
+		"variant":  func(r *Rootfs) { r.Variant = "apt" },
+		"arch":     func(r *Rootfs) { r.Arch = "arm64" },
+		"packages": func(r *Rootfs) { r.Packages = []string{"runc"} },
+		"epoch":    func(r *Rootfs) { r.Epoch = 1 },
+	} {
+		r := base
+		r.Packages = slices.Clone(base.Packages)
+		change(&r)
+		if r.Key() == base.Key() {
+			t.Errorf("a different %s gives the same key", name)
 		}
 	}
 }

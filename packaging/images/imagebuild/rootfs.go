@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 )
 
 // Rootfs is a Debian root filesystem mmdebstrap makes: the cache key is
@@ -82,6 +83,7 @@ func EnsureRootfs(ctx context.Context, cacheDir string, r Rootfs, log io.Writer)
 	if err != nil {
 		return "", err
 	}
+	removeStaleTmp(dir)
 	tmp := fmt.Sprintf("%s.tmp-%d", out, os.Getpid())
 	defer os.Remove(tmp)
 	args := []string{"--variant=" + r.Variant, "--mode=root", "--format=tar",
@@ -104,6 +106,18 @@ func EnsureRootfs(ctx context.Context, cacheDir string, r Rootfs, log io.Writer)
 	}
 	fmt.Fprintf(log, "images: rootfs cached as %s\n", out)
 	return out, nil
+}
+
+// removeStaleTmp removes half-written tars of builds whose process is gone
+// (killed before their deferred cleanup ran).
+func removeStaleTmp(dir string) {
+	tmps, _ := filepath.Glob(filepath.Join(dir, "*.tar.tmp-*"))
+	for _, p := range tmps {
+		_, pidStr, _ := strings.Cut(filepath.Base(p), ".tar.tmp-")
+		if pid, err := strconv.Atoi(pidStr); err == nil && syscall.Kill(pid, 0) == syscall.ESRCH {
+			os.Remove(p)
+		}
+	}
 }
 
 // EnsureMmdebstrap installs Debian's mmdebstrap when dpkg does not have it.
