@@ -290,7 +290,7 @@ func buildWorker(o Options, workerTar string) (*Image, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
-	bins, err := filesLayer(append(dirs(RunscPath),
+	bins, err := filesLayer(append(dirs(RunscPath, AgentPath),
 		file{Path: AgentPath, Mode: 0o755, Source: agent},
 		file{Path: RunscPath, Mode: 0o755, Source: o.Runsc}), o.Created)
 	if err != nil {
