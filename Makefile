@@ -38,5 +38,16 @@ lint:
 	go vet ./...
 	go tool staticcheck ./...
 
+# Container images from Debian packages and the release binaries, no
+# Docker engine (packaging/images): make images REGISTRY=host/prefix
+# [IMAGES=controlplane,worker,runner] [TAG=latest]. Pushes TAG and a run tag
+# sha-COMMIT-TIME; package lists and digests go to dist/images/.
+.PHONY: images
+IMAGES ?= controlplane,worker,runner
+TAG ?= latest
+images: release
+	@test -n "$(REGISTRY)" || { echo "make images: set REGISTRY=host[:port]/prefix" >&2; exit 1; }
+	go run ./packaging/images --registry "$(REGISTRY)" --tag "$(TAG)" --images "$(IMAGES)" --dist dist
+
 bench:
 	@for b in bench/*/; do [ -f "$$b/main.go" ] && { echo "== $$b"; go run "./$$b" -quick || exit 1; }; done; true

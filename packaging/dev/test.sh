@@ -25,6 +25,9 @@ go vet ./...
 step "staticcheck"
 go tool staticcheck ./...
 
+step "image root filesystems (mmdebstrap, cached under ~/.cache/levers9/rootfs; minutes only when cold)"
+go run ./packaging/images --rootfs-only
+
 step "go test"
 go test -count=1 -timeout 40m ./...
 
