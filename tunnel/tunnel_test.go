@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/url"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -291,16 +292,36 @@ func TestIdleTunnelSurvivesNATExpiry(t *testing.T) {
 }
 
 // openSignal closes opened once a stream is open on the ClientConn (the
-// push ClientConn counts it as in flight from then on).
+// push ClientConn counts it as in flight from then on) and sent once the
+// first message has gone, so a test that cancels after sent knows the
+// stream carried data whatever the scheduler did.
 type openSignal struct {
 	*grpc.ClientConn
 	opened chan struct{}
+	sent   chan struct{}
 }
 
 func (c openSignal) NewStream(ctx context.Context, desc *grpc.StreamDesc, method string, opts ...grpc.CallOption) (grpc.ClientStream, error) {
 	st, err := c.ClientConn.NewStream(ctx, desc, method, opts...)
 	close(c.opened)
-	return st, err
+	if err != nil {
+		return st, err
+	}
+	return &sentSignalStream{ClientStream: st, sent: c.sent}, nil
+}
+
+type sentSignalStream struct {
+	grpc.ClientStream
+	sent chan struct{}
+	once sync.Once
+}
+
+func (s *sentSignalStream) SendMsg(m any) error {
+	err := s.ClientStream.SendMsg(m)
+	if err == nil {
+		s.once.Do(func() { close(s.sent) })
+	}
+	return err
 }
 
 func TestHubPushConnClosesWhenIdleAndEndsWithTheSession(t *testing.T) {
@@ -323,7 +344,7 @@ func TestHubPushConnClosesWhenIdleAndEndsWithTheSession(t *testing.T) {
 	// A stream in flight for several idle periods keeps the ClientConn:
 	// each period the reaper looks and arms itself again.
 	ctx, cancel := context.WithCancel(context.Background())
-	sig := openSignal{ClientConn: cc1, opened: make(chan struct{})}
+	sig := openSignal{ClientConn: cc1, opened: make(chan struct{}), sent: make(chan struct{})}
 	type sunk struct {
 		n   int64
 		err error
@@ -339,6 +360,11 @@ func TestHubPushConnClosesWhenIdleAndEndsWithTheSession(t *testing.T) {
 		if !clk.BlockUntil(t.Context().Done(), 1) {
 			t.Fatal("the reaper did not arm itself again")
 		}
+	}
+	select {
+	case <-sig.sent:
+	case r := <-sinkDone:
+		t.Fatalf("sink ended before sending: %d bytes, %v", r.n, r.err)
 	}
 	cancel()
 	if r := <-sinkDone; r.n == 0 {
