@@ -54,21 +54,21 @@ type attemptJSON struct {
 
 // v1SecurityJSON is an attempt's applied security.
 type v1SecurityJSON struct {
-	Runtime          string   `json:"runtime"`
-	RuntimeVersion   string   `json:"runtimeVersion,omitempty"`
-	Profile          string   `json:"profile"`
-	SeccompMode      string   `json:"seccompMode"`
-	SeccompSHA256    string   `json:"seccompProfileSha256,omitempty"`
-	Capabilities     []string `json:"capabilities"`
-	NetRawDropped    bool     `json:"netRawDropped"`
-	NoNewPrivileges  bool     `json:"noNewPrivileges"`
-	MaskedPaths      []string `json:"maskedPaths"`
-	ReadonlyPaths    []string `json:"readonlyPaths"`
-	PathsNote        string   `json:"pathsNote,omitempty"`
-	AppArmorProfile  string   `json:"apparmorProfile,omitempty"`
-	AppArmorNote     string   `json:"apparmorNote,omitempty"`
-	EgressMode       string   `json:"egressMode"`
-	Notes            []string `json:"notes,omitempty"`
+	Runtime         string   `json:"runtime"`
+	RuntimeVersion  string   `json:"runtimeVersion,omitempty"`
+	Profile         string   `json:"profile"`
+	SeccompMode     string   `json:"seccompMode"`
+	SeccompSHA256   string   `json:"seccompProfileSha256,omitempty"`
+	Capabilities    []string `json:"capabilities"`
+	NetRawDropped   bool     `json:"netRawDropped"`
+	NoNewPrivileges bool     `json:"noNewPrivileges"`
+	MaskedPaths     []string `json:"maskedPaths"`
+	ReadonlyPaths   []string `json:"readonlyPaths"`
+	PathsNote       string   `json:"pathsNote,omitempty"`
+	AppArmorProfile string   `json:"apparmorProfile,omitempty"`
+	AppArmorNote    string   `json:"apparmorNote,omitempty"`
+	EgressMode      string   `json:"egressMode"`
+	Notes           []string `json:"notes,omitempty"`
 }
 
 type syscallCount struct {
@@ -264,12 +264,12 @@ type secretJSON struct {
 
 // eventJSON is one task event on the task WebSocket and in /logs.
 type eventJSON struct {
-	Type    string       `json:"type"` // "event"
-	Cursor  string       `json:"cursor"`
-	Time    *time.Time   `json:"time,omitempty"`
-	Attempt int32        `json:"attempt"`
-	Log     *logJSON     `json:"log,omitempty"`
-	State   *stateJSON   `json:"state,omitempty"`
+	Type    string         `json:"type"` // "event"
+	Cursor  string         `json:"cursor"`
+	Time    *time.Time     `json:"time,omitempty"`
+	Attempt int32          `json:"attempt"`
+	Log     *logJSON       `json:"log,omitempty"`
+	State   *stateJSON     `json:"state,omitempty"`
 	Seccomp []syscallCount `json:"seccomp,omitempty"`
 }
 
