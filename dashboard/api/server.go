@@ -51,6 +51,8 @@ type Server struct {
 
 	metrics *metrics
 	handler http.Handler
+	// patterns are the guarded routes, for the authorization test.
+	patterns []string
 
 	// mu guards the listener state below.
 	mu       sync.Mutex
@@ -178,6 +180,7 @@ type handlerFunc func(w http.ResponseWriter, r *http.Request, c caller)
 func (s *Server) routes() http.Handler {
 	mux := http.NewServeMux()
 	handle := func(pattern string, a access, h handlerFunc) {
+		s.patterns = append(s.patterns, pattern)
 		mux.Handle(pattern, s.guard(pattern, a, h))
 	}
 	mux.HandleFunc("GET /healthz", s.healthz)
