@@ -33,7 +33,7 @@ go test -count=1 -timeout 40m ./...
 
 step "go test -race (concurrent packages)"
 race_pkgs=()
-for d in controlplane cli tunnel agent egress sandbox; do
+for d in controlplane cli tunnel agent egress sandbox dashboard; do
   [ -d "$d" ] && race_pkgs+=("./$d/...")
 done
 go test -race -count=1 -timeout 30m "${race_pkgs[@]}"

@@ -3,7 +3,8 @@
 // .levers9-dev/ in the checkout (Postgres and Redis data, a self-signed
 // certificate, the controlplane config and its secrets, all 0600), starts
 // the servers on free local ports, bootstraps the first workspace and saves
-// a CLI context named "local". The controlplane config it writes is merged
+// a CLI context named "local", and starts the dashboard API with development
+// sign-in on (dashboard.go). The controlplane config it writes is merged
 // with the user's optional levers9.local.yaml (repository root) and
 // .levers9-dev/controlplane.local.yaml (merge.go), and one local agent
 // runs per declared pool (agent.go). Running Up twice is harmless. Secrets
@@ -46,6 +47,9 @@ type State struct {
 	// other declared pools' (one agent each).
 	LocalMachineID string                  `json:"localMachineId,omitempty"`
 	PoolMachines   map[string]*PoolMachine `json:"poolMachines,omitempty"`
+	// DashboardPort and DashboardSessionSecret are the dashboard API's.
+	DashboardPort          int    `json:"dashboardPort,omitempty"`
+	DashboardSessionSecret string `json:"dashboardSessionSecret,omitempty"`
 }
 
 // PoolMachine is the local machine of a pool other than default.

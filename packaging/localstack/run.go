@@ -16,7 +16,11 @@ func Run(ctx context.Context, args []string, p Paths, out io.Writer) error {
 		if err := Up(ctx, p, out); err != nil {
 			return err
 		}
-		printNext(out)
+		st, err := loadState(p)
+		if err != nil {
+			return err
+		}
+		printNext(out, st.DashboardURL())
 		return nil
 	case "down":
 		return Down(ctx, p, out)
@@ -24,7 +28,8 @@ func Run(ctx context.Context, args []string, p Paths, out io.Writer) error {
 	return fmt.Errorf("unknown command %q: usage: stack up|down", args[0])
 }
 
-func printNext(out io.Writer) {
+func printNext(out io.Writer, dashboard string) {
+	fmt.Fprintf(out, "\ndashboard API: %s  (development sign-in on: any email; NAME%s is an admin; see dashboard/api/API.md)\n", dashboard, dashboardAdmins)
 	fmt.Fprint(out, `
 levers9 is up. Try:
   export PATH="$PWD/bin:$PATH"

@@ -119,6 +119,9 @@ func Up(ctx context.Context, p Paths, out io.Writer) error {
 	if err := st.save(p); err != nil {
 		return err
 	}
+	if err := ensureDashboard(ctx, p, st, say); err != nil {
+		return err
+	}
 	if err := ensureAgents(ctx, p, st, pools, say); err != nil {
 		return err
 	}
