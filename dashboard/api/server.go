@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -323,7 +324,7 @@ func newMetrics() *metrics {
 		signins: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "levers9_dashboard_signins_total",
 			Help: "Sign-in attempts by method (google, dev) and result (ok, refused, error)."}, []string{"method", "result"}),
 	}
-	m.reg.MustRegister(m.requests, m.websockets, m.signins, prometheus.NewGoCollector())
+	m.reg.MustRegister(m.requests, m.websockets, m.signins, collectors.NewGoCollector())
 	return m
 }
 
