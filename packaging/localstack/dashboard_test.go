@@ -17,17 +17,22 @@ import (
 
 	v1 "github.com/levers9/levers9/api/levers9/v1"
 	"github.com/levers9/levers9/controlplane/controlplanetest"
+	"github.com/levers9/levers9/internal/testenv"
 )
-
-var env *controlplanetest.Env
-
-func TestMain(m *testing.M) { os.Exit(controlplanetest.Main(m, &env)) }
 
 // TestEnsureDashboard runs make up's dashboard step against a real
 // controlplane over TLS: the API starts from bin/ with development sign-in
 // on, answers on its port, keeps its secrets out of argv and environment,
 // is kept when nothing changed, and the printed line names the URL.
 func TestEnsureDashboard(t *testing.T) {
+	// Postgres and Redis for this test only, so the package's other tests
+	// need no services.
+	env, err := controlplanetest.StartEnv(context.Background())
+	if err != nil {
+		testenv.Missing(t, "Postgres and Redis: %v", err)
+		return
+	}
+	t.Cleanup(env.Stop)
 	root := t.TempDir()
 	p := NewPaths(root)
 	build := exec.Command("go", "build", "-o", p.Bin+"/", "./cmd/levers9-dashboard-api")
