@@ -24,6 +24,7 @@ import (
 
 	"github.com/levers9/levers9/internal/kubecluster"
 	"github.com/levers9/levers9/internal/kubecluster/kubetest"
+	"github.com/levers9/levers9/internal/testenv"
 )
 
 func TestCluster(t *testing.T) {
@@ -200,19 +201,13 @@ func testGPUJob(t *testing.T, c *kubecluster.Cluster) {
 		t.Error("the pod was never seen Running before it Succeeded")
 	}
 
-	for {
+	testenv.Eventually(t, 30*time.Second, "the job to count one success", func() bool {
 		j, err := cs.BatchV1().Jobs("default").Get(ctx, "gpu-job", metav1.GetOptions{})
 		if err != nil {
 			t.Fatalf("reading the job: %v", err)
 		}
-		if j.Status.Succeeded == 1 {
-			break
-		}
-		if ctx.Err() != nil {
-			t.Fatalf("job never counted a success: %+v", j.Status)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return j.Status.Succeeded == 1
+	})
 }
 
 // testTooManyGPUs checks the scheduler counts GPUs: five fit nowhere.
@@ -231,7 +226,7 @@ func testTooManyGPUs(t *testing.T, c *kubecluster.Cluster) {
 	if _, err := c.Clientset().CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("creating the pod: %v", err)
 	}
-	for {
+	testenv.Eventually(t, 30*time.Second, "the scheduler to report the pod unschedulable", func() bool {
 		p, err := c.Clientset().CoreV1().Pods("default").Get(ctx, pod.Name, metav1.GetOptions{})
 		if err != nil {
 			t.Fatalf("reading the pod: %v", err)
@@ -244,14 +239,11 @@ func testTooManyGPUs(t *testing.T, c *kubecluster.Cluster) {
 				if !strings.Contains(cond.Message, "nvidia.com/gpu") {
 					t.Errorf("unschedulable for another reason: %s", cond.Message)
 				}
-				return
+				return true
 			}
 		}
-		if ctx.Err() != nil {
-			t.Fatal("the scheduler never reported the pod unschedulable")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return false
+	})
 }
 
 func TestStopLeavesNothing(t *testing.T) {

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/levers9/levers9/internal/procstat"
 )
 
 // proc is one running component.
@@ -175,16 +177,8 @@ func StopDir(dir string) error {
 // alive reports whether pid is a process that has not exited (a zombie
 // waiting for its parent counts as gone).
 func alive(pid int) bool {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return false
-	}
-	// The state follows the command name in parentheses.
-	s := string(data)
-	if i := strings.LastIndexByte(s, ')'); i >= 0 && i+2 < len(s) {
-		return s[i+2] != 'Z'
-	}
-	return true
+	st, err := procstat.Read(pid)
+	return err == nil && !st.Exited()
 }
 
 // rss is the resident set size of pid in bytes.
