@@ -27,6 +27,20 @@ up: deps build
 down:
 	@go run ./packaging/dev/stack down
 
+# A real Kubernetes control plane (apiserver, etcd, controller manager,
+# scheduler, kwok fake nodes, one with nvidia.com/gpu) on free local ports
+# under .levers9-kube/; prints the kubeconfig. Binaries are built once from
+# the Go module proxy by packaging/kube/build.sh (10-30 minutes cold).
+.PHONY: kube-up kube-down kube-status
+kube-up:
+	@go run ./packaging/kubelocal up
+
+kube-down:
+	@go run ./packaging/kubelocal down
+
+kube-status:
+	@go run ./packaging/kubelocal status
+
 test: deps
 	@bash packaging/dev/test.sh
 

@@ -1,6 +1,6 @@
 // Package config owns the controlplane's configuration: the typed struct with
 // the documented keys (controlplane.*, database.postgres.*, database.redis.*,
-// worker.*), the defaults (applied in one place, WithDefaults), the LEVERS9_*
+// worker.*, imageService.*), the defaults (applied in one place, WithDefaults), the LEVERS9_*
 // environment overrides, and Validate, whose errors name the key. It never
 // opens connections or logs; secrets it holds are never formatted into
 // errors. Keys are stable; new keys may be added.
@@ -29,6 +29,8 @@ type Config struct {
 	Controlplane Controlplane `yaml:"controlplane"`
 	Database     Database     `yaml:"database"`
 	Worker       Worker       `yaml:"worker"`
+	// ImageService says where the platform's own images come from.
+	ImageService ImageService `yaml:"imageService"`
 	// RefuseDefaultEncryptionKey makes the controlplane refuse to start on
 	// DefaultEncryptionKey. Env: LEVERS9_REFUSE_DEFAULT_ENCRYPTION_KEY.
 	RefuseDefaultEncryptionKey bool `yaml:"refuseDefaultEncryptionKey"`

@@ -82,6 +82,8 @@ func (c *Config) Validate() error {
 	}
 
 	w := c.Worker
+	validateRegistry(bad, "worker.imageRegistry", w.ImageRegistry, false)
+	c.ImageService.validate(bad)
 	validateSecurity(bad, &errs, "worker.containerSecurity", w.ContainerSecurity)
 	oneOf(bad, "worker.volumeMountValidation", w.VolumeMountValidation, "log", "enforce")
 	names := make([]string, 0, len(w.Pools))

@@ -14,9 +14,13 @@ type Worker struct {
 	ContainerServerAuth bool `yaml:"containerServerAuth"`
 	// VolumeMountValidation is log or enforce (default log).
 	VolumeMountValidation string `yaml:"volumeMountValidation"`
-	// JobResourcesEnforced applies CPU and memory limits to containers.
+	// JobResourcesEnforced makes worker pods of Kubernetes pools request the
+	// CPU, memory and nvidia.com/gpu of the work they take, so the NVIDIA
+	// device plugin hands them GPUs (default true; the Helm chart renders
+	// the requests into the worker pod templates).
 	JobResourcesEnforced *bool `yaml:"jobResourcesEnforced"`
-	// ImageRegistry is where task images are pulled from by default.
+	// ImageRegistry is where task images without a registry are pulled
+	// from: a registry host[:port], checked at load.
 	ImageRegistry string `yaml:"imageRegistry"`
 	// DefaultImage runs tasks that name no image.
 	DefaultImage string `yaml:"defaultImage"`

@@ -28,6 +28,9 @@ go tool staticcheck ./...
 step "image root filesystems (mmdebstrap, cached under ~/.cache/levers9/rootfs; minutes only when cold)"
 go run ./packaging/images --rootfs-only
 
+step "Kubernetes control plane binaries (packaging/kube, cached under ~/.cache/levers9/kube; 10-30 minutes only when cold)"
+bash packaging/kube/build.sh >/dev/null
+
 step "go test"
 go test -count=1 -timeout 40m ./...
 

@@ -1,0 +1,394 @@
+package kubecluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+)
+
+// Options says where the binaries come from and where the cluster lives.
+type Options struct {
+	// BinDir holds the binaries and stages.yaml. Empty: run BuildScript.
+	BinDir string
+	// BuildScript is packaging/kube/build.sh. Empty: found above the
+	// working directory.
+	BuildScript string
+	// BuildProgress receives build.sh's progress (a cold build takes
+	// minutes). Nil: discarded.
+	BuildProgress io.Writer
+	// Dir is the cluster's directory (certificates, kubeconfigs, etcd's
+	// data, logs); it must not hold a running cluster. Empty: a temporary
+	// directory that Stop removes.
+	Dir string
+	// Detached components outlive the process that started them (for
+	// `make kube-up`); stop them with StopDir. Otherwise they die with it.
+	Detached bool
+	// Logger gets one line per component started. Nil: discarded.
+	Logger *slog.Logger
+	// Timeout bounds the start after the build. Zero: two minutes.
+	Timeout time.Duration
+}
+
+// Cluster is a running control plane. Its methods are safe to call
+// concurrently; Stop is idempotent.
+type Cluster struct {
+	opts    Options
+	log     *slog.Logger
+	dir     string
+	ownDir  bool
+	binDir  string
+	spawner *spawner
+
+	kubeconfig string
+	restConfig *rest.Config
+	clientset  *kubernetes.Clientset
+	// procs is appended only during Start, before the Cluster is returned.
+	procs []*proc
+
+	stopOnce sync.Once
+	stopErr  error
+}
+
+// Start builds (or finds) the binaries and starts etcd, kube-apiserver,
+// kube-controller-manager, kube-scheduler and kwok on free loopback ports,
+// then creates the nodes kwok-cpu-0 and kwok-gpu-0 and returns once both
+// are Ready and the default service account exists. On error everything it
+// started is stopped.
+func Start(ctx context.Context, opts Options) (*Cluster, error) {
+	c := &Cluster{opts: opts, log: opts.Logger}
+	if c.log == nil {
+		c.log = slog.New(slog.DiscardHandler)
+	}
+	c.log = c.log.With("component", "kubecluster")
+	if err := c.prepare(ctx); err != nil {
+		return nil, err
+	}
+	timeout := opts.Timeout
+	if timeout == 0 {
+		timeout = 2 * time.Minute
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	if err := c.run(ctx); err != nil {
+		stopErr := c.Stop()
+		return nil, errors.Join(err, stopErr)
+	}
+	return c, nil
+}
+
+// prepare finds the binaries and makes the cluster's directory.
+func (c *Cluster) prepare(ctx context.Context) error {
+	c.binDir = c.opts.BinDir
+	if c.binDir == "" {
+		script := c.opts.BuildScript
+		if script == "" {
+			wd, err := os.Getwd()
+			if err != nil {
+				return fmt.Errorf("finding the kube build script: %w", err)
+			}
+			if script, err = FindBuildScript(wd); err != nil {
+				return err
+			}
+		}
+		dir, err := Build(ctx, script, c.opts.BuildProgress)
+		if err != nil {
+			return err
+		}
+		c.binDir = dir
+	} else if err := checkBinDir(c.binDir); err != nil {
+		return err
+	}
+
+	c.dir = c.opts.Dir
+	if c.dir == "" {
+		dir, err := os.MkdirTemp("", "kubecluster-")
+		if err != nil {
+			return fmt.Errorf("making the cluster directory: %w", err)
+		}
+		c.dir, c.ownDir = dir, true
+	} else {
+		if pids, err := readPIDs(c.dir); err != nil {
+			return err
+		} else if len(pids) > 0 {
+			return fmt.Errorf("starting a cluster in %s: one is already running there (pids %v)", c.dir, pids)
+		}
+		// etcd's data of an earlier cluster was signed for another CA and
+		// service-account key: start clean.
+		for _, sub := range []string{"etcd", "logs", "pki"} {
+			if err := os.RemoveAll(filepath.Join(c.dir, sub)); err != nil {
+				return fmt.Errorf("clearing %s of an earlier cluster: %w", sub, err)
+			}
+		}
+	}
+	for _, sub := range []string{"", "etcd", "logs", "pki"} {
+		if err := os.MkdirAll(filepath.Join(c.dir, sub), 0o700); err != nil {
+			return fmt.Errorf("making the cluster directory: %w", err)
+		}
+	}
+	if !c.opts.Detached {
+		c.spawner = newSpawner()
+	}
+	return nil
+}
+
+func (c *Cluster) run(ctx context.Context) error {
+	ports, err := freePorts(3)
+	if err != nil {
+		return err
+	}
+	etcdURL := "http://127.0.0.1:" + strconv.Itoa(ports[0])
+	peerURL := "http://127.0.0.1:" + strconv.Itoa(ports[1])
+	server := "https://127.0.0.1:" + strconv.Itoa(ports[2])
+
+	p, err := newPKI(filepath.Join(c.dir, "pki"))
+	if err != nil {
+		return err
+	}
+	admin, err := p.clientKubeconfig("admin", "levers9-admin", []string{"system:masters"}, server)
+	if err != nil {
+		return err
+	}
+	cmConfig, err := p.clientKubeconfig("controller-manager", "system:kube-controller-manager", nil, server)
+	if err != nil {
+		return err
+	}
+	schedConfig, err := p.clientKubeconfig("scheduler", "system:kube-scheduler", nil, server)
+	if err != nil {
+		return err
+	}
+	c.kubeconfig = filepath.Join(c.dir, "kubeconfig")
+	if err := copyFile(admin, c.kubeconfig); err != nil {
+		return err
+	}
+	if c.restConfig, err = clientcmd.BuildConfigFromFlags("", c.kubeconfig); err != nil {
+		return fmt.Errorf("loading the admin kubeconfig: %w", err)
+	}
+	c.restConfig.QPS, c.restConfig.Burst = 100, 200
+	if c.clientset, err = kubernetes.NewForConfig(c.restConfig); err != nil {
+		return fmt.Errorf("making the admin client: %w", err)
+	}
+
+	etcd, err := c.start("etcd", "--data-dir", filepath.Join(c.dir, "etcd"),
+		"--listen-client-url", etcdURL, "--listen-peer-url", peerURL)
+	if err != nil {
+		return err
+	}
+	if err := c.waitHTTP(ctx, etcd, etcdURL+"/health"); err != nil {
+		return err
+	}
+
+	apiserver, err := c.start("kube-apiserver",
+		"--etcd-servers="+etcdURL,
+		"--bind-address=127.0.0.1",
+		"--advertise-address=127.0.0.1",
+		"--secure-port="+strconv.Itoa(ports[2]),
+		"--tls-cert-file="+p.path("apiserver.crt"),
+		"--tls-private-key-file="+p.path("apiserver.key"),
+		"--client-ca-file="+p.path("ca.crt"),
+		"--service-account-key-file="+p.path("sa.pub"),
+		"--service-account-signing-key-file="+p.path("sa.key"),
+		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+		"--service-cluster-ip-range="+serviceCIDR,
+		"--authorization-mode=Node,RBAC",
+		"--allow-privileged=true",
+		"--profiling=false",
+		"--cert-dir="+filepath.Join(c.dir, "pki"),
+	)
+	if err != nil {
+		return err
+	}
+	if err := c.waitAPIServer(ctx, apiserver); err != nil {
+		return err
+	}
+
+	if _, err := c.start("kube-controller-manager",
+		"--kubeconfig="+cmConfig,
+		"--leader-elect=false",
+		"--secure-port=0",
+		"--use-service-account-credentials=true",
+		"--service-account-private-key-file="+p.path("sa.key"),
+		"--root-ca-file="+p.path("ca.crt"),
+		"--cluster-signing-cert-file="+p.path("ca.crt"),
+		"--cluster-signing-key-file="+p.path("ca.key"),
+		"--controllers=*,-nodeipam,-cloud-node-lifecycle,-service-lb-controller,-node-route-controller",
+		"--profiling=false",
+	); err != nil {
+		return err
+	}
+	if _, err := c.start("kube-scheduler",
+		"--kubeconfig="+schedConfig,
+		"--leader-elect=false",
+		"--secure-port=0",
+		"--profiling=false",
+	); err != nil {
+		return err
+	}
+	if _, err := c.start("kwok",
+		"--kubeconfig="+admin,
+		"--config="+filepath.Join(c.binDir, "stages.yaml"),
+		"--manage-all-nodes=false",
+		"--manage-nodes-with-annotation-selector="+KwokAnnotation+"=fake",
+		"--cidr=10.244.0.0/16",
+		"--node-ip=127.0.0.1",
+	); err != nil {
+		return err
+	}
+	return c.setUpNodes(ctx)
+}
+
+// waitHTTP polls url until it answers 200 or proc exits.
+func (c *Cluster) waitHTTP(ctx context.Context, p *proc, url string) error {
+	return c.poll(ctx, "etcd to answer "+url, func(ctx context.Context) (bool, error) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if err != nil {
+			return false, err
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return false, nil
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK, nil
+	})
+}
+
+func (c *Cluster) waitAPIServer(ctx context.Context, p *proc) error {
+	return c.poll(ctx, "kube-apiserver to be ready", func(ctx context.Context) (bool, error) {
+		var status int
+		c.clientset.Discovery().RESTClient().Get().AbsPath("/readyz").Do(ctx).StatusCode(&status)
+		return status == http.StatusOK, nil
+	})
+}
+
+// poll calls check every 50 ms until it returns true, an error, a component
+// exits or ctx ends; the errors name what was awaited and carry the log
+// tail of a component that died.
+func (c *Cluster) poll(ctx context.Context, what string, check func(context.Context) (bool, error)) error {
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		for _, p := range c.procs {
+			if p.exited() {
+				return fmt.Errorf("waiting for %s: %s exited (%v); its log ends:\n%s", what, p.name, p.err, tail(p.log, 20))
+			}
+		}
+		ok, err := check(ctx)
+		if err != nil {
+			return fmt.Errorf("waiting for %s: %w", what, err)
+		}
+		if ok {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for %s: %w", what, ctx.Err())
+		case <-tick.C:
+		}
+	}
+}
+
+// freePorts picks n distinct free loopback ports. They are free when
+// returned; a component binds them a moment later.
+func freePorts(n int) ([]int, error) {
+	var ports []int
+	var ls []net.Listener
+	defer func() {
+		for _, l := range ls {
+			l.Close()
+		}
+	}()
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, fmt.Errorf("picking a free port: %w", err)
+		}
+		ls = append(ls, l)
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	return ports, nil
+}
+
+func copyFile(from, to string) error {
+	data, err := os.ReadFile(from)
+	if err != nil {
+		return fmt.Errorf("copying %s: %w", from, err)
+	}
+	return writeFile(to, data, 0o600)
+}
+
+// Dir is the cluster's directory; logs/NAME.log holds each component's log.
+func (c *Cluster) Dir() string { return c.dir }
+
+// KubeconfigPath is the admin kubeconfig (system:masters), mode 0600.
+func (c *Cluster) KubeconfigPath() string { return c.kubeconfig }
+
+// RESTConfig is a copy of the admin client configuration.
+func (c *Cluster) RESTConfig() *rest.Config { return rest.CopyConfig(c.restConfig) }
+
+// Clientset is a client acting as the admin.
+func (c *Cluster) Clientset() kubernetes.Interface { return c.clientset }
+
+// PIDs maps each component to its process id.
+func (c *Cluster) PIDs() map[string]int {
+	m := make(map[string]int, len(c.procs))
+	for _, p := range c.procs {
+		m[p.name] = p.cmd.Process.Pid
+	}
+	return m
+}
+
+// RSS maps each component to its resident memory in bytes.
+func (c *Cluster) RSS() (map[string]int64, error) {
+	m := make(map[string]int64, len(c.procs))
+	for _, p := range c.procs {
+		n, err := rss(p.cmd.Process.Pid)
+		if err != nil {
+			return nil, fmt.Errorf("measuring %s: %w", p.name, err)
+		}
+		m[p.name] = n
+	}
+	return m, nil
+}
+
+// Stop kills every component's process group with SIGKILL, waits until they
+// are reaped, and removes the directory when Start made it. Safe to call
+// twice. A detached cluster is stopped too; one started by another process
+// is stopped with StopDir.
+func (c *Cluster) Stop() error {
+	c.stopOnce.Do(func() {
+		for _, p := range c.procs {
+			_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL) // its own group
+		}
+		timeout := time.After(10 * time.Second)
+		for _, p := range c.procs {
+			select {
+			case <-p.done:
+			case <-timeout:
+				c.stopErr = errors.Join(c.stopErr, fmt.Errorf("stopping %s: not gone 10 s after SIGKILL", p.name))
+			}
+		}
+		if c.spawner != nil {
+			c.spawner.close()
+		}
+		if c.ownDir {
+			if err := os.RemoveAll(c.dir); err != nil {
+				c.stopErr = errors.Join(c.stopErr, fmt.Errorf("removing the cluster directory: %w", err))
+			}
+		}
+	})
+	return c.stopErr
+}

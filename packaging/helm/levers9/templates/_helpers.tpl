@@ -1,0 +1,141 @@
+{{/*
+Names are fixed (one release per namespace): workers and the dashboard reach the controlplane as
+levers9-controlplane:1993 and :1994 in the cluster.
+*/}}
+{{- define "levers9.name" -}}levers9-controlplane{{- end }}
+
+{{- define "levers9.labels" -}}
+app.kubernetes.io/name: levers9
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
+{{- end }}
+
+{{- define "levers9.selectorLabels" -}}
+app.kubernetes.io/name: levers9
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: controlplane
+{{- end }}
+
+{{/* image: repository, then @digest or :tag. */}}
+{{- define "levers9.image" -}}
+{{- if .digest -}}{{ .repository }}@{{ .digest }}{{- else -}}{{ .repository }}:{{ .tag }}{{- end -}}
+{{- end }}
+
+{{- define "levers9.workerRepository" -}}
+{{- if .Values.images.worker.repository -}}
+{{ .Values.images.worker.repository }}
+{{- else -}}
+{{ printf "%s/levers9-worker" (dir .Values.images.controlplane.repository) }}
+{{- end -}}
+{{- end }}
+
+{{/*
+levers9.secretKeys lists the keys under a map whose names look like secrets and whose values could
+hold one (not a switch, not a map: maps are walked) (space-separated
+dotted paths). Called with (dict "path" "config" "value" MAP).
+*/}}
+{{- define "levers9.secretKeys" -}}
+{{- $path := .path -}}
+{{- range $k, $v := .value -}}
+{{- $p := printf "%s.%s" $path $k -}}
+{{- if and (regexMatch "(?i)(password|passwd|secret|token|credential|encryptionkey|accesskey|privatekey|apikey|^key$|^keys$)" $k) (not (kindIs "bool" $v)) (not (kindIs "map" $v)) -}}{{ $p }} {{ end -}}
+{{- if kindIs "map" $v -}}{{ include "levers9.secretKeys" (dict "path" $p "value" $v) }}{{- end -}}
+{{- if kindIs "slice" $v -}}
+{{- range $i, $item := $v -}}
+{{- if kindIs "map" $item -}}{{ include "levers9.secretKeys" (dict "path" (printf "%s[%d]" $p $i) "value" $item) }}{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- end }}
+
+{{/*
+levers9.validate fails the render with every problem at once, each naming the value.
+*/}}
+{{- define "levers9.validate" -}}
+{{- $errs := list -}}
+{{- $v := .Values -}}
+{{- if not $v.images.controlplane.repository -}}
+{{- $errs = append $errs "images.controlplane.repository is required (REGISTRY/PREFIX/levers9-controlplane)" -}}
+{{- end -}}
+{{- if not (dig "worker" "imageRegistry" "" $v.config) -}}
+{{- $errs = append $errs "config.worker.imageRegistry is required (where task images without a registry come from, host[:port])" -}}
+{{- end -}}
+{{- if not (dig "imageService" "runner" "baseImageRegistry" "" $v.config) -}}
+{{- $errs = append $errs "config.imageService.runner.baseImageRegistry is required (where runner base images come from, host[:port][/prefix])" -}}
+{{- end -}}
+{{- if not $v.postgres.host -}}
+{{- $errs = append $errs "postgres.host is required (Postgres is external)" -}}
+{{- end -}}
+{{- if not $v.redis.host -}}
+{{- $errs = append $errs "redis.host is required (Redis is external)" -}}
+{{- end -}}
+{{- range $k := (include "levers9.secretKeys" (dict "path" "config" "value" $v.config) | splitList " " | compact) -}}
+{{- $errs = append $errs (printf "%s looks like a secret: secrets never go under config: (it becomes a ConfigMap); put it in an existing Secret and name it in secrets.*, postgres.existingSecret or redis.existingSecret" $k) -}}
+{{- end -}}
+{{- range $k := list "database" "worker.pools" "controlplane.tls" "controlplane.grpcAddr" "controlplane.restAddr" "controlplane.tunnelAddr" -}}
+{{- $parts := splitList "." $k -}}
+{{- $val := $v.config -}}
+{{- range $parts -}}{{- if kindIs "map" $val -}}{{- $val = get $val . -}}{{- else -}}{{- $val = "" -}}{{- end -}}{{- end -}}
+{{- if $val -}}
+{{- $errs = append $errs (printf "config.%s is set by the chart: use %s" $k (get (dict "database" "postgres: and redis:" "worker.pools" "pools:" "controlplane.tls" "controlplane.tls.secretName" "controlplane.grpcAddr" "the Service (ports are fixed)" "controlplane.restAddr" "the Service (ports are fixed)" "controlplane.tunnelAddr" "the tunnel Service (ports are fixed)") $k)) -}}
+{{- end -}}
+{{- end -}}
+{{- $tt := $v.tunnel.service.type -}}
+{{- if not (has $tt (list "LoadBalancer" "NodePort")) -}}
+{{- $errs = append $errs (printf "tunnel.service.type: %q is not LoadBalancer or NodePort" $tt) -}}
+{{- end -}}
+{{- range $name, $p := $v.pools -}}
+{{- if not (regexMatch "^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$" $name) -}}
+{{- $errs = append $errs (printf "pools.%s: pool names are lower-case letters, digits and dashes" $name) -}}
+{{- end -}}
+{{- end -}}
+{{- if $errs -}}
+{{- fail (printf "\n%s" (join "\n" $errs)) -}}
+{{- end -}}
+{{- end }}
+
+{{/* levers9.config is the controlplane's config file: config: with what the chart owns. */}}
+{{- define "levers9.config" -}}
+{{- $v := .Values -}}
+{{- $c := deepCopy ($v.config | default dict) -}}
+{{- $cp := get $c "controlplane" | default dict -}}
+{{- $_ := set $cp "grpcAddr" ":1993" -}}
+{{- $_ := set $cp "restAddr" ":1994" -}}
+{{- $_ := set $cp "tunnelAddr" ":1995" -}}
+{{- if not $cp.publicHost -}}{{- $_ := unset $cp "publicHost" -}}{{- end -}}
+{{- if $v.controlplane.tls.secretName -}}
+{{- $tls := dict "certFile" "/etc/levers9/tls/tls.crt" "keyFile" "/etc/levers9/tls/tls.key" -}}
+{{- if $v.controlplane.tls.caKey -}}{{- $_ := set $tls "caFile" "/etc/levers9/tls/ca.crt" -}}{{- end -}}
+{{- $_ := set $cp "tls" $tls -}}
+{{- end -}}
+{{- $_ := set $c "controlplane" $cp -}}
+{{- $pg := dict "host" $v.postgres.host "port" (int $v.postgres.port) "user" $v.postgres.user "database" $v.postgres.database "sslMode" $v.postgres.sslMode -}}
+{{- $rd := dict "addr" (printf "%s:%d" $v.redis.host (int $v.redis.port)) "db" (int $v.redis.db) -}}
+{{- $_ := set $c "database" (dict "postgres" $pg "redis" $rd) -}}
+{{- $w := get $c "worker" | default dict -}}
+{{- $pools := dict -}}
+{{- range $name, $p := $v.pools -}}
+{{- $_ := set $pools $name (pick ($p | default dict) "runtime" "gpuType" "nodeSelector" "shared" "workspaces" "security" "volumeMountValidation") -}}
+{{- end -}}
+{{- $_ := set $w "pools" $pools -}}
+{{- $_ := set $c "worker" $w -}}
+{{- toYaml $c -}}
+{{- end }}
+
+{{- define "levers9.jobResourcesEnforced" -}}
+{{- if dig "worker" "jobResourcesEnforced" true .Values.config -}}true{{- end -}}
+{{- end }}
+
+{{/* levers9.secretEnv is one env entry from a Secret: (dict "name" ENV "ref" {secretName,key,optional}). */}}
+{{- define "levers9.secretEnv" -}}
+- name: {{ .name }}
+  valueFrom:
+    secretKeyRef:
+      name: {{ .ref.secretName | quote }}
+      key: {{ .ref.key | quote }}
+      {{- if .ref.optional }}
+      optional: true
+      {{- end }}
+{{- end }}
