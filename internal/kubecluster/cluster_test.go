@@ -1,11 +1,14 @@
 package kubecluster_test
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"sort"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -24,6 +27,7 @@ import (
 
 	"github.com/levers9/levers9/internal/kubecluster"
 	"github.com/levers9/levers9/internal/kubecluster/kubetest"
+	"github.com/levers9/levers9/internal/procstat"
 	"github.com/levers9/levers9/internal/testenv"
 )
 
@@ -282,4 +286,92 @@ func TestStopLeavesNothing(t *testing.T) {
 	if err := c.Stop(); err != nil {
 		t.Errorf("second Stop: %v", err)
 	}
+}
+
+// childEnv makes the test binary the process that starts a cluster and is
+// then killed (TestKilledParentLeavesNothing).
+const (
+	childEnv    = "KUBECLUSTER_TEST_CHILD_BIN_DIR"
+	childDirEnv = "KUBECLUSTER_TEST_CHILD_DIR" // in the parent's TempDir, so nothing stays behind
+)
+
+func TestMain(m *testing.M) {
+	if binDir := os.Getenv(childEnv); binDir != "" {
+		runChild(binDir)
+		return
+	}
+	os.Exit(m.Run())
+}
+
+// runChild starts a cluster, prints its pids as "NAME=PID ..." and waits to
+// be killed.
+func runChild(binDir string) {
+	c, err := kubecluster.Start(context.Background(), kubecluster.Options{BinDir: binDir, Dir: os.Getenv(childDirEnv)})
+	if err != nil {
+		fmt.Println("error:", err)
+		os.Exit(1)
+	}
+	var b strings.Builder
+	for name, pid := range c.PIDs() {
+		fmt.Fprintf(&b, "%s=%d ", name, pid)
+	}
+	fmt.Println("pids:", b.String())
+	select {}
+}
+
+// TestKilledParentLeavesNothing: when the process that started a cluster is
+// killed (a test binary hitting its timeout), the kernel kills the
+// components too.
+func TestKilledParentLeavesNothing(t *testing.T) {
+	binDir := os.Getenv(kubetest.BinDirEnv)
+	if binDir == "" {
+		binDir = kubetest.BinDir(t)
+	}
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(self, "-test.run=^$")
+	cmd.Env = append(os.Environ(), childEnv+"="+binDir, childDirEnv+"="+t.TempDir())
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil {
+		t.Fatalf("reading the child's pids: %v", err)
+	}
+	fields, ok := strings.CutPrefix(strings.TrimSpace(line), "pids: ")
+	if !ok {
+		t.Fatalf("child: %s", line)
+	}
+	pids := map[string]int{}
+	for _, f := range strings.Fields(fields) {
+		name, pid, _ := strings.Cut(f, "=")
+		n, err := strconv.Atoi(pid)
+		if err != nil {
+			t.Fatalf("child pids %q: %v", fields, err)
+		}
+		pids[name] = n
+	}
+	if len(pids) != 5 {
+		t.Fatalf("child's components = %v, want 5", pids)
+	}
+
+	killed := time.Now()
+	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+	for name, pid := range pids {
+		testenv.Eventually(t, 10*time.Second, fmt.Sprintf("%s (pid %d) to die with its parent", name, pid), func() bool {
+			st, err := procstat.Read(pid)
+			return err != nil || st.Exited()
+		})
+	}
+	t.Logf("all %d components gone %v after their parent was killed", len(pids), time.Since(killed).Round(time.Millisecond))
 }
