@@ -373,12 +373,15 @@ func (c *Cluster) Stop() error {
 		for _, p := range c.procs {
 			_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL) // its own group
 		}
-		timeout := time.After(10 * time.Second)
+		// One deadline for all: a timer channel fires once, so each wait
+		// selects on the shared context instead.
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
 		for _, p := range c.procs {
 			select {
 			case <-p.done:
-			case <-timeout:
-				c.stopErr = errors.Join(c.stopErr, fmt.Errorf("stopping %s: not gone 10 s after SIGKILL", p.name))
+			case <-ctx.Done():
+				c.stopErr = errors.Join(c.stopErr, fmt.Errorf("stopping %s (pid %d): not gone 10 s after SIGKILL", p.name, p.cmd.Process.Pid))
 			}
 		}
 		if c.spawner != nil {
