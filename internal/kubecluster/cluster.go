@@ -73,7 +73,6 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	if c.log == nil {
 		c.log = slog.New(slog.DiscardHandler)
 	}
-	c.log = c.log.With("component", "kubecluster")
 	if err := c.prepare(ctx); err != nil {
 		return nil, err
 	}
