@@ -145,6 +145,7 @@ func (c *Cluster) prepare(ctx context.Context) error {
 }
 
 func (c *Cluster) run(ctx context.Context) error {
+	began := time.Now()
 	ports, err := freePorts(3)
 	if err != nil {
 		return err
@@ -157,6 +158,7 @@ func (c *Cluster) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	c.log.Info("certificates made", "after", time.Since(began))
 	admin, err := p.clientKubeconfig("admin", "levers9-admin", []string{"system:masters"}, server)
 	if err != nil {
 		return err
@@ -213,6 +215,7 @@ func (c *Cluster) run(ctx context.Context) error {
 	if err := c.waitAPIServer(ctx, apiserver); err != nil {
 		return err
 	}
+	c.log.Info("apiserver ready", "after", time.Since(began))
 
 	if _, err := c.start("kube-controller-manager",
 		"--kubeconfig="+cmConfig,
@@ -246,7 +249,11 @@ func (c *Cluster) run(ctx context.Context) error {
 	); err != nil {
 		return err
 	}
-	return c.setUpNodes(ctx)
+	if err := c.setUpNodes(ctx); err != nil {
+		return err
+	}
+	c.log.Info("nodes ready", "after", time.Since(began))
+	return nil
 }
 
 // waitHTTP polls url until it answers 200 or proc exits.
