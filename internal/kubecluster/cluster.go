@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -83,8 +84,13 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	if err := c.run(ctx); err != nil {
+		// The directory may go with Stop: keep the end of each log.
+		var logs strings.Builder
+		for _, p := range c.procs {
+			fmt.Fprintf(&logs, "\n--- %s log ends:\n%s", p.name, tail(p.log, 5))
+		}
 		stopErr := c.Stop()
-		return nil, errors.Join(err, stopErr)
+		return nil, errors.Join(fmt.Errorf("%w%s", err, logs.String()), stopErr)
 	}
 	return c, nil
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -374,4 +375,62 @@ func TestKilledParentLeavesNothing(t *testing.T) {
 		})
 	}
 	t.Logf("all %d components gone %v after their parent was killed", len(pids), time.Since(killed).Round(time.Millisecond))
+}
+
+// TestStartFailure: a component that dies during Start makes Start fail
+// with its log, and leaves no other component running.
+func TestStartFailure(t *testing.T) {
+	built := os.Getenv(kubetest.BinDirEnv)
+	if built == "" {
+		built = kubetest.BinDir(t)
+	}
+	bin := t.TempDir()
+	for _, name := range []string{"etcd", "kube-controller-manager", "kube-scheduler", "kwok", "stages.yaml"} {
+		if err := os.Symlink(filepath.Join(built, name), filepath.Join(bin, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(bin, "kube-apiserver"), []byte("#!/bin/sh\necho 'apiserver: broken on purpose' >&2\nexit 3\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	before := etcdPIDs(t)
+	c, err := kubecluster.Start(ctx, kubecluster.Options{BinDir: bin})
+	if err == nil {
+		c.Stop()
+		t.Fatal("Start succeeded with an apiserver that exits")
+	}
+	for _, want := range []string{"kube-apiserver exited", "broken on purpose"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q lacks %q", err, want)
+		}
+	}
+	for pid := range etcdPIDs(t) {
+		if !before[pid] {
+			t.Errorf("etcd (pid %d) left running after the failed Start", pid)
+		}
+	}
+}
+
+// etcdPIDs lists running processes whose executable is named etcd.
+func etcdPIDs(t *testing.T) map[int]bool {
+	t.Helper()
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pids := map[int]bool{}
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid)); err == nil && filepath.Base(exe) == "etcd" {
+			if st, err := procstat.Read(pid); err == nil && !st.Exited() {
+				pids[pid] = true
+			}
+		}
+	}
+	return pids
 }
