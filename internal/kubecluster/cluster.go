@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -73,7 +74,6 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	if c.log == nil {
 		c.log = slog.New(slog.DiscardHandler)
 	}
-	c.log = c.log.With("component", "kubecluster")
 	if err := c.prepare(ctx); err != nil {
 		return nil, err
 	}
@@ -84,8 +84,13 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	if err := c.run(ctx); err != nil {
+		// The directory may go with Stop: keep the end of each log.
+		var logs strings.Builder
+		for _, p := range c.procs {
+			fmt.Fprintf(&logs, "\n--- %s log ends:\n%s", p.name, tail(p.log, 5))
+		}
 		stopErr := c.Stop()
-		return nil, errors.Join(err, stopErr)
+		return nil, errors.Join(fmt.Errorf("%w%s", err, logs.String()), stopErr)
 	}
 	return c, nil
 }
@@ -146,6 +151,7 @@ func (c *Cluster) prepare(ctx context.Context) error {
 }
 
 func (c *Cluster) run(ctx context.Context) error {
+	began := time.Now()
 	ports, err := freePorts(3)
 	if err != nil {
 		return err
@@ -158,6 +164,7 @@ func (c *Cluster) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	c.log.Info("certificates made", "after", time.Since(began))
 	admin, err := p.clientKubeconfig("admin", "levers9-admin", []string{"system:masters"}, server)
 	if err != nil {
 		return err
@@ -214,12 +221,16 @@ func (c *Cluster) run(ctx context.Context) error {
 	if err := c.waitAPIServer(ctx, apiserver); err != nil {
 		return err
 	}
+	c.log.Info("apiserver ready", "after", time.Since(began))
 
 	if _, err := c.start("kube-controller-manager",
 		"--kubeconfig="+cmConfig,
 		"--leader-elect=false",
 		"--secure-port=0",
 		"--use-service-account-credentials=true",
+		// Each controller gets its own service account and token at start;
+		// at the default 20 requests/s that alone took ~5 s.
+		"--kube-api-qps=200", "--kube-api-burst=400",
 		"--service-account-private-key-file="+p.path("sa.key"),
 		"--root-ca-file="+p.path("ca.crt"),
 		"--cluster-signing-cert-file="+p.path("ca.crt"),
@@ -247,7 +258,11 @@ func (c *Cluster) run(ctx context.Context) error {
 	); err != nil {
 		return err
 	}
-	return c.setUpNodes(ctx)
+	if err := c.setUpNodes(ctx); err != nil {
+		return err
+	}
+	c.log.Info("nodes ready", "after", time.Since(began))
+	return nil
 }
 
 // waitHTTP polls url until it answers 200 or proc exits.
@@ -373,12 +388,15 @@ func (c *Cluster) Stop() error {
 		for _, p := range c.procs {
 			_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL) // its own group
 		}
-		timeout := time.After(10 * time.Second)
+		// One deadline for all: a timer channel fires once, so each wait
+		// selects on the shared context instead.
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
 		for _, p := range c.procs {
 			select {
 			case <-p.done:
-			case <-timeout:
-				c.stopErr = errors.Join(c.stopErr, fmt.Errorf("stopping %s: not gone 10 s after SIGKILL", p.name))
+			case <-ctx.Done():
+				c.stopErr = errors.Join(c.stopErr, fmt.Errorf("stopping %s (pid %d): not gone 10 s after SIGKILL", p.name, p.cmd.Process.Pid))
 			}
 		}
 		if c.spawner != nil {

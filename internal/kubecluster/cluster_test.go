@@ -1,11 +1,15 @@
 package kubecluster_test
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -24,6 +28,7 @@ import (
 
 	"github.com/levers9/levers9/internal/kubecluster"
 	"github.com/levers9/levers9/internal/kubecluster/kubetest"
+	"github.com/levers9/levers9/internal/procstat"
 	"github.com/levers9/levers9/internal/testenv"
 )
 
@@ -282,4 +287,150 @@ func TestStopLeavesNothing(t *testing.T) {
 	if err := c.Stop(); err != nil {
 		t.Errorf("second Stop: %v", err)
 	}
+}
+
+// childEnv makes the test binary the process that starts a cluster and is
+// then killed (TestKilledParentLeavesNothing).
+const (
+	childEnv    = "KUBECLUSTER_TEST_CHILD_BIN_DIR"
+	childDirEnv = "KUBECLUSTER_TEST_CHILD_DIR" // in the parent's TempDir, so nothing stays behind
+)
+
+func TestMain(m *testing.M) {
+	if binDir := os.Getenv(childEnv); binDir != "" {
+		runChild(binDir)
+		return
+	}
+	os.Exit(m.Run())
+}
+
+// runChild starts a cluster, prints its pids as "NAME=PID ..." and waits to
+// be killed.
+func runChild(binDir string) {
+	c, err := kubecluster.Start(context.Background(), kubecluster.Options{BinDir: binDir, Dir: os.Getenv(childDirEnv)})
+	if err != nil {
+		fmt.Println("error:", err)
+		os.Exit(1)
+	}
+	var b strings.Builder
+	for name, pid := range c.PIDs() {
+		fmt.Fprintf(&b, "%s=%d ", name, pid)
+	}
+	fmt.Println("pids:", b.String())
+	select {}
+}
+
+// TestKilledParentLeavesNothing: when the process that started a cluster is
+// killed (a test binary hitting its timeout), the kernel kills the
+// components too.
+func TestKilledParentLeavesNothing(t *testing.T) {
+	binDir := os.Getenv(kubetest.BinDirEnv)
+	if binDir == "" {
+		binDir = kubetest.BinDir(t)
+	}
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(self, "-test.run=^$")
+	cmd.Env = append(os.Environ(), childEnv+"="+binDir, childDirEnv+"="+t.TempDir())
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil {
+		t.Fatalf("reading the child's pids: %v", err)
+	}
+	fields, ok := strings.CutPrefix(strings.TrimSpace(line), "pids: ")
+	if !ok {
+		t.Fatalf("child: %s", line)
+	}
+	pids := map[string]int{}
+	for _, f := range strings.Fields(fields) {
+		name, pid, _ := strings.Cut(f, "=")
+		n, err := strconv.Atoi(pid)
+		if err != nil {
+			t.Fatalf("child pids %q: %v", fields, err)
+		}
+		pids[name] = n
+	}
+	if len(pids) != 5 {
+		t.Fatalf("child's components = %v, want 5", pids)
+	}
+
+	killed := time.Now()
+	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+	for name, pid := range pids {
+		testenv.Eventually(t, 10*time.Second, fmt.Sprintf("%s (pid %d) to die with its parent", name, pid), func() bool {
+			st, err := procstat.Read(pid)
+			return err != nil || st.Exited()
+		})
+	}
+	t.Logf("all %d components gone %v after their parent was killed", len(pids), time.Since(killed).Round(time.Millisecond))
+}
+
+// TestStartFailure: a component that dies during Start makes Start fail
+// with its log, and leaves no other component running.
+func TestStartFailure(t *testing.T) {
+	built := os.Getenv(kubetest.BinDirEnv)
+	if built == "" {
+		built = kubetest.BinDir(t)
+	}
+	bin := t.TempDir()
+	for _, name := range []string{"etcd", "kube-controller-manager", "kube-scheduler", "kwok", "stages.yaml"} {
+		if err := os.Symlink(filepath.Join(built, name), filepath.Join(bin, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(bin, "kube-apiserver"), []byte("#!/bin/sh\necho 'apiserver: broken on purpose' >&2\nexit 3\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	before := etcdPIDs(t)
+	c, err := kubecluster.Start(ctx, kubecluster.Options{BinDir: bin})
+	if err == nil {
+		c.Stop()
+		t.Fatal("Start succeeded with an apiserver that exits")
+	}
+	for _, want := range []string{"kube-apiserver exited", "broken on purpose"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q lacks %q", err, want)
+		}
+	}
+	for pid := range etcdPIDs(t) {
+		if !before[pid] {
+			t.Errorf("etcd (pid %d) left running after the failed Start", pid)
+		}
+	}
+}
+
+// etcdPIDs lists running processes whose executable is named etcd.
+func etcdPIDs(t *testing.T) map[int]bool {
+	t.Helper()
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pids := map[int]bool{}
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid)); err == nil && filepath.Base(exe) == "etcd" {
+			if st, err := procstat.Read(pid); err == nil && !st.Exited() {
+				pids[pid] = true
+			}
+		}
+	}
+	return pids
 }

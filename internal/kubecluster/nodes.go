@@ -62,22 +62,18 @@ func (c *Cluster) setUpNodes(ctx context.Context) error {
 		}
 	}
 	for _, name := range []string{CPUNode, GPUNode} {
-		err := c.poll(ctx, "node "+name+" to be Ready", func(ctx context.Context) (bool, error) {
+		err := c.poll(ctx, "node "+name+" to be Ready and untainted", func(ctx context.Context) (bool, error) {
 			n, err := nodes.Get(ctx, name, metav1.GetOptions{})
 			if err != nil {
 				return false, nil
 			}
-			for _, cond := range n.Status.Conditions {
-				if cond.Type == corev1.NodeReady && cond.Status == corev1.ConditionTrue {
-					return true, nil
-				}
-			}
-			return false, nil
+			return schedulable(n), nil
 		})
 		if err != nil {
 			return err
 		}
 	}
+	c.log.Info("nodes Ready")
 	return c.poll(ctx, "the default service account", func(ctx context.Context) (bool, error) {
 		_, err := c.clientset.CoreV1().ServiceAccounts("default").Get(ctx, "default", metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
@@ -85,4 +81,22 @@ func (c *Cluster) setUpNodes(ctx context.Context) error {
 		}
 		return err == nil, nil
 	})
+}
+
+// schedulable reports a node Ready and without the taints the node
+// lifecycle controller puts on new nodes (not-ready, unreachable) until it
+// has seen them Ready: a pod created before would wait for the scheduler's
+// backoff, and report the taint instead of a lack of resources.
+func schedulable(n *corev1.Node) bool {
+	for _, t := range n.Spec.Taints {
+		if t.Effect == corev1.TaintEffectNoSchedule || t.Effect == corev1.TaintEffectNoExecute {
+			return false
+		}
+	}
+	for _, cond := range n.Status.Conditions {
+		if cond.Type == corev1.NodeReady && cond.Status == corev1.ConditionTrue {
+			return true
+		}
+	}
+	return false
 }
