@@ -8,7 +8,6 @@ import (
 	"regexp"
 	"slices"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -16,26 +15,9 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	v1 "github.com/levers9/levers9/api/levers9/v1"
+	"github.com/levers9/levers9/internal/testenv"
 	"github.com/levers9/levers9/sdk/sdktest"
 )
-
-// syncBuffer is a bytes.Buffer safe for the CLI's concurrent writers.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // taskCLI runs the CLI against a task service at addr, with interrupts
 // from its own channel.
@@ -52,13 +34,13 @@ func newTaskCLI(t *testing.T, addr, token string) *taskCLI {
 }
 
 type cliRun struct {
-	out, err *syncBuffer
+	out, err *testenv.SyncBuffer
 	code     chan int
 }
 
 // start runs the CLI in the background.
 func (c *taskCLI) start(args ...string) *cliRun {
-	r := &cliRun{out: &syncBuffer{}, err: &syncBuffer{}, code: make(chan int, 1)}
+	r := &cliRun{out: &testenv.SyncBuffer{}, err: &testenv.SyncBuffer{}, code: make(chan int, 1)}
 	notify := func() (<-chan os.Signal, func()) { return c.sigs, func() {} }
 	getenv := func(k string) string { return c.env[k] }
 	go func() {

@@ -10,9 +10,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/levers9/levers9/internal/testenv"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
+
+	"github.com/levers9/levers9/internal/testenv"
 )
 
 // fakeNVIDIAHost lays out what the driver shows on a two-GPU machine under
@@ -135,7 +136,7 @@ func TestGPUContainerUpToDevice(t *testing.T) {
 	rootfs := makeRootfs(t, "")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	var out syncBuffer
+	var out testenv.SyncBuffer
 	script := `busybox ls /dev; echo VIS=$NVIDIA_VISIBLE_DEVICES; busybox ls /usr/lib/x86_64-linux-gnu; cat /dev/nvidia3; cat /dev/nvidia0; busybox df /dev/shm`
 	task := TaskSpec{ID: "gpu", Rootfs: rootfs, Args: []string{"sh", "-c", script}, GPUs: "GPU-22222222-bbbb"}
 	h, err := sb.Run(ctx, task, Security{Profile: ProfileHardened, Seccomp: SeccompEnforce, Runtime: RuntimeRunc}, Stdio{Stdout: &out, Stderr: &out})

@@ -105,7 +105,7 @@ func TestVolumeMountedNosuidNodev(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	var out syncBuffer
+	var out testenv.SyncBuffer
 	task := TaskSpec{ID: "vol", Rootfs: rootfs, Args: []string{"sh", "-c", "cat /data/hello; busybox grep ' /data ' /proc/self/mounts"},
 		Mounts: []Mount{{Source: vol, Destination: "/data", ReadOnly: true}}}
 	h, err := b.sb.Run(ctx, task, Security{Profile: ProfileHardened, Seccomp: SeccompEnforce, Runtime: RuntimeRunc}, Stdio{Stdout: &out, Stderr: &out})
@@ -163,7 +163,7 @@ func TestOnlyTaskVolumesJudged(t *testing.T) {
 	// whose pushed validation is poolMode.
 	runIn := func(t *testing.T, mode, poolMode MountValidation, id string, mounts []Mount) (string, string, error) {
 		t.Helper()
-		var logs, out syncBuffer
+		var logs, out testenv.SyncBuffer
 		sb, err := New(Config{StateDir: "/run/l9s-test", CgroupParent: "/l9s-test", Host: b.host, MountValidation: mode,
 			SensitivePaths: []string{agentState}, Logger: slog.New(slog.NewJSONHandler(&logs, nil))})
 		if err != nil {

@@ -103,7 +103,7 @@ func runProbes(t *testing.T, b bundle, probe string, c probeCombo, env []string,
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	rootfs := makeRootfs(t, probe)
-	var out syncBuffer
+	var out testenv.SyncBuffer
 	id := strings.ReplaceAll(c.String(), "/", "-") + "-" + suffix
 	sec := Security{Profile: c.profile, Seccomp: c.seccomp, DropNetRaw: c.profile == ProfileHardened, Runtime: c.rt}
 	h, err := b.sb.Run(ctx, TaskSpec{ID: id, Rootfs: rootfs, Args: []string{"/probe"}, Env: env}, sec, Stdio{Stdout: &out, Stderr: &out})

@@ -1,7 +1,6 @@
 package sandbox
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -16,25 +15,6 @@ import (
 	"github.com/levers9/levers9/internal/errdefs"
 	"github.com/levers9/levers9/internal/testenv"
 )
-
-// syncBuffer is a bytes.Buffer safe to write from the runtime's copier
-// goroutine while the test reads it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 var bothRuntimes = []RuntimeName{RuntimeRunc, RuntimeRunsc}
 
@@ -62,7 +42,7 @@ func forEachRuntime(t *testing.T, f func(t *testing.T, ctx context.Context, rt R
 func TestRunExitCodeAndOutput(t *testing.T) {
 	b, rootfs := setupRuntimes(t, "runc", "runsc")
 	forEachRuntime(t, func(t *testing.T, ctx context.Context, rt RuntimeName) {
-		var out, errb syncBuffer
+		var out, errb testenv.SyncBuffer
 		task := TaskSpec{ID: "exit-" + string(rt), Rootfs: rootfs, Args: []string{"sh", "-c", "echo hello $GREETING; echo oops >&2; exit 7"}, Env: []string{"GREETING=world"}}
 		h, err := b.sb.Run(ctx, task, Security{Profile: ProfileHardened, Seccomp: SeccompEnforce, DropNetRaw: true, Runtime: rt}, Stdio{Stdout: &out, Stderr: &errb})
 		if err != nil {
@@ -285,7 +265,7 @@ func TestConcurrentRuns(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			var out syncBuffer
+			var out testenv.SyncBuffer
 			h, err := b.sb.Run(ctx, TaskSpec{ID: "conc-" + strconv.Itoa(i), Rootfs: rootfs, Args: []string{"echo", strconv.Itoa(i)}}, Security{Runtime: RuntimeRunc}, Stdio{Stdout: &out})
 			if err != nil {
 				errs <- err

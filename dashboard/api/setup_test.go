@@ -11,7 +11,6 @@ import (
 	"net/http/httptest"
 	"os"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -20,6 +19,7 @@ import (
 	v1 "github.com/levers9/levers9/api/levers9/v1"
 	"github.com/levers9/levers9/controlplane/controlplanetest"
 	"github.com/levers9/levers9/internal/clock"
+	"github.com/levers9/levers9/internal/testenv"
 )
 
 var env *controlplanetest.Env
@@ -42,25 +42,8 @@ type bundle struct {
 	ts      *httptest.Server
 	cfg     *Config
 	clock   *clock.Fake
-	logs    *syncBuffer
+	logs    *testenv.SyncBuffer
 	machine *controlplanetest.ScriptedMachine
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 type setupOpts struct {
@@ -83,7 +66,7 @@ func setup(t *testing.T, o setupOpts) *bundle {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := &bundle{cp: in, token: resp.Token, logs: &syncBuffer{},
+	b := &bundle{cp: in, token: resp.Token, logs: &testenv.SyncBuffer{},
 		admin: metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer "+resp.Token)}
 	if o.machine {
 		controlplanetest.Eventually(t, 10*time.Second, "tunnel endpoint", func() bool { return in.Server.Agents() != nil })

@@ -1,12 +1,10 @@
 package image_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
 	"os"
-	"sync"
 	"testing"
 	"time"
 
@@ -15,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/levers9/levers9/internal/clock"
+	"github.com/levers9/levers9/internal/testenv"
 	"github.com/levers9/levers9/sandbox/image"
 	"github.com/levers9/levers9/sandbox/image/build"
 	"github.com/levers9/levers9/sandbox/image/imagetest"
@@ -37,7 +36,7 @@ type bundle struct {
 	reg     *imagetest.Registry
 	root    string
 	metrics *prometheus.Registry
-	logs    *syncBuffer
+	logs    *testenv.SyncBuffer
 	clock   *clock.Fake
 	store   *image.Store
 }
@@ -55,7 +54,7 @@ func setup(t *testing.T, o setupOpts) *bundle {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = os.RemoveAll(root) })
-	b := &bundle{reg: reg, root: root, logs: &syncBuffer{}, clock: clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))}
+	b := &bundle{reg: reg, root: root, logs: &testenv.SyncBuffer{}, clock: clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))}
 	b.store, b.metrics = b.newStore(t, o.cfg)
 	return b
 }
@@ -141,23 +140,6 @@ func metricValue(t *testing.T, reg *prometheus.Registry, name string, want map[s
 		}
 	}
 	return sum
-}
-
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 // manifestLayers returns the config digest and the layer digests of the

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/levers9/levers9/controlplane/controlplanetest"
+	"github.com/levers9/levers9/internal/testenv"
 )
 
 // shownApplied is an attempt's appliedSecurity as `task show -o json`
@@ -164,7 +165,7 @@ func TestAppliedSecurity(t *testing.T) {
 func checkRunscApplied(t *testing.T, w *joinWorld, root string) {
 	r := exec.Command(filepath.Join(bin, "levers9"), "run", "--pool", "gvisor", "--", "sleep", "4")
 	r.Env = append(r.Environ(), "LEVERS9_HOME="+w.home)
-	var out syncBuffer
+	var out testenv.SyncBuffer
 	r.Stdout, r.Stderr = &out, &out
 	if err := r.Start(); err != nil {
 		t.Fatal(err)

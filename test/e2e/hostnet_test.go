@@ -40,7 +40,7 @@ type hostStack struct {
 	root       string // the agent's state, etc and bin directories
 	pid        int
 	stop       func()
-	out        *syncBuffer
+	out        *testenv.SyncBuffer
 }
 
 // hostNet is what TestHostNetworkAcrossStacks shares between its stacks:
@@ -78,7 +78,7 @@ func (h *hostNet) startStackIn(t *testing.T, name, hostDir string) *hostStack {
 	}
 	id := regexp.MustCompile(`machine (m_[a-z2-7]+)`).FindStringSubmatch(out)[1]
 	s := &hostStack{joinWorld: w, id: id, prefix: agent.NodeConfig{MachineID: id}.WithDefaults().Prefix,
-		root: filepath.Join(t.TempDir(), name), out: &syncBuffer{}}
+		root: filepath.Join(t.TempDir(), name), out: &testenv.SyncBuffer{}}
 	// No --subnet-v4, --subnet-v6 or --nflog-group: the agent claims them
 	// from the host allocator as a `make up` agent does.
 	args := []string{filepath.Join(w.home, "machines", id+".sh"), "--foreground",
@@ -145,7 +145,7 @@ func (s *hostStack) runTask(t *testing.T, h *hostNet) string {
 	defer cancel()
 	r := exec.CommandContext(ctx, filepath.Join(bin, "levers9"), "run", "--", "sh", "-c", h.script())
 	r.Env = append(r.Environ(), "LEVERS9_HOME="+s.home)
-	var so, se syncBuffer
+	var so, se testenv.SyncBuffer
 	r.Stdout, r.Stderr = &so, &se
 	err := r.Run()
 	stdout := so.String()
@@ -375,7 +375,7 @@ func checkMakeDown(t *testing.T, h *hostNet) {
 	if err := os.WriteFile(filepath.Join(p.Dir, "agent.pid"), []byte(fmt.Sprint(s.pid)), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	var out syncBuffer
+	var out testenv.SyncBuffer
 	if err := localstack.Down(context.Background(), p, &out); err != nil {
 		t.Fatalf("down: %v\n%s", err, out.String())
 	}

@@ -19,21 +19,8 @@ import (
 	"github.com/levers9/levers9/controlplane/config"
 	"github.com/levers9/levers9/controlplane/controlplanetest"
 	"github.com/levers9/levers9/internal/devstack"
+	"github.com/levers9/levers9/internal/testenv"
 )
-
-// syncBuffer is a bytes.Buffer safe for a process writing while the test
-// reads.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
 
 type joinWorld struct {
 	box  *box
@@ -95,9 +82,9 @@ func setupJoinWorldWith(t *testing.T, mutate func(*config.Config)) *joinWorld {
 
 // runScript runs the join script in the box, in the foreground, until the
 // test stops it.
-func (w *joinWorld) runScript(t *testing.T, script, root string, extra ...string) (stop func(), output *syncBuffer) {
+func (w *joinWorld) runScript(t *testing.T, script, root string, extra ...string) (stop func(), output *testenv.SyncBuffer) {
 	t.Helper()
-	output = &syncBuffer{}
+	output = &testenv.SyncBuffer{}
 	// nsenter, not `ip netns exec`: that one also remounts /sys in a new
 	// mount namespace, which hides the cgroup mounts runc needs.
 	cmd := exec.Command("nsenter", append([]string{"--net=/run/netns/" + w.box.ns, "sh", script, "--foreground",

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/levers9/levers9/controlplane/controlplanetest"
+	"github.com/levers9/levers9/internal/testenv"
 )
 
 // TestPoolJoinDev joins a box directly with `levers9 pool join default
@@ -20,7 +21,7 @@ import (
 func TestPoolJoinDev(t *testing.T) {
 	w := setupJoinWorldWith(t, func(c *controlplanetestConfig) { c.Controlplane.AgentDevBuilds = true })
 	root := t.TempDir()
-	out := &syncBuffer{}
+	out := &testenv.SyncBuffer{}
 	cmd := exec.Command("ip", "netns", "exec", w.box.ns, filepath.Join(bin, "levers9"), "pool", "join", "default", "--dev", "--foreground",
 		"--state-dir", filepath.Join(root, "state"), "--etc-dir", filepath.Join(root, "etc"), "--bin-dir", filepath.Join(root, "bin"))
 	cmd.Env = append(os.Environ(), "LEVERS9_HOME="+w.home)

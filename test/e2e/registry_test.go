@@ -21,6 +21,7 @@ import (
 
 	"github.com/levers9/levers9/controlplane/config"
 	"github.com/levers9/levers9/internal/devstack"
+	"github.com/levers9/levers9/internal/testenv"
 	"github.com/levers9/levers9/sandbox/image/build"
 )
 
@@ -51,7 +52,7 @@ func startPrivateRegistry(t *testing.T, host, user, password string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := &syncBuffer{}
+	out := &testenv.SyncBuffer{}
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
 	if err := cmd.Start(); err != nil {

@@ -13,6 +13,7 @@ import (
 	"github.com/levers9/levers9/controlplane/config"
 	"github.com/levers9/levers9/controlplane/controlplanetest"
 	"github.com/levers9/levers9/internal/devstack"
+	"github.com/levers9/levers9/internal/testenv"
 	"github.com/levers9/levers9/sandbox/image/build"
 )
 
@@ -40,7 +41,7 @@ type restartWorld struct {
 	id   string
 	stop func()
 	// out is the output of the agent's join script since its last start.
-	out *syncBuffer
+	out *testenv.SyncBuffer
 	// root is the test that owns the agent processes: an agent started
 	// in a subtest outlives it.
 	root *testing.T

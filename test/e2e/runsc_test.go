@@ -69,7 +69,7 @@ func TestRunscPoolAgentInRootNamespace(t *testing.T) {
 	v6 := fmt.Sprintf("fd6c:7639:9%03x::/64", n.Int64())
 	nflog := fmt.Sprint(40000 + n.Int64())
 	root := t.TempDir()
-	agentOut := &syncBuffer{}
+	agentOut := &testenv.SyncBuffer{}
 	cmd := exec.Command("sh", filepath.Join(w.home, "machines", id+".sh"), "--foreground",
 		"--state-dir", filepath.Join(root, "state"), "--etc-dir", filepath.Join(root, "etc"), "--bin-dir", filepath.Join(root, "bin"),
 		"--", "--insecure-registries", registry, "--subnet-v4", v4, "--subnet-v6", v6, "--nflog-group", nflog)
@@ -146,7 +146,7 @@ ip -4 addr show eth0
 nc -w 10 ` + cpHost + ` ` + cpPort + ` -e true && echo reached-controlplane`
 	r := exec.Command(filepath.Join(bin, "levers9"), "run", "--pool", "gvisor", "--", "sh", "-c", script)
 	r.Env = append(r.Environ(), "LEVERS9_HOME="+w.home)
-	var so, se syncBuffer
+	var so, se testenv.SyncBuffer
 	r.Stdout, r.Stderr = &so, &se
 	done := make(chan error, 1)
 	if err := r.Start(); err != nil {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/levers9/levers9/controlplane/config"
 	"github.com/levers9/levers9/controlplane/controlplanetest"
+	"github.com/levers9/levers9/internal/testenv"
 )
 
 // taskWorld is the whole stack: a controlplane with Postgres and Redis, an
@@ -30,7 +31,7 @@ type taskWorld struct {
 	// from (set by setupTaskWorldWith's mutate).
 	insecure []string
 	// agentLogs is every agent's output, in start order.
-	agentLogs []*syncBuffer
+	agentLogs []*testenv.SyncBuffer
 }
 
 func setupTaskWorld(t *testing.T) *taskWorld {

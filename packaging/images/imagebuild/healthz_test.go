@@ -2,7 +2,6 @@ package imagebuild
 
 import (
 	"archive/tar"
-	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -171,7 +170,7 @@ func TestControlplaneImageServesHealth(t *testing.T) {
 			t.Errorf("reconcile: %v", err)
 		}
 	})
-	var out syncBuffer
+	var out testenv.SyncBuffer
 	h, err := sb.Run(ctx, task, sandbox.Security{Profile: sandbox.ProfileHardened, Seccomp: sandbox.SeccompEnforce,
 		DropNetRaw: true, Runtime: sandbox.RuntimeRunc}, sandbox.Stdio{Stdout: &out, Stderr: &out})
 	if err != nil {
@@ -211,26 +210,6 @@ func TestControlplaneImageServesHealth(t *testing.T) {
 	if strings.Contains(out.String(), pg.Password) {
 		t.Error("the Postgres password appeared in the controlplane's output")
 	}
-}
-
-// syncBuffer is a bytes.Buffer the container's output goroutines and the
-// test can share.
-type syncBuffer struct {
-	// mu guards b.
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // netnsPrefix names the test's network namespaces and veths.
