@@ -6,7 +6,6 @@ package controlplanetest
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -17,7 +16,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -211,22 +209,7 @@ func Eventually(t testing.TB, within time.Duration, what string, cond func() boo
 
 // Logs collects JSON log lines. Safe for concurrent use.
 type Logs struct {
-	// mu guards buf.
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *Logs) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
-
-// String is everything logged so far.
-func (l *Logs) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.String()
+	testenv.SyncBuffer
 }
 
 // Records parses the log lines.
