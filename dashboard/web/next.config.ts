@@ -10,6 +10,9 @@ const config: NextConfig = {
   distDir: process.env.LEVERS9_WEB_DIST_DIR || ".next",
   poweredByHeader: false,
   reactStrictMode: true,
+  // Route types come from next-env.d.ts instead of tsconfig.json's
+  // include, which Next.js would otherwise rewrite for each distDir.
+  experimental: { strictRouteTypes: true },
   async headers() {
     return [{ source: "/:path*", headers: staticHeaders(api) }];
   },
