@@ -8,7 +8,17 @@ PKGS=(
   postgresql redis-server runc runsc iptables iproute2 conntrack
   docker-registry protobuf-compiler busybox-static podman
   golang-github-gogo-googleapis-dev ca-certificates openssl curl
+  chromium
 )
+
+# The dashboard's web app (Next.js 16) needs Node.js 20.9 or later and npm.
+# Install Debian's only when node is missing; an older node is reported by
+# the web build (dashboard/web/web.go) with what to do.
+for tool in node npm; do
+  if ! command -v "$tool" >/dev/null 2>&1; then
+    case "$tool" in node) PKGS+=(nodejs) ;; npm) PKGS+=(npm) ;; esac
+  fi
+done
 
 missing=()
 for p in "${PKGS[@]}"; do
