@@ -182,14 +182,19 @@ func TestDashboardInBrowser(t *testing.T) {
 		do("sign in", chromedp.SetValue(chromedp.CSS(`input[name=email]`), "ops@localhost"),
 			chromedp.Click(chromedp.CSS(`[data-testid=dev-signin] button[type=submit]`)),
 			chromedp.WaitVisible(chromedp.CSS(`[data-testid=user-email]`)))
-		email := browserRun(t, browser, "who", chromedp.Text(chromedp.CSS(`[data-testid=user-email]`)))
-		path := browserRun(t, browser, "where", chromedp.Evaluate[string](`location.pathname`))
-		if email != "ops@localhost" || path != "/tasks" {
-			t.Fatalf("signed in as %q on %q, want ops@localhost back on /tasks", email, path)
+		until("back on /tasks", `location.pathname === '/tasks'`, 10*time.Second)
+		if email := browserRun(t, browser, "who", chromedp.Text(chromedp.CSS(`[data-testid=user-email]`))); email != "ops@localhost" {
+			t.Fatalf("signed in as %q, want ops@localhost", email)
 		}
 	})
 
 	t.Run("see the demo task", func(t *testing.T) {
+		visit("/tasks", `[data-task="`+demoID+`"]`)
+		// Filters: by state, through the table's WebSocket.
+		visit("/tasks?state=failed", `[data-testid=empty]`)
+		browserRun(t, browser, "add the succeeded filter", chromedp.Evaluate[bool](
+			`[...document.querySelectorAll('[data-testid=task-filters] .chip')].find(b => b.textContent === 'succeeded').click() ?? true`))
+		until("the demo task under failed,succeeded", `decodeURIComponent(location.search) === '?state=failed,succeeded' && !!document.querySelector('[data-task="`+demoID+`"]')`, 10*time.Second)
 		visit("/tasks", `[data-task="`+demoID+`"]`)
 		shot("tasks")
 		visit("/tasks/"+demoID, `[data-testid=logs] .line`)
@@ -274,7 +279,7 @@ func TestDashboardInBrowser(t *testing.T) {
 			chromedp.Click(chromedp.CSS(`[data-testid=create-token] button[type=submit]`)),
 			chromedp.WaitVisible(chromedp.CSS(`[data-testid=new-secret] .cmd`)))
 		secret := strings.TrimSpace(browserRun(t, browser, "secret", chromedp.Text(chromedp.CSS(`[data-testid=new-secret] .cmd`))))
-		if !strings.HasPrefix(secret, "l9_") {
+		if !strings.HasPrefix(secret, "levers9_") {
 			t.Fatalf("secret shown: %q", secret)
 		}
 		until("the token row", `!!document.querySelector('[data-token="browser-e2e"]')`, 10*time.Second)

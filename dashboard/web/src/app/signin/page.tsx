@@ -30,13 +30,13 @@ function SignIn() {
   const params = useSearchParams();
   const router = useRouter();
   const next = safeNext(params.get("next"));
-  const [email, setEmail] = useState("you@localhost");
   const [problem, setProblem] = useState("");
   const code = params.get("error");
 
   const devSignIn = async (e: FormEvent) => {
     e.preventDefault();
     setProblem("");
+    const email = String(new FormData(e.currentTarget as HTMLFormElement).get("email") ?? "");
     try {
       // The pre-sign-in CSRF token is bound to a cookie set by /api/session.
       const s = (await reload()) ?? (await call<Session>("GET", "/api/session"));
@@ -68,7 +68,7 @@ function SignIn() {
           <p className="muted">Any email signs in, no password. Emails the API lists as admins get the admin role.</p>
           <label>
             Email
-            <input type="email" name="email" value={email} onChange={(e) => setEmail(e.target.value)} required />
+            <input type="email" name="email" defaultValue="you@localhost" required />
           </label>
           <button type="submit" className="primary">
             Sign in

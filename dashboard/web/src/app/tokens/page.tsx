@@ -13,8 +13,6 @@ export default function TokensPage() {
   const [tokens, setTokens] = useState<Token[] | null>(null);
   const [showRevoked, setShowRevoked] = useState(false);
   const [error, setError] = useState<unknown>(null);
-  const [name, setName] = useState("");
-  const [role, setRole] = useState<Token["role"]>("member");
   const [created, setCreated] = useState<{ token: Token; secret: string } | null>(null);
   const [confirm, setConfirm] = useState("");
 
@@ -32,10 +30,15 @@ export default function TokensPage() {
 
   const create = async (e: FormEvent) => {
     e.preventDefault();
+    const form = e.currentTarget as HTMLFormElement;
+    const data = new FormData(form);
     try {
-      const r = await call<{ token: Token; secret: string }>("POST", "/api/tokens", { body: { name, role }, csrf: session.csrfToken });
+      const r = await call<{ token: Token; secret: string }>("POST", "/api/tokens", {
+        body: { name: String(data.get("name") ?? ""), role: String(data.get("role") ?? "member") },
+        csrf: session.csrfToken,
+      });
       setCreated(r);
-      setName("");
+      form.reset();
       load();
     } catch (err) {
       setError(err);
@@ -67,11 +70,11 @@ export default function TokensPage() {
       <form className="card row" onSubmit={create} data-testid="create-token">
         <label className="inline">
           Name
-          <input name="name" value={name} onChange={(e) => setName(e.target.value)} placeholder="laptop" required />
+          <input name="name" placeholder="laptop" required />
         </label>
         <label className="inline">
           Role
-          <select name="role" value={role} onChange={(e) => setRole(e.target.value as Token["role"])}>
+          <select name="role" defaultValue="member">
             {roles.map((r) => (
               <option key={r} value={r}>
                 {r}
