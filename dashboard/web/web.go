@@ -34,8 +34,14 @@ import (
 // minNode is the oldest Node.js that Next.js 16 runs on.
 var minNode = [3]int{20, 9, 0}
 
-// keepBuilds is how many builds (API bases, source versions) stay cached.
-const keepBuilds = 4
+// keepBuilds is how many builds (API bases, source versions) stay cached
+// whatever their age; older ones go once unused for pruneAfter. A build is
+// "used" when Make returns it, so make up's build, made or reused at each
+// make up, outlives the tests' builds while a stack runs from it.
+const (
+	keepBuilds = 4
+	pruneAfter = 24 * time.Hour
+)
 
 // BuildOptions say what to build.
 type BuildOptions struct {
@@ -245,7 +251,8 @@ func fileSum(path string) (string, error) {
 	return hex.EncodeToString(s[:]), nil
 }
 
-// prune removes all but the keep most recently used builds.
+// prune removes builds beyond the keep most recently used that have not
+// been used for pruneAfter.
 func prune(cache string, keep int) {
 	entries, err := os.ReadDir(cache)
 	if err != nil {
@@ -266,7 +273,9 @@ func prune(cache string, keep int) {
 	}
 	sort.Slice(builds, func(i, j int) bool { return builds[i].mod.After(builds[j].mod) })
 	for _, b := range builds[min(keep, len(builds)):] {
-		_ = os.RemoveAll(filepath.Join(cache, b.name))
+		if time.Since(b.mod) > pruneAfter {
+			_ = os.RemoveAll(filepath.Join(cache, b.name))
+		}
 	}
 }
 
