@@ -312,15 +312,70 @@ func TestDashboardInBrowser(t *testing.T) {
 		shot("security")
 	})
 
-	t.Run("machine goes offline when its agent stops", func(t *testing.T) {
+	t.Run("machine offline, and the task's logs follow its retry", func(t *testing.T) {
+		// A task on the machine whose agent stops: its attempt is lost and
+		// a retry runs elsewhere, in the same live log view.
+		out, errOut, err := w.cli(t, "run", "--detach", "--retries", "1", "--", "sh", "-c",
+			"i=1; while [ $i -le 600 ]; do echo n-$i; i=$((i+1)); sleep 0.2; done")
+		if err != nil {
+			t.Fatalf("run: %v %s", err, errOut)
+		}
+		id := taskIDIn(t, out+errOut)
+		admin := metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+token)
+		tasks := v1.NewTaskServiceClient(w.in.Conn)
+		defer func() { _, _ = tasks.CancelTask(admin, &v1.CancelTaskRequest{Id: id}) }()
+		var victim string
+		testenv.Eventually(t, 60*time.Second, "the task running", func() bool {
+			got, err := tasks.GetTask(admin, &v1.GetTaskRequest{Id: id})
+			if err != nil || got.Task.State != v1.TaskState_TASK_STATE_RUNNING || len(got.Task.Attempts) == 0 {
+				return false
+			}
+			victim = got.Task.Attempts[len(got.Task.Attempts)-1].GetMachineId()
+			return true
+		})
+
 		visit("/machines", `[data-testid=machines-table]`)
 		until("both online", `document.querySelectorAll('[data-online=true]').length === 2`, 15*time.Second)
 		shot("machines")
-		victim := browserRun(t, browser, "pick", chromedp.Evaluate[string](`document.querySelector('[data-machine]').dataset.machine`))
 		stopped := time.Now()
 		stopAgent(t, victim)
 		until("offline without a reload", fmt.Sprintf(`document.querySelector('[data-machine=%q]')?.dataset.online === 'false'`, victim), 60*time.Second)
 		t.Logf("offline shown %s after SIGTERM to the agent", time.Since(stopped).Round(time.Millisecond))
+
+		visit("/tasks/"+id, `[data-testid=logs] .line`)
+		until("attempt 2's marker and lines", `!!document.querySelector('[data-testid=attempt-marker][data-attempt="2"]') && !!document.querySelector('[data-testid=logs] .line[data-attempt="2"]')`, 120*time.Second)
+		markers := browserRun(t, browser, "markers", chromedp.Evaluate[[]string](`[...document.querySelectorAll('[data-testid=attempt-marker]')].map(e => e.textContent)`))
+		joined := strings.Join(markers, "\n")
+		if !strings.Contains(joined, "attempt 1 lost") || strings.Contains(joined, "attempt 2 on "+victim) || !strings.Contains(joined, "attempt 2 on m_") {
+			t.Errorf("attempt markers:\n%s", joined)
+		}
+		n2 := `document.querySelectorAll('[data-testid=logs] .line[data-attempt="2"]').length`
+		first := browserRun(t, browser, "attempt 2 lines", chromedp.Evaluate[int](n2))
+		until("more of attempt 2's lines, live", fmt.Sprintf(`%s > %d`, n2, first+5), 30*time.Second)
+		shot("task-retry")
+		t.Logf("retry followed %s after the agent stopped", time.Since(stopped).Round(time.Millisecond))
+
+		// The agent starts again: it clears what its stopped self left (the
+		// lost attempt's container) and is shown online again.
+		if _, err := tasks.CancelTask(admin, &v1.CancelTaskRequest{Id: id}); err != nil {
+			t.Fatal(err)
+		}
+		visit("/machines", `[data-testid=machines-table]`)
+		w.startAgent(t, w.runs[victim])
+		until("online again", fmt.Sprintf(`document.querySelector('[data-machine=%q]')?.dataset.online === 'true'`, victim), 60*time.Second)
+	})
+
+	t.Run("narrow screens", func(t *testing.T) {
+		// Tables scroll in their own box: the page itself never scrolls sideways.
+		do("phone size", chromedp.EmulateViewport(390, 844))
+		defer do("back", chromedp.EmulateViewport(1280, 800))
+		for _, page := range []struct{ path, ready string }{
+			{"/tasks", `[data-testid=tasks-table]`}, {"/machines", `[data-testid=machines-table]`}, {"/tokens", `[data-testid=tokens-table]`},
+		} {
+			visit(page.path, page.ready)
+			until(page.path+" without sideways scrolling", `document.documentElement.scrollWidth <= window.innerWidth`, 5*time.Second)
+		}
+		shot("tasks-narrow")
 	})
 
 	t.Run("content security policy reports", func(t *testing.T) {
@@ -333,7 +388,7 @@ func TestDashboardInBrowser(t *testing.T) {
 		browserRun(t, browser, "inject an inline script", chromedp.Evaluate[int](`(() => { const s = document.createElement('script'); s.textContent = 'window.injected = 1'; document.body.appendChild(s); return 1 })()`))
 		testenv.Eventually(t, 10*time.Second, "a csp-report line for the injected script", func() bool { return len(cspLines()) > 0 })
 		l := cspLines()[0]
-		if !strings.Contains(l, `"blockedUri":"inline"`) || !strings.Contains(l, "script-src") || !strings.Contains(l, `"documentUri":"`+site.URL+`/machines"`) {
+		if !strings.Contains(l, `"blockedUri":"inline"`) || !strings.Contains(l, "script-src") || !strings.Contains(l, `"documentUri":"`+site.URL+`/tokens"`) {
 			t.Errorf("report line: %s", l)
 		}
 	})
