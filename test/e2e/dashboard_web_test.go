@@ -147,14 +147,18 @@ func TestDashboardInBrowser(t *testing.T) {
 				return
 			}
 			if time.Now().After(deadline) {
-				html, _ := chromedp.Run(browser, chromedp.OuterHTML(chromedp.CSS("main")))
-				t.Fatalf("timed out after %s waiting for %s (%v); page:\n%.3000s", d, what, err, html)
+				c, stop := context.WithTimeout(browser, 5*time.Second)
+				text, _ := chromedp.Run(c, chromedp.Evaluate[string](`location.href + "\n" + document.body.innerText`))
+				stop()
+				t.Fatalf("timed out after %s waiting for %s (%v); page:\n%.3000s", d, what, err, text)
 			}
 			time.Sleep(100 * time.Millisecond)
 		}
 	}
 	shot := func(name string) {
 		t.Helper()
+		// A task's logs are below the fold: bring them into view.
+		browserRun(t, browser, "scroll", chromedp.Evaluate[bool](`(document.querySelector('[data-testid=logs]')?.scrollIntoView({block: 'end'}), true)`))
 		png := browserRun(t, browser, "screenshot "+name, chromedp.CaptureScreenshot())
 		if err := os.WriteFile(filepath.Join(shots, name+".png"), png, 0o644); err != nil {
 			t.Fatal(err)
@@ -391,6 +395,24 @@ func TestDashboardInBrowser(t *testing.T) {
 		if !strings.Contains(l, `"blockedUri":"inline"`) || !strings.Contains(l, "script-src") || !strings.Contains(l, `"documentUri":"`+site.URL+`/tokens"`) {
 			t.Errorf("report line: %s", l)
 		}
+	})
+	t.Run("a member sees no admin views", func(t *testing.T) {
+		reports := len(cspLines())
+		defer func() {
+			if l := cspLines(); len(l) != reports {
+				t.Errorf("the member's pages fired CSP reports:\n%s", strings.Join(l[reports:], "\n"))
+			}
+		}()
+		visit("/", `[data-testid=user-email]`)
+		do("sign out", chromedp.Click(chromedp.CSS(`.user button`)))
+		visit("/tokens", `[data-testid=dev-signin]`)
+		do("sign in as a member", chromedp.SetValue(chromedp.CSS(`input[name=email]`), "dev@example.com"),
+			chromedp.Click(chromedp.CSS(`[data-testid=dev-signin] button[type=submit]`)))
+		until("back on /tokens as a member", `location.pathname === '/tokens' && document.querySelector('.user .role')?.textContent === 'member'`, 10*time.Second)
+		until("the admin-only notice", `document.querySelector('.problem')?.textContent.includes('needs the admin role') && !document.querySelector('[data-testid=tokens-table]')`, 10*time.Second)
+		visit("/machines", `.pool`)
+		until("no machine list", `!document.querySelector('[data-testid=machines-table]') && document.body.innerText.includes('needs the admin role')`, 10*time.Second)
+		visit("/tasks", `[data-testid=tasks-table]`)
 	})
 	t.Logf("browser part: %s; screenshots in %s", time.Since(browserStart).Round(time.Millisecond), shots)
 }
