@@ -131,22 +131,11 @@ func Make(ctx context.Context, opts BuildOptions) (*Build, error) {
 	defer unlock()
 
 	b := &Build{Dir: dir, APIBase: opts.APIBase}
-	lockSum, err := fileSum(filepath.Join(dir, "package-lock.json"))
+	want, installed, err := installLocked(ctx, dir, nodeVersion, opts.Log)
 	if err != nil {
-		return nil, fmt.Errorf("read the web app's package-lock.json: %w", err)
+		return nil, err
 	}
-	installed := filepath.Join(dir, "node_modules", ".levers9-installed")
-	want := lockSum + " " + nodeVersion + "\n"
-	if old, _ := os.ReadFile(installed); string(old) != want {
-		fmt.Fprintf(opts.Log, "web: npm ci (package-lock.json changed or node_modules missing)\n")
-		if err := run(ctx, dir, opts.Log, nil, "npm", "ci", "--no-audit", "--no-fund", "--loglevel=error"); err != nil {
-			return nil, fmt.Errorf("install the web app's packages (npm ci in %s): %w", dir, err)
-		}
-		if err := os.WriteFile(installed, []byte(want), 0o644); err != nil {
-			return nil, fmt.Errorf("record the npm install: %w", err)
-		}
-		b.Installed = true
-	}
+	b.Installed = installed
 
 	key, err := sourceKey(dir, opts.APIBase, want)
 	if err != nil {
@@ -172,6 +161,50 @@ func Make(ctx context.Context, opts BuildOptions) (*Build, error) {
 	prune(cache, keepBuilds)
 	b.Took = time.Since(start)
 	return b, nil
+}
+
+// Install runs npm ci in dir when package-lock.json (or Node.js) changed
+// since the last install, and reports whether it ran.
+func Install(ctx context.Context, dir string, log io.Writer) (bool, error) {
+	nodeVersion, err := CheckNode()
+	if err != nil {
+		return false, err
+	}
+	if log == nil {
+		log = io.Discard
+	}
+	if err := os.MkdirAll(filepath.Join(dir, ".next-build"), 0o755); err != nil {
+		return false, fmt.Errorf("create the web build cache: %w", err)
+	}
+	unlock, err := lockFile(ctx, filepath.Join(dir, ".next-build", ".lock"))
+	if err != nil {
+		return false, err
+	}
+	defer unlock()
+	_, installed, err := installLocked(ctx, dir, nodeVersion, log)
+	return installed, err
+}
+
+// installLocked is Install with the build lock held; it returns the
+// install's identity (lock file sum and Node.js version) for build keys.
+func installLocked(ctx context.Context, dir, nodeVersion string, log io.Writer) (string, bool, error) {
+	lockSum, err := fileSum(filepath.Join(dir, "package-lock.json"))
+	if err != nil {
+		return "", false, fmt.Errorf("read the web app's package-lock.json: %w", err)
+	}
+	stamp := filepath.Join(dir, "node_modules", ".levers9-installed")
+	want := lockSum + " " + nodeVersion + "\n"
+	if old, _ := os.ReadFile(stamp); string(old) == want {
+		return want, false, nil
+	}
+	fmt.Fprintf(log, "web: npm ci (package-lock.json changed or node_modules missing)\n")
+	if err := run(ctx, dir, log, nil, "npm", "ci", "--no-audit", "--no-fund", "--loglevel=error"); err != nil {
+		return "", false, fmt.Errorf("install the web app's packages (npm ci in %s): %w", dir, err)
+	}
+	if err := os.WriteFile(stamp, []byte(want), 0o644); err != nil {
+		return "", false, fmt.Errorf("record the npm install: %w", err)
+	}
+	return want, true, nil
 }
 
 // env is what next build and next start need to agree on.
@@ -383,7 +416,7 @@ func WaitHTTP(ctx context.Context, url string, d time.Duration, exited <-chan st
 	return fmt.Errorf("the web app did not answer on %s within %s", url, d)
 }
 
-// TestAPIPort is the dashboard API port the tests prefer, so that the
+// APIPortForTest is the dashboard API port the tests prefer, so that the
 // header tests here and the browser test (test/e2e) share one cached build:
 // the API base is part of the build.
-const TestAPIPort = 19970
+const APIPortForTest = 19970

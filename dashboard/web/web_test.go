@@ -46,7 +46,7 @@ func serve(t *testing.T) (*Server, *syncBuffer) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
-	b, err := Make(ctx, BuildOptions{Dir: dir, APIBase: fmt.Sprintf("http://127.0.0.1:%d", TestAPIPort), Log: testenv.LogWriter(t, "WEB_BUILD_LOG")})
+	b, err := Make(ctx, BuildOptions{Dir: dir, APIBase: fmt.Sprintf("http://127.0.0.1:%d", APIPortForTest), Log: testenv.LogWriter(t, "WEB_BUILD_LOG")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,7 +63,7 @@ func serve(t *testing.T) (*Server, *syncBuffer) {
 // TestSecurityHeaders asks every route, page or not, for its headers.
 func TestSecurityHeaders(t *testing.T) {
 	s, _ := serve(t)
-	api := fmt.Sprintf("http://127.0.0.1:%d", TestAPIPort)
+	api := fmt.Sprintf("http://127.0.0.1:%d", APIPortForTest)
 	enforced := "object-src 'none'; base-uri 'self'; frame-ancestors 'none'; form-action 'self' " + api
 
 	get := func(method, path string) (*http.Response, string) {
@@ -127,7 +127,7 @@ func TestSecurityHeaders(t *testing.T) {
 			}
 			for _, want := range []string{
 				"default-src 'self'",
-				"connect-src 'self' " + api + " ws://127.0.0.1:" + fmt.Sprint(TestAPIPort),
+				"connect-src 'self' " + api + " ws://127.0.0.1:" + fmt.Sprint(APIPortForTest),
 				"object-src 'none'", "base-uri 'self'", "frame-ancestors 'none'",
 				"form-action 'self' " + api, "report-uri /csp-report",
 			} {

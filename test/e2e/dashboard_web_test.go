@@ -52,7 +52,7 @@ func TestDashboardInBrowser(t *testing.T) {
 
 	// The API base is part of the web build: prefer the port the header
 	// tests build for, so one cached build serves both.
-	apiPort := web.TestAPIPort
+	apiPort := web.APIPortForTest
 	if l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", apiPort)); err != nil {
 		if apiPort, err = web.FreePort(); err != nil {
 			t.Fatal(err)

@@ -66,7 +66,6 @@ export function useLiveSocket(
       ws?.close(1000);
     };
     // The caller lists what changes the stream (a task id, a filter).
-    // eslint-disable-next-line react-hooks/exhaustive-deps
   }, deps);
   return status;
 }

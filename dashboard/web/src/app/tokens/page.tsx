@@ -67,25 +67,27 @@ export default function TokensPage() {
           <button onClick={() => setCreated(null)}>I have copied it</button>
         </div>
       )}
-      <form className="card row" onSubmit={create} data-testid="create-token">
-        <label className="inline">
-          Name
-          <input name="name" placeholder="laptop" required />
-        </label>
-        <label className="inline">
-          Role
-          <select name="role" defaultValue="member">
-            {roles.map((r) => (
-              <option key={r} value={r}>
-                {r}
-              </option>
-            ))}
-          </select>
-        </label>
-        <button type="submit" className="primary">
-          Create token
-        </button>
-      </form>
+      {session.role === "admin" && (
+        <form className="card row" onSubmit={create} data-testid="create-token">
+          <label className="inline">
+            Name
+            <input name="name" placeholder="laptop" required />
+          </label>
+          <label className="inline">
+            Role
+            <select name="role" defaultValue="member">
+              {roles.map((r) => (
+                <option key={r} value={r}>
+                  {r}
+                </option>
+              ))}
+            </select>
+          </label>
+          <button type="submit" className="primary">
+            Create token
+          </button>
+        </form>
+      )}
       <label className="inline">
         <input type="checkbox" checked={showRevoked} onChange={(e) => setShowRevoked(e.target.checked)} /> show revoked
       </label>
