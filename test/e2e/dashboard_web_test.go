@@ -367,6 +367,15 @@ func TestDashboardInBrowser(t *testing.T) {
 		visit("/machines", `[data-testid=machines-table]`)
 		w.startAgent(t, w.runs[victim])
 		until("online again", fmt.Sprintf(`document.querySelector('[data-machine=%q]')?.dataset.online === 'true'`, victim), 60*time.Second)
+		// Both attempts' containers are gone before the test's directories are.
+		testenv.Eventually(t, 60*time.Second, "the task's attempts cleaned up on both machines", func() bool {
+			for _, r := range w.runs {
+				if left, _ := filepath.Glob(filepath.Join(r.root, "state", "images", "tasks", id+".*")); len(left) > 0 {
+					return false
+				}
+			}
+			return true
+		})
 	})
 
 	t.Run("narrow screens", func(t *testing.T) {
