@@ -12,8 +12,9 @@ PKGS=(
 )
 
 # The dashboard's web app (Next.js 16) needs Node.js 20.9 or later and npm.
-# Install Debian's only when node is missing; an older node is reported by
-# the web build (dashboard/web/web.go) with what to do.
+# The machines levers9 is developed and tested on come with Node.js 20;
+# where node is missing, Debian's is installed, but bookworm's is 18, which
+# the web build (dashboard/web/web.go) refuses with a message saying so.
 for tool in node npm; do
   if ! command -v "$tool" >/dev/null 2>&1; then
     case "$tool" in node) PKGS+=(nodejs) ;; npm) PKGS+=(npm) ;; esac
