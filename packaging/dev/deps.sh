@@ -8,7 +8,18 @@ PKGS=(
   postgresql redis-server runc runsc iptables iproute2 conntrack
   docker-registry protobuf-compiler busybox-static podman
   golang-github-gogo-googleapis-dev ca-certificates openssl curl
+  chromium
 )
+
+# The dashboard's web app (Next.js 16) needs Node.js 20.9 or later and npm.
+# The machines levers9 is developed and tested on come with Node.js 20;
+# where node is missing, Debian's is installed, but bookworm's is 18, which
+# the web build (dashboard/web/web.go) refuses with a message saying so.
+for tool in node npm; do
+  if ! command -v "$tool" >/dev/null 2>&1; then
+    case "$tool" in node) PKGS+=(nodejs) ;; npm) PKGS+=(npm) ;; esac
+  fi
+done
 
 missing=()
 for p in "${PKGS[@]}"; do

@@ -44,6 +44,9 @@ func dashboardEnv(p Paths, st *State) []string {
 		"LEVERS9_DASHBOARD_DEV_SIGNIN":          "true",
 		"LEVERS9_DASHBOARD_ADMINS":              dashboardAdmins,
 	}
+	if web := st.DashboardWebURL(); web != "" {
+		env["LEVERS9_DASHBOARD_WEB_URL"] = web
+	}
 	out := make([]string, 0, len(env))
 	for k, v := range env {
 		out = append(out, k+"="+v)

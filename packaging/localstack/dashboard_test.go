@@ -17,6 +17,7 @@ import (
 
 	v1 "github.com/levers9/levers9/api/levers9/v1"
 	"github.com/levers9/levers9/controlplane/controlplanetest"
+	"github.com/levers9/levers9/dashboard/web"
 	"github.com/levers9/levers9/internal/testenv"
 )
 
@@ -63,6 +64,10 @@ func TestEnsureDashboard(t *testing.T) {
 	st := &State{AdminToken: resp.Token}
 	st.GRPCPort, _ = strconv.Atoi(port)
 	t.Cleanup(func() { stopProcess(p.file("dashboard-api.pid"), "the dashboard API", func(string, ...any) {}) })
+	t.Cleanup(func() { stopProcess(p.file("dashboard-web.pid"), "the dashboard web app", func(string, ...any) {}) })
+	if err := pickDashboardWebPort(p, st); err != nil {
+		t.Fatal(err)
+	}
 
 	var out bytes.Buffer
 	sayf := func(f string, a ...any) { out.WriteString(fmt.Sprintf(f, a...) + "\n") }
@@ -113,9 +118,49 @@ func TestEnsureDashboard(t *testing.T) {
 	if pid2, _ := readPid(p.file("dashboard-api.pid")); pid2 != pid || !strings.Contains(out.String(), "already running") {
 		t.Errorf("second run: pid %d -> %d, output:\n%s", pid, pid2, out.String())
 	}
+
+	// The web app: built for this API, served on its own port, and the
+	// one origin the API lets in.
+	if _, err := web.CheckNode(); err != nil {
+		testenv.Missing(t, "%v", err)
+	}
+	webDir, err := filepath.Abs(filepath.Join("..", "..", "dashboard", "web"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ensureDashboardWeb(context.Background(), p, webDir, st, sayf); err != nil {
+		t.Fatal(err)
+	}
+	webURL := st.DashboardWebURL()
+	wr, err := http.Get(webURL + "/signin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	wr.Body.Close()
+	if wr.StatusCode != 200 || !strings.Contains(wr.Header.Get("Content-Security-Policy"), "form-action 'self' "+url) {
+		t.Errorf("web app: %d, policy %q (want the API %s in it)", wr.StatusCode, wr.Header.Get("Content-Security-Policy"), url)
+	}
+	req, _ := http.NewRequest("GET", url+"/api/session", nil)
+	req.Header.Set("Origin", webURL)
+	cr, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cr.Body.Close()
+	if got := cr.Header.Get("Access-Control-Allow-Origin"); got != webURL {
+		t.Errorf("the API allows origin %q, want the web app's %s", got, webURL)
+	}
+	webPid, _ := readPid(p.file("dashboard-web.pid"))
+	out.Reset()
+	if err := ensureDashboardWeb(context.Background(), p, webDir, st, sayf); err != nil {
+		t.Fatal(err)
+	}
+	if pid2, _ := readPid(p.file("dashboard-web.pid")); pid2 != webPid || !strings.Contains(out.String(), "already running") {
+		t.Errorf("second web run: pid %d -> %d, output:\n%s", webPid, pid2, out.String())
+	}
 	var next bytes.Buffer
-	printNext(&next, url)
-	if !strings.Contains(next.String(), "dashboard API: "+url) {
+	printNext(&next, webURL, url)
+	if !strings.Contains(next.String(), "dashboard: "+webURL) || !strings.Contains(next.String(), "dashboard API: "+url) {
 		t.Errorf("the closing lines do not name the dashboard:\n%s", next.String())
 	}
 	logb, _ := os.ReadFile(p.file("dashboard-api.log"))

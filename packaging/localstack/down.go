@@ -27,6 +27,7 @@ func Down(ctx context.Context, p Paths, out io.Writer) error {
 		stopProcess(pidFile, "the agent of pool "+pool, say)
 	}
 	releaseNetwork(ctx, st, say)
+	stopProcess(p.file("dashboard-web.pid"), "the dashboard web app", say)
 	stopProcess(p.file("dashboard-api.pid"), "the dashboard API", say)
 	stopProcess(p.file("controlplane.pid"), "the controlplane", say)
 	if fileExists(p.file("registry/registry.pid")) {

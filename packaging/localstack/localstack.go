@@ -50,6 +50,8 @@ type State struct {
 	// DashboardPort and DashboardSessionSecret are the dashboard API's.
 	DashboardPort          int    `json:"dashboardPort,omitempty"`
 	DashboardSessionSecret string `json:"dashboardSessionSecret,omitempty"`
+	// DashboardWebPort is the dashboard web app's.
+	DashboardWebPort int `json:"dashboardWebPort,omitempty"`
 }
 
 // PoolMachine is the local machine of a pool other than default.

@@ -20,7 +20,7 @@ func Run(ctx context.Context, args []string, p Paths, out io.Writer) error {
 		if err != nil {
 			return err
 		}
-		printNext(out, st.DashboardURL())
+		printNext(out, st.DashboardWebURL(), st.DashboardURL())
 		return nil
 	case "down":
 		return Down(ctx, p, out)
@@ -28,8 +28,9 @@ func Run(ctx context.Context, args []string, p Paths, out io.Writer) error {
 	return fmt.Errorf("unknown command %q: usage: stack up|down", args[0])
 }
 
-func printNext(out io.Writer, dashboard string) {
-	fmt.Fprintf(out, "\ndashboard API: %s  (development sign-in on: any email; NAME%s is an admin; see dashboard/api/API.md)\n", dashboard, dashboardAdmins)
+func printNext(out io.Writer, webURL, apiURL string) {
+	fmt.Fprintf(out, "\ndashboard: %s  (development sign-in on: any email; NAME%s is an admin)\n", webURL, dashboardAdmins)
+	fmt.Fprintf(out, "dashboard API: %s  (see dashboard/api/API.md)\n", apiURL)
 	fmt.Fprint(out, `
 levers9 is up. Try:
   export PATH="$PWD/bin:$PATH"

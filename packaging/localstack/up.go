@@ -119,7 +119,13 @@ func Up(ctx context.Context, p Paths, out io.Writer) error {
 	if err := st.save(p); err != nil {
 		return err
 	}
+	if err := pickDashboardWebPort(p, st); err != nil {
+		return err
+	}
 	if err := ensureDashboard(ctx, p, st, say); err != nil {
+		return err
+	}
+	if err := ensureDashboardWeb(ctx, p, dashboardWebDir(p), st, say); err != nil {
 		return err
 	}
 	if err := ensureAgents(ctx, p, st, pools, say); err != nil {
