@@ -47,7 +47,7 @@ func (s *PoolService) ListPools(ctx context.Context, _ *v1.ListPoolsRequest) (*v
 		for _, pm := range inPool {
 			held[pm.ID] = int32(len(pm.UsedGPUs))
 		}
-		if !cfg.Shared {
+		if !cfg.Shared && !cfg.IsKubernetes() {
 			continue
 		}
 		if !cfg.SharedWith(p.WorkspaceID, "") && wsName == "" {
