@@ -35,6 +35,9 @@ type KubeWorkers struct {
 	// LEVERS9_CONTROLPLANE). Empty: controlplane.publicHost with the
 	// port of controlplane.grpcAddr.
 	Controlplane string `yaml:"controlplane"`
+	// AgentArgs are further `levers9-agent run` flags worker pods get
+	// (like --insecure-registries for a registry on plain HTTP).
+	AgentArgs []string `yaml:"agentArgs"`
 }
 
 // WorkerShape is the most one worker pod of a Kubernetes pool may take.
