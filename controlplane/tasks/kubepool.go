@@ -170,6 +170,8 @@ type bin struct {
 	gpus             int
 	usedCPU, usedMem int64
 	usedGPUs         int
+	// n is how many tasks this pass put in it.
+	n int
 	// ws is the workspace a new worker is made for (its first task's).
 	ws string
 }
@@ -185,6 +187,7 @@ func (b *bin) take(t store.Task) {
 	b.usedCPU += t.CPUMillis
 	b.usedMem += t.MemoryBytes
 	b.usedGPUs += t.GPUs
+	b.n++
 }
 
 // reconcile does one pass over a Kubernetes pool (see Workers).
@@ -215,6 +218,7 @@ func (w *Workers) reconcile(ctx context.Context, pool string) error {
 	}
 	live, waiting := 0, false
 	var starting []*bin
+	var startingWorkers []kubeworkers.Worker
 	for _, wk := range workers {
 		if wk.State == kubeworkers.Finished {
 			if err := c.Delete(ctx, wk.Name); err != nil {
@@ -229,6 +233,7 @@ func (w *Workers) reconcile(ctx context.Context, pool string) error {
 		waiting = waiting || wk.State == kubeworkers.WaitingForNodes
 		if !online(wk.MachineID) {
 			starting = append(starting, &bin{cpu: wk.CPUMillis, mem: wk.MemoryBytes, gpus: wk.GPUs})
+			startingWorkers = append(startingWorkers, wk)
 		}
 	}
 	pending, err := w.pending(ctx, pool)
@@ -264,6 +269,20 @@ func (w *Workers) reconcile(ctx context.Context, pool string) error {
 		fresh = append(fresh, &b)
 	}
 	var errs []error
+	// A worker not up yet that no waiting task needs any more (its task
+	// was cancelled, or ran elsewhere) is removed before it takes a node.
+	for i, b := range starting {
+		if b.n == 0 && !anyFits(pending, startingWorkers[i]) {
+			wk := startingWorkers[i]
+			if err := c.Delete(ctx, wk.Name); err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			w.d.log.Info("worker Job no longer needed, removed", "pool", pool, "job", wk.Name, "machine_id", wk.MachineID)
+			w.retire(ctx, wk.MachineID)
+			live--
+		}
+	}
 	for _, b := range fresh {
 		if err := w.create(ctx, c, pool, cfg, b.ws, store.Task{CPUMillis: b.usedCPU, MemoryBytes: b.usedMem, GPUs: b.usedGPUs}); err != nil {
 			errs = append(errs, err)
@@ -277,6 +296,17 @@ func (w *Workers) reconcile(ctx context.Context, pool string) error {
 	}
 	_ = w.d.redis.Set(ctx, bus.KubePoolStatusKey(pool), strconv.Itoa(live)+"|"+status, bus.KubePoolStatusTTL).Err()
 	return errors.Join(errs...)
+}
+
+// anyFits reports whether any pending task could run on the worker.
+func anyFits(pending []store.Task, wk kubeworkers.Worker) bool {
+	b := bin{cpu: wk.CPUMillis, mem: wk.MemoryBytes, gpus: wk.GPUs}
+	for _, t := range pending {
+		if b.fits(t) {
+			return true
+		}
+	}
+	return false
 }
 
 func placeIn(bins []*bin, t store.Task) bool {
