@@ -40,6 +40,13 @@ func kubeClients(cfg *config.Config) tasks.KubeClients {
 			}
 			return nil, fmt.Errorf("loading the Kubernetes client of pool %s from %s: %w", pool, where, err)
 		}
+		// Client certificate files are read once: client-go would otherwise
+		// start a reloading transport that lives as long as the process
+		// (a rotated certificate in the kubeconfig Secret takes a restart).
+		if err := rest.LoadTLSFiles(rc); err != nil {
+			return nil, fmt.Errorf("reading the TLS files of the kubeconfig of pool %s: %w", pool, err)
+		}
+		rc.CertFile, rc.KeyFile, rc.CAFile = "", "", ""
 		cs, err := kubernetes.NewForConfig(rc)
 		if err != nil {
 			return nil, fmt.Errorf("making the Kubernetes client of pool %s: %w", pool, err)

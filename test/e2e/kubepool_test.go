@@ -141,13 +141,13 @@ func TestKubernetesPools(t *testing.T) {
 		w.demoImage(t, c)
 		c.Worker.Kubernetes = config.KubeWorkers{Namespace: kpNamespace, Kubeconfig: kc.KubeconfigPath(), Image: "registry.example/levers9-worker:e2e",
 			AgentArgs: []string{"--insecure-registries", w.registry}}
-		c.Worker.Pools["kcpu"] = config.Pool{Provider: config.ProviderKubernetes, MaxWorkers: 1, Shape: config.WorkerShape{CPU: "2", Memory: "2Gi"},
+		c.Worker.Pools["kcpu"] = config.Pool{Runtime: "runc", Provider: config.ProviderKubernetes, IdleTimeout: "6s", MaxWorkers: 1, Shape: config.WorkerShape{CPU: "2", Memory: "2Gi"},
 			NodeSelector: map[string]string{"kubernetes.io/hostname": kubecluster.CPUNode}, RuntimeClassName: "l9kp-runc",
-			IdleTimeout: "6s", PodAnnotations: standin}
-		c.Worker.Pools["kgpu"] = config.Pool{Provider: config.ProviderKubernetes, MaxWorkers: 2, Shape: config.WorkerShape{CPU: "8", Memory: "16Gi", GPUs: 4},
+			PodAnnotations: standin}
+		c.Worker.Pools["kgpu"] = config.Pool{Runtime: "runc", Provider: config.ProviderKubernetes, IdleTimeout: "6s", MaxWorkers: 2, Shape: config.WorkerShape{CPU: "8", Memory: "16Gi", GPUs: 4},
 			NodeSelector: map[string]string{kubecluster.GPULabel: "true"}, RuntimeClassName: "l9kp-runc",
 			Tolerations: []config.Toleration{{Key: "nvidia.com/gpu", Operator: "Exists", Effect: "NoSchedule"}}, PodAnnotations: standin}
-		c.Worker.Pools["knowhere"] = config.Pool{Provider: config.ProviderKubernetes, MaxWorkers: 3, Shape: config.WorkerShape{CPU: "1", Memory: "1Gi"},
+		c.Worker.Pools["knowhere"] = config.Pool{Runtime: "runc", Provider: config.ProviderKubernetes, IdleTimeout: "6s", MaxWorkers: 3, Shape: config.WorkerShape{CPU: "1", Memory: "1Gi"},
 			NodeSelector: map[string]string{"levers9.dev/zone": "nowhere"}, PodAnnotations: standin}
 	})
 	kl := startStandin(t, kube, kpNamespace, kubecluster.CPUNode, w.box.ns)

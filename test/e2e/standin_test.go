@@ -239,6 +239,26 @@ func (k *standinKubelet) kill(sp *standinPod) {
 			_ = exec.Command("runc", "--root", root, "delete", "--force", id).Run()
 		}
 	}
+	// The killed agent never unmounted its containers' root filesystems.
+	unmountUnder(sp.dir)
+}
+
+// unmountUnder lazily unmounts every mount below dir, deepest first.
+func unmountUnder(dir string) {
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return
+	}
+	var points []string
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) > 4 && strings.HasPrefix(f[4], dir+"/") {
+			points = append(points, f[4])
+		}
+	}
+	for i := len(points) - 1; i >= 0; i-- {
+		_ = syscall.Unmount(points[i], syscall.MNT_DETACH)
+	}
 }
 
 // startedPods is the names of the pods started so far, in order.
