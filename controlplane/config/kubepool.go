@@ -128,7 +128,9 @@ var taintEffects = map[string]bool{"": true, "NoSchedule": true, "PreferNoSchedu
 
 // validateKube checks worker.kubernetes and the Kubernetes keys of one pool.
 func validateKube(bad func(string, string, ...any), key string, p Pool) {
-	oneOf(bad, key+".provider", p.Provider, ProviderMachines, ProviderKubernetes)
+	if p.Provider != "" { // set after the defaults (tests): machines
+		oneOf(bad, key+".provider", p.Provider, ProviderMachines, ProviderKubernetes)
+	}
 	if !p.IsKubernetes() {
 		for k, set := range map[string]bool{"maxWorkers": p.MaxWorkers != 0, "shape": p.Shape != (WorkerShape{}),
 			"tolerations": len(p.Tolerations) > 0, "runtimeClassName": p.RuntimeClassName != "", "idleTimeout": p.IdleTimeout != "",

@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 
@@ -52,10 +52,6 @@ type Workers struct {
 	kube    KubeClients
 	join    func() WorkerJoin
 	life    lifecycle
-
-	mu sync.Mutex
-	// watchers is guarded by mu: started by Start, stopped by Stop.
-	watchers []*kubeworkers.Watcher
 }
 
 func (w *Workers) pools() []string {
@@ -68,54 +64,62 @@ func (w *Workers) pools() []string {
 	return out
 }
 
-// Start watches the worker pods of every Kubernetes pool and runs the
-// reconcile loop until Stop. Without Kubernetes pools it does nothing.
+// Start runs the reconcile loop and one pod watch per Kubernetes pool
+// until Stop; it never waits for a cluster (one that cannot be reached is
+// retried and logged). Without Kubernetes pools it does nothing.
 func (w *Workers) Start(ctx context.Context) error {
 	pools := w.pools()
-	if len(pools) == 0 || w.kube == nil || w.join == nil {
-		if len(pools) > 0 {
-			w.d.log.Warn("pools with provider kubernetes but no Kubernetes client: their tasks wait", "pools", pools)
-		}
-		_, err := w.life.begin(ctx)
+	if len(pools) > 0 && (w.kube == nil || w.join == nil) {
+		w.d.log.Warn("pools with provider kubernetes but no Kubernetes client: their tasks wait", "pools", pools)
+		pools = nil
+	}
+	if _, err := w.life.begin(ctx); err != nil {
 		return err
 	}
-	run, err := w.life.begin(ctx)
-	if err != nil {
-		return err
+	if len(pools) == 0 {
+		return nil
 	}
 	for _, pool := range pools {
-		c, err := w.kube(pool)
-		if err != nil {
-			w.Stop()
-			return fmt.Errorf("kubernetes client of pool %s: %w", pool, err)
-		}
 		pool := pool
-		wt := c.Watch(func(g kubeworkers.PodGone) {
-			if g.Pool == pool {
-				w.podGone(run, g)
-			}
-		})
-		if err := wt.Start(ctx); err != nil {
-			w.Stop()
-			return fmt.Errorf("pool %s: %w", pool, err)
-		}
-		w.mu.Lock()
-		w.watchers = append(w.watchers, wt)
-		w.mu.Unlock()
+		w.life.goRun(func(ctx context.Context) { w.watch(ctx, pool) })
 	}
 	w.life.goRun(w.loop)
 	return nil
 }
 
 // Stop ends the loop and the watches and waits for them. Safe twice.
-func (w *Workers) Stop() {
-	w.life.stop()
-	w.mu.Lock()
-	ws := w.watchers
-	w.watchers = nil
-	w.mu.Unlock()
-	for _, wt := range ws {
-		wt.Stop()
+func (w *Workers) Stop() { w.life.stop() }
+
+// watch keeps a pod watch on a pool's workers until ctx ends, starting it
+// again after a failure.
+func (w *Workers) watch(ctx context.Context, pool string) {
+	for backoff := time.Second; ; backoff = min(2*backoff, time.Minute) {
+		c, err := w.kube(pool)
+		if err == nil {
+			wt := c.Watch(func(g kubeworkers.PodGone) {
+				if g.Pool == pool {
+					w.podGone(ctx, g)
+				}
+			})
+			start, cancel := context.WithTimeout(ctx, 30*time.Second)
+			err = wt.Start(start)
+			cancel()
+			if err == nil {
+				<-ctx.Done()
+				wt.Stop()
+				return
+			}
+			wt.Stop()
+		}
+		if stopping(ctx) {
+			return
+		}
+		w.d.log.Warn("watching worker pods failed; retrying", "pool", pool, "err", err, "retry_in", backoff)
+		select {
+		case <-ctx.Done():
+			return
+		case <-w.d.clock.After(backoff):
+		}
 	}
 }
 
