@@ -46,7 +46,7 @@ func kubeClients(cfg *config.Config) tasks.KubeClients {
 		if err := rest.LoadTLSFiles(rc); err != nil {
 			return nil, fmt.Errorf("reading the TLS files of the kubeconfig of pool %s: %w", pool, err)
 		}
-		rc.CertFile, rc.KeyFile, rc.CAFile = "", "", ""
+		rc.CertFile, rc.KeyFile = "", ""
 		cs, err := kubernetes.NewForConfig(rc)
 		if err != nil {
 			return nil, fmt.Errorf("making the Kubernetes client of pool %s: %w", pool, err)

@@ -183,7 +183,7 @@ func (c *Cluster) run(ctx context.Context) error {
 	if err := rest.LoadTLSFiles(c.restConfig); err != nil {
 		return fmt.Errorf("reading the admin kubeconfig's certificates: %w", err)
 	}
-	c.restConfig.CertFile, c.restConfig.KeyFile, c.restConfig.CAFile = "", "", ""
+	c.restConfig.CertFile, c.restConfig.KeyFile = "", ""
 	c.restConfig.QPS, c.restConfig.Burst = 100, 200
 	if c.clientset, err = kubernetes.NewForConfig(c.restConfig); err != nil {
 		return fmt.Errorf("making the admin client: %w", err)
