@@ -117,10 +117,11 @@ func (w *taskWorld) pool(t *testing.T, name string) listedPool {
 //     again, never more than maxWorkers Jobs at once, and the follower
 //     shows the attempt marker and exits with the task's code;
 //   - a GPU task on a GPU pool makes one Job requesting the CPU, memory and
-//     nvidia.com/gpu of the task, with tolerations, bound to the GPU node;
-//     cancelled, its Job goes;
+//     nvidia.com/gpu of the task, with tolerations, bound to kwok-gpu-0,
+//     whose stand-in gives the agent a fake NVML library and driver files:
+//     the task runs with the two GPUs it was given;
 //   - a pool whose pods fit no node says "waiting for nodes" and creates
-//     nothing twice;
+//     nothing twice; its tasks cancelled, the Job goes;
 //   - idle workers exit, and their Jobs and Secrets are removed.
 func TestKubernetesPools(t *testing.T) {
 	kc := kubetest.Start(t)
@@ -150,7 +151,11 @@ func TestKubernetesPools(t *testing.T) {
 		c.Worker.Pools["knowhere"] = config.Pool{Runtime: "runc", Provider: config.ProviderKubernetes, IdleTimeout: "6s", MaxWorkers: 3, Shape: config.WorkerShape{CPU: "1", Memory: "1Gi"},
 			NodeSelector: map[string]string{"levers9.dev/zone": "nowhere"}, PodAnnotations: standin}
 	})
-	kl := startStandin(t, kube, kpNamespace, kubecluster.CPUNode, w.box.ns)
+	kl := startStandin(t, kube, kpNamespace, kubecluster.CPUNode, w.box.ns, nil, nil)
+	// kwok-gpu-0's worker pods see its four GPUs through a fake NVML
+	// library and fake driver files.
+	libDir, gpuRoot := fakeGPUNode(t, kubecluster.GPUsPerNode)
+	startStandin(t, kube, kpNamespace, kubecluster.GPUNode, w.box.ns, []string{"LD_LIBRARY_PATH=" + libDir}, []string{"--gpu-root", gpuRoot})
 
 	t.Run("a task makes one worker Job and runs on it", func(t *testing.T) {
 		r := w.start(t, "run", "--pool", "kcpu", "--cpu", "0.5", "--memory", "256Mi", "--", "sh", "-c", "echo hello from a worker pod")
@@ -205,7 +210,9 @@ func TestKubernetesPools(t *testing.T) {
 			t.Fatal(err)
 		}
 		controlplanetest.Eventually(t, 30*time.Second, "the attempt marker", func() bool { _, se := r.out(); return strings.Contains(se, "--- attempt 2") })
-		if lost := time.Since(deleted); lost > 20*time.Second {
+		lost := time.Since(deleted)
+		t.Logf("attempt 2 announced %s after the worker pod's deletion", lost.Round(time.Millisecond))
+		if lost > 20*time.Second {
 			t.Errorf("attempt lost %s after the pod's deletion (lostAgentGrace is 2m: it must come from the pod watch)", lost)
 		}
 		code := r.wait(t, 120*time.Second)
@@ -224,42 +231,44 @@ func TestKubernetesPools(t *testing.T) {
 		}
 	})
 
-	t.Run("a GPU task makes one Job sized for it", func(t *testing.T) {
-		r := w.start(t, "run", "--pool", "kgpu", "--gpu", "2", "--cpu", "3", "--memory", "6Gi", "--detach", "--", "nvidia-smi")
-		if code := r.wait(t, 30*time.Second); code != 0 {
+	t.Run("a GPU task makes one Job sized for it and runs on its GPUs", func(t *testing.T) {
+		r := w.start(t, "run", "--pool", "kgpu", "--gpu", "2", "--cpu", "1", "--memory", "512Mi", "--", "sh", "-c", "ls /dev | grep nvidia")
+		if code := r.wait(t, 120*time.Second); code != 0 {
 			so, se := r.out()
-			t.Fatalf("exit %d: %s %s", code, so, se)
+			t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, so, se)
 		}
 		so, _ := r.out()
-		id := strings.TrimSpace(so)
-		var pod corev1.Pod
-		controlplanetest.Eventually(t, 60*time.Second, "the GPU worker pod bound to "+kubecluster.GPUNode, func() bool {
-			l, err := kube.CoreV1().Pods(kpNamespace).List(ctx, metav1.ListOptions{LabelSelector: kubeworkers.LabelPool + "=kgpu"})
-			if err != nil || len(l.Items) == 0 || l.Items[0].Spec.NodeName == "" {
-				return false
-			}
-			pod = l.Items[0]
-			return true
-		})
-		time.Sleep(3 * time.Second) // several reconciles: nothing more may be made
-		if js := jobs.jobs("kgpu"); len(js) != 1 {
+		t.Logf("the GPU task's devices: %q", so)
+		if !strings.Contains(so, "nvidia0") || !strings.Contains(so, "nvidia1") || strings.Contains(so, "nvidia2") {
+			t.Errorf("the task's devices, want nvidia0 and nvidia1 only:\n%s", so)
+		}
+		js := jobs.jobs("kgpu")
+		if len(js) != 1 {
 			t.Fatalf("%d Jobs for the GPU task, want 1", len(js))
 		}
-		ctr := pod.Spec.Containers[0]
+		spec := js[0].Spec.Template.Spec
+		ctr := spec.Containers[0]
 		req := ctr.Resources.Requests
-		if g, c, m := req[kubeworkers.GPUResource], req[corev1.ResourceCPU], req[corev1.ResourceMemory]; pod.Spec.NodeName != kubecluster.GPUNode || g.Value() != 2 || c.MilliValue() != 3000 || m.Value() != 6<<30 {
-			t.Errorf("pod on %s requests %v", pod.Spec.NodeName, req)
+		if g, c, m := req[kubeworkers.GPUResource], req[corev1.ResourceCPU], req[corev1.ResourceMemory]; g.Value() != 2 || c.MilliValue() != 1000 || m.Value() != 512<<20 {
+			t.Errorf("worker pod requests %v, want the task's 1 CPU, 512Mi and 2 nvidia.com/gpu", req)
 		}
-		if len(pod.Spec.Tolerations) == 0 || pod.Spec.NodeSelector[kubecluster.GPULabel] != "true" || *pod.Spec.RuntimeClassName != "l9kp-runc" || !*ctr.SecurityContext.Privileged {
-			t.Errorf("pod spec: tolerations %v selector %v", pod.Spec.Tolerations, pod.Spec.NodeSelector)
+		if lim := ctr.Resources.Limits[kubeworkers.GPUResource]; lim.Value() != 2 {
+			t.Errorf("worker pod GPU limit %v", ctr.Resources.Limits)
 		}
-		if _, errOut, err := w.cli(t, "task", "cancel", id); err != nil {
-			t.Fatalf("cancel: %v %s", err, errOut)
+		if len(spec.Tolerations) == 0 || spec.NodeSelector[kubecluster.GPULabel] != "true" || spec.RuntimeClassName == nil || *spec.RuntimeClassName != "l9kp-runc" ||
+			!*ctr.SecurityContext.Privileged {
+			t.Errorf("pod spec: tolerations %v selector %v runtimeClass %v", spec.Tolerations, spec.NodeSelector, spec.RuntimeClassName)
 		}
-		controlplanetest.Eventually(t, 30*time.Second, "the unneeded GPU Job removed", func() bool {
-			l, err := kube.BatchV1().Jobs(kpNamespace).List(ctx, metav1.ListOptions{LabelSelector: kubeworkers.LabelPool + "=kgpu"})
-			return err == nil && len(l.Items) == 0
-		})
+		pods, err := kube.CoreV1().Pods(kpNamespace).List(ctx, metav1.ListOptions{LabelSelector: kubeworkers.LabelPool + "=kgpu"})
+		if err != nil || len(pods.Items) != 1 || pods.Items[0].Spec.NodeName != kubecluster.GPUNode {
+			t.Errorf("GPU worker pods: %v %v", err, pods)
+		}
+		ts := w.tasks(t)
+		applied := appliedOf(t, w.joinWorld, ts[0].ID)
+		if len(applied) != 1 || applied[0] == nil || applied[0].Runtime != "runc" || applied[0].SeccompMode != "enforce" || !applied[0].NetRawDropped {
+			raw, _ := json.Marshal(applied)
+			t.Errorf("applied security = %s", raw)
+		}
 	})
 
 	t.Run("pods no node takes: waiting for nodes, nothing made twice", func(t *testing.T) {
@@ -277,6 +286,19 @@ func TestKubernetesPools(t *testing.T) {
 		if !strings.Contains(out, "1/3 (waiting for nodes)") {
 			t.Errorf("pool list:\n%s", out)
 		}
+		// Cancelled, the work needs no worker: the Job goes before a node
+		// ever takes it.
+		for _, task := range w.tasks(t) {
+			if task.State == "TASK_STATE_PENDING" {
+				if _, errOut, err := w.cli(t, "task", "cancel", task.ID); err != nil {
+					t.Fatalf("cancel: %v %s", err, errOut)
+				}
+			}
+		}
+		controlplanetest.Eventually(t, 30*time.Second, "the unneeded Job removed", func() bool {
+			l, err := kube.BatchV1().Jobs(kpNamespace).List(ctx, metav1.ListOptions{LabelSelector: kubeworkers.LabelPool + "=knowhere"})
+			return err == nil && len(l.Items) == 0
+		})
 	})
 
 	t.Run("idle workers exit and their Jobs and Secrets go", func(t *testing.T) {

@@ -33,9 +33,12 @@ const standinAnnotation = "levers9.dev/kubelet"
 // process group and its runc containers killed (as a kubelet kills the
 // pod's cgroup), then its deletion finished.
 type standinKubelet struct {
-	t                *testing.T
-	kube             kubernetes.Interface
-	ns, node, netns  string
+	t               *testing.T
+	kube            kubernetes.Interface
+	ns, node, netns string
+	// env and args are added to every worker container's (the node's
+	// fake GPU driver).
+	env, args        []string
 	stop             context.CancelFunc
 	done             chan struct{}
 	mu               sync.Mutex
@@ -51,9 +54,10 @@ type standinPod struct {
 	killed    bool
 }
 
-func startStandin(t *testing.T, kube kubernetes.Interface, ns, node, netns string) *standinKubelet {
+func startStandin(t *testing.T, kube kubernetes.Interface, ns, node, netns string, env, args []string) *standinKubelet {
 	ctx, cancel := context.WithCancel(context.Background())
-	k := &standinKubelet{t: t, kube: kube, ns: ns, node: node, netns: netns, stop: cancel, done: make(chan struct{}), pods: map[types.UID]*standinPod{}}
+	k := &standinKubelet{t: t, kube: kube, ns: ns, node: node, netns: netns, env: env, args: args, stop: cancel, done: make(chan struct{}),
+		pods: map[types.UID]*standinPod{}}
 	go k.loop(ctx)
 	t.Cleanup(func() {
 		cancel()
@@ -146,12 +150,14 @@ func (k *standinKubelet) run(ctx context.Context, p *corev1.Pod) {
 	for _, a := range append(append([]string{}, c.Command...), c.Args...) {
 		argv = append(argv, rewrite.Replace(a))
 	}
+	argv = append(argv, k.args...)
 	// nsenter, not `ip netns exec` (see runScript).
 	cmd := exec.Command("nsenter", append([]string{"--net=/run/netns/" + k.netns}, argv...)...)
 	cmd.Env = append(os.Environ(), "PATH="+bin+":"+os.Getenv("PATH"))
 	for _, e := range c.Env {
 		cmd.Env = append(cmd.Env, e.Name+"="+e.Value)
 	}
+	cmd.Env = append(cmd.Env, k.env...)
 	cmd.Stdout, cmd.Stderr = sp.out, sp.out
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
