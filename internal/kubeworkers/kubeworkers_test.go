@@ -178,4 +178,18 @@ func TestWorkerJobs(t *testing.T) {
 		_, err := kube.CoreV1().Secrets(ns).Get(ctx, job.Name, metav1.GetOptions{})
 		return len(ws) == 0 && len(pods.Items) == 0 && apierrors.IsNotFound(err)
 	})
+
+	// Start/Stop: repeatedly, twice, and Stop before Start.
+	c.Watch(func(kubeworkers.PodGone) {}).Stop()
+	for i := 0; i < 5; i++ {
+		wt := c.Watch(func(kubeworkers.PodGone) {})
+		if err := wt.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := wt.Start(ctx); err == nil {
+			t.Error("a second Start succeeded")
+		}
+		wt.Stop()
+		wt.Stop()
+	}
 }

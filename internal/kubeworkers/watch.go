@@ -30,15 +30,19 @@ type Watcher struct {
 
 	mu sync.Mutex
 	// The fields below are guarded by mu.
-	cancel   context.CancelFunc
-	done     chan struct{}
-	reported map[string]bool
+	cancel context.CancelFunc
+	done   chan struct{}
+	// reported holds when each pod was reported, so its deletion after
+	// an eviction is not reported again; pruned after reportedMemory.
+	reported map[string]time.Time
 }
+
+const reportedMemory = 30 * time.Minute
 
 // Watch is a Watcher calling notify (from one goroutine, never
 // concurrently) for each worker pod that goes away.
 func (c *Client) Watch(notify func(PodGone)) *Watcher {
-	return &Watcher{c: c, notify: notify, reported: map[string]bool{}}
+	return &Watcher{c: c, notify: notify, reported: map[string]time.Time{}}
 }
 
 // Start runs the informer until Stop, and returns once it has listed the
@@ -58,11 +62,18 @@ func (w *Watcher) Start(ctx context.Context) error {
 		}))
 	inf := f.Core().V1().Pods().Informer()
 	events := make(chan PodGone, 64)
+	// A handler never blocks the informer past Stop.
+	send := func(g PodGone) {
+		select {
+		case events <- g:
+		case <-run.Done():
+		}
+	}
 	_, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		UpdateFunc: func(_, obj any) {
 			if p, ok := obj.(*corev1.Pod); ok {
 				if why := goneWhy(p); why != "" {
-					events <- goneOf(p, why)
+					send(goneOf(p, why))
 				}
 			}
 		},
@@ -71,7 +82,7 @@ func (w *Watcher) Start(ctx context.Context) error {
 				obj = t.Obj
 			}
 			if p, ok := obj.(*corev1.Pod); ok {
-				events <- goneOf(p, "pod "+p.Name+" was deleted")
+				send(goneOf(p, "pod "+p.Name+" was deleted"))
 			}
 		},
 	})
@@ -110,10 +121,16 @@ func (w *Watcher) Start(ctx context.Context) error {
 func (w *Watcher) firstReport(pod string) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.reported[pod] {
+	if _, ok := w.reported[pod]; ok {
 		return false
 	}
-	w.reported[pod] = true
+	now := time.Now()
+	for p, at := range w.reported {
+		if now.Sub(at) > reportedMemory {
+			delete(w.reported, p)
+		}
+	}
+	w.reported[pod] = now
 	return true
 }
 

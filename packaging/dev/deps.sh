@@ -8,6 +8,7 @@ PKGS=(
   postgresql redis-server runc runsc iptables iproute2 conntrack
   docker-registry protobuf-compiler busybox-static podman
   golang-github-gogo-googleapis-dev ca-certificates openssl curl
+  gcc libc6-dev
 )
 
 missing=()

@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/levers9/levers9/internal/testenv"
 )
 
 // fakeNVMLSource is a libnvidia-ml.so.1 reporting GPUS GPUs named "NVIDIA
@@ -43,6 +45,8 @@ int nvmlDeviceGetMemoryInfo(void *d, mem_t *m) { m->total = 48ULL << 30; m->free
 // LD_LIBRARY_PATH) and the root (for levers9-agent run --gpu-root).
 func fakeGPUNode(t *testing.T, n int) (libDir, root string) {
 	t.Helper()
+	// cgo's compiler (packaging/dev/deps.sh installs it).
+	testenv.RequireBinary(t, "cc")
 	dir := t.TempDir()
 	libDir, root = filepath.Join(dir, "lib"), filepath.Join(dir, "root")
 	for _, d := range []string{libDir, filepath.Join(root, "dev")} {
