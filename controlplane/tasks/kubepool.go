@@ -167,6 +167,9 @@ func (w *Workers) retire(ctx context.Context, machineID string) {
 	}
 }
 
+// joinTimeout is how long a running worker pod may take to come online.
+const joinTimeout = 5 * time.Minute
+
 // bin is room for work: a worker's free CPU, memory and GPUs, and what
 // this pass put in it.
 type bin struct {
@@ -231,6 +234,16 @@ func (w *Workers) reconcile(ctx context.Context, pool string) error {
 				w.d.log.Info("worker Job removed", "pool", pool, "job", wk.Name, "machine_id", wk.MachineID)
 			}
 			w.retire(ctx, wk.MachineID)
+			continue
+		}
+		if wk.State == kubeworkers.Running && !online(wk.MachineID) && !wk.Started.IsZero() && w.d.now().Sub(wk.Started) > joinTimeout {
+			// Its agent never came online (a wrong controlplane address, a
+			// network policy): it would hold the pool's room forever.
+			w.d.log.Warn("worker never came online; removing its Job", "pool", pool, "job", wk.Name, "machine_id", wk.MachineID,
+				"running_for", w.d.now().Sub(wk.Started).Round(time.Second).String())
+			if err := c.Delete(ctx, wk.Name); err == nil {
+				w.retire(ctx, wk.MachineID)
+			}
 			continue
 		}
 		live++

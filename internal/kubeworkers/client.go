@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -50,6 +51,9 @@ type Worker struct {
 	GPUs                   int
 	// Node the pod was bound to, if any.
 	Node string
+	// Created is when the Job was made; Started when its pod started
+	// running (zero before).
+	Created, Started time.Time
 }
 
 // Create creates spec's Job, then its join Secret owned by the Job. The
@@ -93,8 +97,12 @@ func (c *Client) List(ctx context.Context, pool string) ([]Worker, error) {
 		w := Worker{Name: j.Name, Pool: j.Labels[LabelPool], MachineID: j.Labels[LabelMachine],
 			CPUMillis: quantityInt(j.Annotations, AnnotCPU), MemoryBytes: quantityInt(j.Annotations, AnnotMemory), GPUs: int(quantityInt(j.Annotations, AnnotGPUs))}
 		w.State = stateOf(j, byMachine[w.MachineID])
+		w.Created = j.CreationTimestamp.Time
 		if p := byMachine[w.MachineID]; p != nil {
 			w.Node = p.Spec.NodeName
+			if p.Status.StartTime != nil {
+				w.Started = p.Status.StartTime.Time
+			}
 		}
 		out = append(out, w)
 	}
