@@ -55,6 +55,10 @@ type NodeConfig struct {
 	// DefaultRunscPath: the pinned gVisor build when installed, else runsc
 	// on PATH).
 	RunscPath string
+	// GPURoot is where the NVIDIA driver's /proc/driver/nvidia and /dev
+	// nodes are found (default /; the GPU operator's driver container
+	// mounts them elsewhere, e.g. /run/nvidia/driver).
+	GPURoot string
 	// SubnetV4, SubnetV6 and Resolvers configure the container network
 	// (defaults: egress's subnets; the host's non-loopback resolvers).
 	SubnetV4, SubnetV6 string
@@ -171,7 +175,7 @@ func BuildNode(ctx context.Context, c NodeConfig) (*Node, error) {
 		return nil, err
 	}
 	log := c.Logger
-	host, err := sandbox.DetectHost(ctx, sandbox.NVIDIADiscovery{})
+	host, err := sandbox.DetectHost(ctx, sandbox.NVIDIADiscovery{Root: c.GPURoot})
 	if err != nil {
 		return nil, fmt.Errorf("detect the host: %w", err)
 	}

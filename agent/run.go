@@ -518,6 +518,8 @@ func runCmd(ctx context.Context, args []string, _, stderr io.Writer) error {
 	fs.StringVar(&floor.Egress, "min-egress", "", "refuse tasks whose egress mode is below this: observe < enforce (default: the saved floor, else none)")
 	metricsEvery := fs.Duration("metrics-interval", DefaultMetricsInterval, "how often to send a metrics snapshot to the controlplane (unless it asks for another interval: controlplane.metrics.workerInterval)")
 	lease := fs.Duration("lease", 0, "how long tasks run without reaching the controlplane before their containers are killed, until the controlplane says its controlplane.lostAgentGrace (default 30s)")
+	fs.StringVar(&nc.GPURoot, "gpu-root", "", "where the NVIDIA driver's /proc/driver/nvidia and /dev/nvidia* are (default /)")
+	exitIdle := fs.Duration("exit-when-idle", 0, "exit (status 0) once no task has run for this long (0: never); worker pods of Kubernetes pools set it")
 	fs.StringVar(&nc.RunscPath, "runsc", "", "the runsc binary runsc pools run with (default: "+PinnedRunsc+" when installed, else runsc on PATH)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -567,9 +569,42 @@ func runCmd(ctx context.Context, args []string, _, stderr io.Writer) error {
 		return err
 	}
 	log.Info("agent running", "machine_id", a.MachineID(), "pool", a.settings.Pool, "prefix", nc.WithDefaults().Prefix, "runsc", nc.RunscPath, "floor", a.floor.String(), "version", o.Version)
+	if *exitIdle < 0 {
+		a.Stop()
+		return fmt.Errorf("--exit-when-idle: %s is negative: %w", *exitIdle, errdefs.ErrInvalidArgument)
+	}
+	if *exitIdle > 0 {
+		if idle := a.WaitIdle(ctx, *exitIdle); idle > 0 {
+			log.Info("exiting: idle", "machine_id", a.MachineID(), "idle", idle.Round(time.Millisecond).String())
+			a.Stop()
+			return nil
+		}
+	}
 	<-ctx.Done()
 	a.Stop()
 	return nil
+}
+
+// WaitIdle blocks until the agent has held no attempt for d, and returns
+// how long it had been idle; 0 when ctx ended first (or the agent runs no
+// tasks).
+func (a *Agent) WaitIdle(ctx context.Context, d time.Duration) time.Duration {
+	if a.tasks == nil {
+		return 0
+	}
+	step := min(max(d/10, 10*time.Millisecond), time.Second)
+	t := a.o.Clock.NewTicker(step)
+	defer t.Stop()
+	for {
+		if idle := a.tasks.idleFor(); idle >= d {
+			return idle
+		}
+		select {
+		case <-ctx.Done():
+			return 0
+		case <-t.C():
+		}
+	}
 }
 
 func splitList(s string) []string {

@@ -122,6 +122,9 @@ type tasks struct {
 	stopped  bool
 	held     map[attemptKey]*held
 	finished map[attemptKey]time.Time
+	// lastBusy is when the agent last held an attempt (or started): the
+	// idle exit counts from it.
+	lastBusy time.Time
 	wg       sync.WaitGroup
 }
 
@@ -137,7 +140,18 @@ func (t *tasks) start(ctx context.Context) {
 	defer t.mu.Unlock()
 	if t.ctx == nil && !t.stopped {
 		t.ctx, t.end = context.WithCancel(ctx)
+		t.lastBusy = t.clock.Now()
 	}
+}
+
+// idleFor is how long the agent has held no attempt (0 while it holds one).
+func (t *tasks) idleFor() time.Duration {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if len(t.held) > 0 || t.lastBusy.IsZero() {
+		return 0
+	}
+	return t.clock.Now().Sub(t.lastBusy)
 }
 
 // stop refuses new attempts, ends the reporters, stops the Runner (running
@@ -218,6 +232,7 @@ func (t *tasks) holdLocked(key attemptKey, task taskrun.Task, q *reportQueue, ru
 	killCtx, cancel := context.WithCancel(context.WithoutCancel(t.ctx))
 	h := &held{key: key, cancel: cancel, q: q, ended: make(chan struct{})}
 	t.held[key] = h
+	t.lastBusy = t.clock.Now()
 	watched := t.seccomp.watch(task, h.q)
 	t.wg.Add(2)
 	log := t.log.With("task_id", key.taskID, "attempt", key.attempt, "pool", task.Pool)
@@ -360,6 +375,7 @@ func (t *tasks) forget(h *held) {
 	defer t.mu.Unlock()
 	if t.held[h.key] == h {
 		delete(t.held, h.key)
+		t.lastBusy = t.clock.Now()
 	}
 	if !done {
 		return

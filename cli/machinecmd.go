@@ -272,7 +272,7 @@ func (a *app) poolCmd() *cobra.Command {
 				return a.printJSON(resp)
 			}
 			w := newTab(a)
-			fmt.Fprintln(w, "POOL\tMACHINES\tONLINE\tGPUS FREE/TOTAL\tRUNTIME\tPROFILE\tSECCOMP\tNET_RAW\tISOLATION\tEGRESS\tSHARED\tMOUNTS\tNODE SELECTOR")
+			fmt.Fprintln(w, "POOL\tMACHINES\tONLINE\tGPUS FREE/TOTAL\tRUNTIME\tPROFILE\tSECCOMP\tNET_RAW\tISOLATION\tEGRESS\tSHARED\tMOUNTS\tNODE SELECTOR\tWORKERS")
 			for _, p := range resp.Pools {
 				sec := p.GetSecurity()
 				netRaw := "kept"
@@ -285,9 +285,15 @@ func (a *app) poolCmd() *cobra.Command {
 				if p.Shared {
 					shared = "yes"
 				}
-				fmt.Fprintf(w, "%s\t%d\t%d\t%d/%d\t%s\t%s\t%s\t%s\t%v\t%s\t%s\t%s\t%s\n", p.Name, p.Machines, p.MachinesOnline, p.GpusFree, p.GpusTotal,
+				// Kubernetes pools: worker Jobs out of maxWorkers, and
+				// "waiting for nodes" while a worker pod is unschedulable.
+				workers := "-"
+				if p.Provider == "kubernetes" {
+					workers = fmt.Sprintf("%d/%d (%s)", p.Workers, p.MaxWorkers, p.Status)
+				}
+				fmt.Fprintf(w, "%s\t%d\t%d\t%d/%d\t%s\t%s\t%s\t%s\t%v\t%s\t%s\t%s\t%s\t%s\n", p.Name, p.Machines, p.MachinesOnline, p.GpusFree, p.GpusTotal,
 					sec.GetRuntime(), sec.GetProfile(), sec.GetSeccomp(), netRaw, sec.GetBridgePortIsolation(), sec.GetEgressMode(), shared,
-					dash(sec.GetVolumeMountValidation()), dash(labelString(p.NodeSelector)))
+					dash(sec.GetVolumeMountValidation()), dash(labelString(p.NodeSelector)), workers)
 			}
 			return w.Flush()
 		},

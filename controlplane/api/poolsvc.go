@@ -2,9 +2,12 @@ package api
 
 import (
 	"context"
+	"strconv"
+	"strings"
 
 	v1 "github.com/levers9/levers9/api/levers9/v1"
 	"github.com/levers9/levers9/controlplane/auth"
+	"github.com/levers9/levers9/controlplane/bus"
 	"github.com/levers9/levers9/controlplane/tasks"
 	"github.com/levers9/levers9/internal/errdefs"
 )
@@ -37,7 +40,11 @@ func (s *PoolService) ListPools(ctx context.Context, _ *v1.ListPoolsRequest) (*v
 	for _, name := range s.Config.Worker.PoolNames() {
 		cfg := s.Config.Worker.Pools[name]
 		pool := &v1.Pool{Name: name, GpuType: cfg.GPUType, NodeSelector: cfg.NodeSelector, Security: tasks.SecuritySettings(s.Config, name),
-			Shared: cfg.Shared}
+			Shared: cfg.Shared || cfg.IsKubernetes(), Provider: cfg.Provider}
+		if cfg.IsKubernetes() {
+			pool.MaxWorkers = int32(cfg.MaxWorkers)
+			pool.Workers, pool.Status = s.kubeStatus(ctx, name)
+		}
 		byName[name] = pool
 		resp.Pools = append(resp.Pools, pool)
 		inPool, err := s.Store.PoolMachines(ctx, name)
@@ -47,7 +54,7 @@ func (s *PoolService) ListPools(ctx context.Context, _ *v1.ListPoolsRequest) (*v
 		for _, pm := range inPool {
 			held[pm.ID] = int32(len(pm.UsedGPUs))
 		}
-		if !cfg.Shared {
+		if !cfg.Shared && !cfg.IsKubernetes() {
 			continue
 		}
 		if !cfg.SharedWith(p.WorkspaceID, "") && wsName == "" {
@@ -94,4 +101,17 @@ func countMachine(pool *v1.Pool, online bool, inv *v1.Inventory, held int32) {
 	gpus := int32(len(inv.GetGpus()))
 	pool.GpusTotal += gpus
 	pool.GpusFree += max(gpus-held, 0)
+}
+
+// kubeStatus is what the last reconcile of a Kubernetes pool said: its
+// worker Jobs and "waiting for nodes" or "N workers" ("no workers" when no
+// replica reconciled it lately).
+func (s *PoolService) kubeStatus(ctx context.Context, pool string) (int32, string) {
+	v, err := s.Bus.Redis().Get(ctx, bus.KubePoolStatusKey(pool)).Result()
+	n, status, ok := strings.Cut(v, "|")
+	if err != nil || !ok {
+		return 0, "no workers"
+	}
+	workers, _ := strconv.Atoi(n)
+	return int32(workers), status
 }

@@ -72,3 +72,14 @@ const TaskEventsMaxLen = 200000
 
 // TaskEventsKeep is how long a finished task's events stay followable.
 const TaskEventsKeep = 7 * 24 * time.Hour
+
+// KubePoolLockKey is held by the replica reconciling a Kubernetes pool's
+// worker Jobs, so two replicas never create a Job for the same waiting work.
+func KubePoolLockKey(pool string) string { return prefix + "kubepool:lock:" + pool }
+
+// KubePoolStatusKey holds "WORKERS|STATUS" of a Kubernetes pool for
+// `pool list`, refreshed by every reconcile.
+func KubePoolStatusKey(pool string) string { return prefix + "kubepool:status:" + pool }
+
+// KubePoolStatusTTL is how long a status outlives its last reconcile.
+const KubePoolStatusTTL = 30 * time.Second

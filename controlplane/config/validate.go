@@ -86,6 +86,7 @@ func (c *Config) Validate() error {
 	c.ImageService.validate(bad)
 	validateSecurity(bad, &errs, "worker.containerSecurity", w.ContainerSecurity)
 	oneOf(bad, "worker.volumeMountValidation", w.VolumeMountValidation, "log", "enforce")
+	kube := false
 	names := make([]string, 0, len(w.Pools))
 	for n := range w.Pools {
 		names = append(names, n)
@@ -106,6 +107,13 @@ func (c *Config) Validate() error {
 		// The selector's labels follow the machines' label rules, so a
 		// selector no machine could ever match is refused at load.
 		errs = append(errs, CheckLabels(key+".nodeSelector", p.NodeSelector)...)
+		validateKube(bad, key, p)
+		if p.IsKubernetes() {
+			kube = true
+		}
+	}
+	if kube {
+		validateKubeWorkers(bad, w)
 	}
 	return errors.Join(errs...)
 }
@@ -114,7 +122,7 @@ func (c *Config) Validate() error {
 var workspaceRef = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$`)
 
 func validateWorkspaces(bad func(string, string, ...any), key string, p Pool) {
-	if len(p.Workspaces) > 0 && !p.Shared {
+	if len(p.Workspaces) > 0 && !p.Shared && !p.IsKubernetes() {
 		bad(key+".workspaces", "limits who may use a shared pool; set %s.shared: true, or remove it (a machine of a pool that is not shared serves only the workspace that enrolled it)", key)
 	}
 	seen := map[string]bool{}

@@ -26,6 +26,8 @@ type Worker struct {
 	DefaultImage string `yaml:"defaultImage"`
 	// Pools are the named worker pools.
 	Pools map[string]Pool `yaml:"pools"`
+	// Kubernetes holds what pools with provider kubernetes share.
+	Kubernetes KubeWorkers `yaml:"kubernetes"`
 }
 
 // ContainerSecurity is the hardening applied before a container starts.
@@ -77,12 +79,34 @@ type Pool struct {
 	// Workspaces limits a shared pool to these workspaces (IDs or names);
 	// empty means every workspace. A machine always serves its own.
 	Workspaces []string `yaml:"workspaces"`
+
+	// Provider is machines (joined with machine create, the default) or
+	// kubernetes (worker Jobs the controlplane creates on demand; the keys
+	// below are for those only). A kubernetes pool's workers are the
+	// operator's: they serve every workspace (or those in Workspaces).
+	Provider string `yaml:"provider"`
+	// MaxWorkers caps the pool's worker Jobs (default 4).
+	MaxWorkers int `yaml:"maxWorkers"`
+	// Shape is the most one worker pod may take; submit refuses a task
+	// larger than it.
+	Shape WorkerShape `yaml:"shape"`
+	// Tolerations of the worker pods (a tainted GPU node group).
+	Tolerations []Toleration `yaml:"tolerations"`
+	// RuntimeClassName of the worker pods (required for runsc pools).
+	RuntimeClassName string `yaml:"runtimeClassName"`
+	// IdleTimeout is how long a worker pod's agent stays without tasks
+	// before it exits and its Job is removed (default 5m).
+	IdleTimeout string `yaml:"idleTimeout"`
+	// PodAnnotations go on the worker pods.
+	PodAnnotations map[string]string `yaml:"podAnnotations"`
+	// Kubeconfig overrides worker.kubernetes.kubeconfig for this pool.
+	Kubeconfig string `yaml:"kubeconfig"`
 }
 
 // SharedWith reports whether the pool's machines of other workspaces serve
 // tasks of the workspace with this ID and name.
 func (p Pool) SharedWith(workspaceID, workspaceName string) bool {
-	if !p.Shared {
+	if !p.Shared && !p.IsKubernetes() {
 		return false
 	}
 	if len(p.Workspaces) == 0 {
@@ -127,6 +151,7 @@ func (w *Worker) withDefaults() {
 		// their zero values.
 		w.Pools[name] = p
 	}
+	w.kubeDefaults()
 }
 
 // PoolNames is every declared pool, sorted.

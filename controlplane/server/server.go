@@ -249,7 +249,16 @@ func (s *Server) newDeps() (*api.Deps, error) {
 			}
 			return nil
 		},
-		Secrets: secretOpener{s}}); err != nil {
+		Secrets: secretOpener{s},
+		Kube:    kubeClients(s.cfg),
+		WorkerJoin: func() tasks.WorkerJoin {
+			k := s.cfg.Worker.Kubernetes
+			j := tasks.WorkerJoin{Controlplane: k.Controlplane, CAPEM: []byte(deps.Public.CAPEM), AgentArgs: k.AgentArgs}
+			if j.Controlplane == "" {
+				j.Controlplane = deps.Public.GRPC
+			}
+			return j
+		}}); err != nil {
 		return nil, err
 	}
 	deps.Tasks = s.tasks

@@ -1,6 +1,7 @@
 package tasks_test
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -78,5 +79,48 @@ func TestVolumeMountValidationIsPushed(t *testing.T) {
 		if len(got) != 1 || got[0].GetSecurity().GetVolumeMountValidation() != want {
 			t.Errorf("machine %s got attempts %v, want one with volume mount validation %q", m.ID, got, want)
 		}
+	}
+}
+
+// TestKubernetesPoolShapeAtSubmit: a pool with provider kubernetes may have
+// no worker at all, so submit judges a task by the pool's worker shape:
+// what fits is queued, what no worker pod could take is refused at once,
+// and a GPU task is refused with "not enough GPUs available" when worker
+// pods may not request GPUs (worker.jobResourcesEnforced false).
+func TestKubernetesPoolShapeAtSubmit(t *testing.T) {
+	t.Parallel()
+	kpool := func(gpus int) config.Pool {
+		return config.Pool{Runtime: "runc", Provider: config.ProviderKubernetes, MaxWorkers: 1, IdleTimeout: "1m",
+			Shape: config.WorkerShape{CPU: "2", Memory: "1Gi", GPUs: gpus}}
+	}
+	tests := []struct {
+		name     string
+		enforced bool
+		pool     config.Pool
+		spec     *v1.TaskSpec
+		wantErr  string
+	}{
+		{name: "fits", enforced: true, pool: kpool(2), spec: &v1.TaskSpec{CpuMillis: 2000, MemoryBytes: 1 << 30, Gpus: 2}},
+		{name: "too much CPU", enforced: true, pool: kpool(2), spec: &v1.TaskSpec{CpuMillis: 2500}, wantErr: "more than one worker pod may take: 2500 mCPU"},
+		{name: "too many GPUs", enforced: true, pool: kpool(2), spec: &v1.TaskSpec{Gpus: 3}, wantErr: "3 GPUs (shape.gpus 2)"},
+		{name: "no GPUs in the shape", enforced: true, pool: kpool(0), spec: &v1.TaskSpec{Gpus: 1}, wantErr: "not enough GPUs available"},
+		{name: "GPU requests not enforced", enforced: false, pool: kpool(2), spec: &v1.TaskSpec{Gpus: 1}, wantErr: "not enough GPUs available: worker.jobResourcesEnforced is false"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			cfg := config1s(t)
+			cfg.Worker.JobResourcesEnforced = &tt.enforced
+			cfg.Worker.Pools["k"] = tt.pool
+			b := start(t, cfg)
+			tt.spec.Pool, tt.spec.Command = "k", []string{"true"}
+			_, err := b.tasks.SubmitTask(b.ctx, &v1.SubmitTaskRequest{Spec: tt.spec})
+			switch {
+			case tt.wantErr == "" && err != nil:
+				t.Fatalf("refused: %v", err)
+			case tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)):
+				t.Fatalf("err = %v, want %q", err, tt.wantErr)
+			}
+		})
 	}
 }

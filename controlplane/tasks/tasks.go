@@ -18,6 +18,10 @@
 //	           output lines), appended once per record, followed from a
 //	           cursor, with one Redis subscription per replica waking the
 //	           followers here.
+//	Workers    kubepool.go: the worker Jobs of pools with provider
+//	           kubernetes, made on demand for waiting work and removed
+//	           when finished; a worker pod deleted or evicted loses its
+//	           attempts at once.
 //	intake     intake.go: what agents report (records, the attempts they
 //	           hold), stored once each and handed to the services above.
 //
@@ -81,6 +85,12 @@ type Config struct {
 	// Secrets opens the workspace secrets tasks name (secrets.go); nil
 	// fails every push of a task that names one.
 	Secrets SecretOpener
+	// Kube gives the worker Job client of pools with provider kubernetes
+	// (kubepool.go); nil leaves their tasks waiting.
+	Kube KubeClients
+	// WorkerJoin is what worker pods join with, read when a Job is made
+	// (the public endpoints are known only once the server listens).
+	WorkerJoin func() WorkerJoin
 }
 
 // deps is what every service of the package shares; read-only after New.
@@ -129,6 +139,7 @@ type Service struct {
 	Scheduler *Scheduler
 	Rescuer   *Rescuer
 	Events    *Events
+	Workers   *Workers
 	intake    *intake
 }
 
@@ -155,6 +166,7 @@ func New(cfg Config) (*Service, error) {
 		Scheduler: sch,
 		Rescuer:   resc,
 		Events:    ev,
+		Workers:   &Workers{d: d, rescuer: resc, kube: cfg.Kube, join: cfg.WorkerJoin, life: lifecycle{name: "kubernetes workers"}},
 		intake:    &intake{d: d, events: ev, rescuer: resc, wake: sch.Wake},
 	}, nil
 }
@@ -166,7 +178,7 @@ type starter interface {
 }
 
 func (s *Service) order() []starter {
-	return []starter{s.Events, s.Submitter, s.Scheduler, s.Rescuer}
+	return []starter{s.Events, s.Submitter, s.Scheduler, s.Rescuer, s.Workers}
 }
 
 // Start runs every service until Stop.

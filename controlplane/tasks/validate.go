@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	v1 "github.com/levers9/levers9/api/levers9/v1"
+	"github.com/levers9/levers9/controlplane/config"
 	"github.com/levers9/levers9/controlplane/store"
 	"github.com/levers9/levers9/internal/errdefs"
 	"github.com/levers9/levers9/sandbox"
@@ -136,6 +137,9 @@ func (s *Submitter) checkSecurity(spec *v1.TaskSpec) error {
 // tasks (machines may join), with a note when it is empty only for this
 // workspace; GPU tasks need a pool that has GPUs.
 func (s *Submitter) checkFits(ctx context.Context, workspaceID string, spec *v1.TaskSpec) (string, error) {
+	if p := s.d.config.Worker.Pools[spec.Pool]; p.IsKubernetes() {
+		return "", s.checkShape(spec, p)
+	}
 	all, err := s.d.store.PoolMachines(ctx, spec.Pool)
 	if err != nil {
 		return "", err
@@ -192,4 +196,32 @@ func (s *Submitter) checkFits(ctx context.Context, workspaceID string, spec *v1.
 		return "", fmt.Errorf("pool %q: no machine has %s for this task (%d mCPU, %d bytes)%s: %w", spec.Pool, what, spec.CpuMillis, spec.MemoryBytes, others, errdefs.ErrFailedPrecondition)
 	}
 	return note, nil
+}
+
+// checkShape refuses a task no worker pod of a Kubernetes pool could
+// hold: the pool may have no worker now, so its declared shape is what
+// counts.
+func (s *Submitter) checkShape(spec *v1.TaskSpec, p config.Pool) error {
+	if spec.Gpus > 0 && !*s.d.config.Worker.JobResourcesEnforced {
+		return fmt.Errorf("pool %q: not enough GPUs available: worker.jobResourcesEnforced is false, so its worker pods cannot request nvidia.com/gpu: %w",
+			spec.Pool, errdefs.ErrFailedPrecondition)
+	}
+	var big []string
+	if spec.CpuMillis > p.Shape.Millis() {
+		big = append(big, fmt.Sprintf("%d mCPU (shape.cpu %s)", spec.CpuMillis, p.Shape.CPU))
+	}
+	if int64(spec.MemoryBytes) > p.Shape.Bytes() {
+		big = append(big, fmt.Sprintf("%d bytes of memory (shape.memory %s)", spec.MemoryBytes, p.Shape.Memory))
+	}
+	if int(spec.Gpus) > p.Shape.GPUs {
+		if p.Shape.GPUs == 0 {
+			return fmt.Errorf("pool %q: not enough GPUs available: its worker pods have none (worker.pools.%s.shape.gpus); choose a GPU pool (levers9 pool list): %w",
+				spec.Pool, spec.Pool, errdefs.ErrFailedPrecondition)
+		}
+		big = append(big, fmt.Sprintf("%d GPUs (shape.gpus %d)", spec.Gpus, p.Shape.GPUs))
+	}
+	if len(big) > 0 {
+		return fmt.Errorf("pool %q: the task asks for more than one worker pod may take: %s: %w", spec.Pool, strings.Join(big, ", "), errdefs.ErrFailedPrecondition)
+	}
+	return nil
 }

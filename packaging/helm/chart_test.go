@@ -2,6 +2,7 @@ package helmchart
 
 import (
 	"encoding/base64"
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -499,5 +500,46 @@ func TestGVisorRuntimeClass(t *testing.T) {
 	}
 	if got := workerJobs(t, r)["sandboxed"].get("spec", "template", "spec", "runtimeClassName"); got != "gvisor" {
 		t.Errorf("worker runtimeClassName %v", got)
+	}
+}
+
+// TestKubernetesPoolConfig: a pool with provider kubernetes reaches the
+// controlplane with its worker keys, worker.kubernetes points at the
+// chart's worker namespace, worker image and controlplane Service, the
+// controlplane accepts the result, and the pool's worker pod template runs
+// the command internal/kubeworkers builds (idle exit included).
+func TestKubernetesPoolConfig(t *testing.T) {
+	t.Parallel()
+	pools := map[string]any{
+		"default": map[string]any{"nodeSelector": map[string]any{"levers9.dev/pool": "default"}},
+		"l40s": map[string]any{"provider": "kubernetes", "maxWorkers": 3, "idleTimeout": "2m",
+			"shape":        map[string]any{"cpu": "8", "memory": "64Gi", "gpus": 4},
+			"nodeSelector": map[string]any{"nvidia.com/gpu.product": "NVIDIA-L40S"},
+			"tolerations":  []any{map[string]any{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}}},
+	}
+	r := mustRender(t, with(baseValues(), "pools", pools))
+	text, _ := controlplaneConfig(t, r)
+	c, err := config.Load(strings.NewReader(text), nil)
+	if err != nil {
+		t.Fatalf("the controlplane refuses the rendered config: %v\n%s", err, text)
+	}
+	p := c.Worker.Pools["l40s"]
+	if !p.IsKubernetes() || p.MaxWorkers != 3 || p.Shape.GPUs != 4 || p.Shape.Bytes() != 64<<30 || len(p.Tolerations) != 1 || p.IdleTimeout != "2m" {
+		t.Errorf("pool l40s = %+v", p)
+	}
+	k := c.Worker.Kubernetes
+	if k.Namespace != "levers9-workers" || !strings.Contains(k.Image, "levers9-worker") || !strings.HasPrefix(k.Controlplane, "levers9-controlplane.") {
+		t.Errorf("worker.kubernetes = %+v", k)
+	}
+	job := workerJobs(t, r)["l40s"]
+	ctr := containers(job.get("spec", "template", "spec").(map[string]any))[0]
+	script := fmt.Sprint(ctr["command"])
+	for _, want := range []string{"--exit-when-idle", "/etc/levers9/join/token", "ca.crt"} {
+		if !strings.Contains(script, want) {
+			t.Errorf("worker command %s lacks %q", script, want)
+		}
+	}
+	if !strings.Contains(fmt.Sprint(ctr["env"]), "LEVERS9_EXIT_WHEN_IDLE value:2m") {
+		t.Errorf("worker env = %v", ctr["env"])
 	}
 }

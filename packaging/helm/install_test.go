@@ -211,6 +211,9 @@ func (b *installBundle) checkRBAC(t *testing.T, legacy bool) {
 	}{
 		{access{"create", "batch", "jobs", "", workerNS}, true},
 		{access{"delete", "batch", "jobs", "", workerNS}, true},
+		// What internal/kubeworkers does besides: list Jobs, watch pods.
+		{access{"list", "batch", "jobs", "", workerNS}, true},
+		{access{"watch", "", "pods", "", workerNS}, true},
 		{access{"get", "", "pods", "log", workerNS}, true},
 		{access{"list", "", "pods", "", workerNS}, true},
 		{access{"create", "", "secrets", "", workerNS}, true},

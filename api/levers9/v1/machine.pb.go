@@ -203,7 +203,15 @@ type Pool struct {
 	// machines serve other workspaces' tasks too. Machines of a pool that is
 	// not shared serve only the workspace that enrolled them, and are
 	// counted only for it.
-	Shared        bool `protobuf:"varint,9,opt,name=shared,proto3" json:"shared,omitempty"`
+	Shared bool `protobuf:"varint,9,opt,name=shared,proto3" json:"shared,omitempty"`
+	// machines or kubernetes (worker.pools.NAME.provider).
+	Provider string `protobuf:"bytes,10,opt,name=provider,proto3" json:"provider,omitempty"`
+	// For a kubernetes pool: "waiting for nodes" while a worker pod is
+	// unschedulable (a node group scaling from zero), "N workers" otherwise.
+	Status string `protobuf:"bytes,11,opt,name=status,proto3" json:"status,omitempty"`
+	// For a kubernetes pool: its worker Jobs now, and worker.pools.NAME.maxWorkers.
+	Workers       int32 `protobuf:"varint,12,opt,name=workers,proto3" json:"workers,omitempty"`
+	MaxWorkers    int32 `protobuf:"varint,13,opt,name=max_workers,json=maxWorkers,proto3" json:"max_workers,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -299,6 +307,34 @@ func (x *Pool) GetShared() bool {
 		return x.Shared
 	}
 	return false
+}
+
+func (x *Pool) GetProvider() string {
+	if x != nil {
+		return x.Provider
+	}
+	return ""
+}
+
+func (x *Pool) GetStatus() string {
+	if x != nil {
+		return x.Status
+	}
+	return ""
+}
+
+func (x *Pool) GetWorkers() int32 {
+	if x != nil {
+		return x.Workers
+	}
+	return 0
+}
+
+func (x *Pool) GetMaxWorkers() int32 {
+	if x != nil {
+		return x.MaxWorkers
+	}
+	return 0
 }
 
 type ListPoolsRequest struct {
@@ -1347,7 +1383,7 @@ const file_api_levers9_v1_machine_proto_rawDesc = "" +
 	"\fegress_allow\x18\x06 \x03(\tR\vegressAllow\x12\x18\n" +
 	"\aruntime\x18\a \x01(\tR\aruntime\x12)\n" +
 	"\x10apparmor_profile\x18( \x01(\tR\x0fapparmorProfile\x126\n" +
-	"\x17volume_mount_validation\x18F \x01(\tR\x15volumeMountValidation\"\x92\x03\n" +
+	"\x17volume_mount_validation\x18F \x01(\tR\x15volumeMountValidation\"\x81\x04\n" +
 	"\x04Pool\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x19\n" +
 	"\bgpu_type\x18\x02 \x01(\tR\agpuType\x12G\n" +
@@ -1358,7 +1394,13 @@ const file_api_levers9_v1_machine_proto_rawDesc = "" +
 	"\n" +
 	"gpus_total\x18\a \x01(\x05R\tgpusTotal\x12\x1b\n" +
 	"\tgpus_free\x18\b \x01(\x05R\bgpusFree\x12\x16\n" +
-	"\x06shared\x18\t \x01(\bR\x06shared\x1a?\n" +
+	"\x06shared\x18\t \x01(\bR\x06shared\x12\x1a\n" +
+	"\bprovider\x18\n" +
+	" \x01(\tR\bprovider\x12\x16\n" +
+	"\x06status\x18\v \x01(\tR\x06status\x12\x18\n" +
+	"\aworkers\x18\f \x01(\x05R\aworkers\x12\x1f\n" +
+	"\vmax_workers\x18\r \x01(\x05R\n" +
+	"maxWorkers\x1a?\n" +
 	"\x11NodeSelectorEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x12\n" +

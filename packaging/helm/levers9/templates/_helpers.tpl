@@ -117,9 +117,21 @@ levers9.validate fails the render with every problem at once, each naming the va
 {{- $w := get $c "worker" | default dict -}}
 {{- $pools := dict -}}
 {{- range $name, $p := $v.pools -}}
-{{- $_ := set $pools $name (pick ($p | default dict) "runtime" "gpuType" "nodeSelector" "shared" "workspaces" "security" "volumeMountValidation") -}}
+{{- $p = $p | default dict -}}
+{{- if eq (get $p "provider" | default "machines") "kubernetes" -}}
+{{- $_ := set $pools $name (pick $p "runtime" "gpuType" "nodeSelector" "shared" "workspaces" "security" "volumeMountValidation" "provider" "maxWorkers" "shape" "tolerations" "runtimeClassName" "idleTimeout" "podAnnotations") -}}
+{{- else -}}
+{{- /* tolerations, runtimeClassName and resources of other pools only shape their worker pod templates. */ -}}
+{{- $_ := set $pools $name (pick $p "runtime" "gpuType" "nodeSelector" "shared" "workspaces" "security" "volumeMountValidation" "provider") -}}
+{{- end -}}
 {{- end -}}
 {{- $_ := set $w "pools" $pools -}}
+{{- /* Pools with provider kubernetes: worker Jobs in worker.namespace, with the chart's worker image, dialing the controlplane Service. */ -}}
+{{- $k := get $w "kubernetes" | default dict -}}
+{{- $_ := set $k "namespace" (get $k "namespace" | default .Values.worker.namespace) -}}
+{{- $_ := set $k "image" (get $k "image" | default (include "levers9.image" (dict "repository" (include "levers9.workerRepository" .) "tag" .Values.images.worker.tag "digest" .Values.images.worker.digest))) -}}
+{{- $_ := set $k "controlplane" (get $k "controlplane" | default (printf "levers9-controlplane.%s.svc:1993" .Release.Namespace)) -}}
+{{- $_ := set $w "kubernetes" $k -}}
 {{- $_ := set $c "worker" $w -}}
 {{- toYaml $c -}}
 {{- end }}

@@ -1,0 +1,392 @@
+package tasks
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/levers9/levers9/controlplane/bus"
+	"github.com/levers9/levers9/controlplane/config"
+	"github.com/levers9/levers9/controlplane/store"
+	"github.com/levers9/levers9/enroll"
+	"github.com/levers9/levers9/internal/ids"
+	"github.com/levers9/levers9/internal/kubeworkers"
+)
+
+// KubeClients returns the worker Job client of a pool with provider
+// kubernetes (its cluster and worker.kubernetes.namespace).
+type KubeClients func(pool string) (*kubeworkers.Client, error)
+
+// WorkerJoin is what a worker pod needs to join this controlplane.
+type WorkerJoin struct {
+	// Controlplane is the gRPC HOST:PORT worker pods dial.
+	Controlplane string
+	// CAPEM is the controlplane certificate's CA when it is private.
+	CAPEM []byte
+	// AgentArgs are further `levers9-agent run` flags for worker pods.
+	AgentArgs []string
+}
+
+// Workers keeps the worker Jobs of pools with provider kubernetes:
+//
+//   - every tick, one replica per pool (a Redis lock) lists the pool's Jobs,
+//     removes finished ones with their Secrets and machines, and creates
+//     Jobs for pending work that neither an online worker nor a starting
+//     one has room for, packed into the pool's worker shape, never more
+//     than maxWorkers in all. A starting Job counts as room, so work
+//     waiting on a pod that is Pending (a node group scaling from zero)
+//     creates nothing more: the pool says "waiting for nodes".
+//   - every replica watches the pools' worker pods: a pod deleted, evicted
+//     or failed makes its machine's active attempts LOST at once (their
+//     tasks retry on another worker) and retires the machine.
+//
+// Each Job's agent enrolls as a machine created with it, with a single-use
+// join token in a Secret owned by the Job.
+type Workers struct {
+	d       *deps
+	rescuer *Rescuer
+	kube    KubeClients
+	join    func() WorkerJoin
+	life    lifecycle
+}
+
+func (w *Workers) pools() []string {
+	var out []string
+	for _, name := range w.d.config.Worker.PoolNames() {
+		if w.d.config.Worker.Pools[name].IsKubernetes() {
+			out = append(out, name)
+		}
+	}
+	return out
+}
+
+// Start runs the reconcile loop and one pod watch per Kubernetes pool
+// until Stop; it never waits for a cluster (one that cannot be reached is
+// retried and logged). Without Kubernetes pools it does nothing.
+func (w *Workers) Start(ctx context.Context) error {
+	pools := w.pools()
+	if len(pools) > 0 && (w.kube == nil || w.join == nil) {
+		w.d.log.Warn("pools with provider kubernetes but no Kubernetes client: their tasks wait", "pools", pools)
+		pools = nil
+	}
+	if _, err := w.life.begin(ctx); err != nil {
+		return err
+	}
+	if len(pools) == 0 {
+		return nil
+	}
+	for _, pool := range pools {
+		pool := pool
+		w.life.goRun(func(ctx context.Context) { w.watch(ctx, pool) })
+	}
+	w.life.goRun(w.loop)
+	return nil
+}
+
+// Stop ends the loop and the watches and waits for them. Safe twice.
+func (w *Workers) Stop() { w.life.stop() }
+
+// watch keeps a pod watch on a pool's workers until ctx ends, starting it
+// again after a failure.
+func (w *Workers) watch(ctx context.Context, pool string) {
+	for backoff := time.Second; ; backoff = min(2*backoff, time.Minute) {
+		c, err := w.kube(pool)
+		if err == nil {
+			wt := c.Watch(func(g kubeworkers.PodGone) {
+				if g.Pool == pool {
+					w.podGone(ctx, g)
+				}
+			})
+			start, cancel := context.WithTimeout(ctx, 30*time.Second)
+			err = wt.Start(start)
+			cancel()
+			if err == nil {
+				<-ctx.Done()
+				wt.Stop()
+				return
+			}
+			wt.Stop()
+		}
+		if stopping(ctx) {
+			return
+		}
+		w.d.log.Warn("watching worker pods failed; retrying", "pool", pool, "err", err, "retry_in", backoff)
+		select {
+		case <-ctx.Done():
+			return
+		case <-w.d.clock.After(backoff):
+		}
+	}
+}
+
+func (w *Workers) loop(ctx context.Context) {
+	t := w.d.clock.NewTicker(w.d.tick)
+	defer t.Stop()
+	for {
+		for _, pool := range w.pools() {
+			if err := w.reconcile(ctx, pool); err != nil && !stopping(ctx) {
+				w.d.log.Warn("kubernetes pool reconcile failed", "pool", pool, "err", err)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C():
+		}
+	}
+}
+
+// podGone gives up what a vanished worker pod was running, at once.
+func (w *Workers) podGone(ctx context.Context, g kubeworkers.PodGone) {
+	if g.MachineID == "" {
+		return
+	}
+	active, err := w.d.store.ActiveAttempts(ctx, g.MachineID)
+	if err != nil {
+		w.d.log.Warn("could not read a lost worker's attempts", "machine_id", g.MachineID, "pool", g.Pool, "err", err)
+	}
+	for _, a := range active {
+		w.rescuer.Lose(ctx, a.TaskID, a.Number, a.MachineID, "worker "+g.Why)
+	}
+	w.retire(ctx, g.MachineID)
+}
+
+// retire deletes a worker's machine (its certificate stops being honoured
+// and nothing is placed on it any more). Idempotent.
+func (w *Workers) retire(ctx context.Context, machineID string) {
+	m, err := w.d.store.MachineByID(ctx, machineID)
+	if err != nil || m.DeletedAt != nil {
+		return
+	}
+	if _, err := w.d.store.DeleteMachine(ctx, m.WorkspaceID, m.ID); err != nil {
+		w.d.log.Warn("could not delete a finished worker's machine", "machine_id", machineID, "err", err)
+	}
+}
+
+// joinTimeout is how long a running worker pod may take to come online.
+const joinTimeout = 5 * time.Minute
+
+// bin is room for work: a worker's free CPU, memory and GPUs, and what
+// this pass put in it.
+type bin struct {
+	cpu, mem         int64
+	gpus             int
+	usedCPU, usedMem int64
+	usedGPUs         int
+	// n is how many tasks this pass put in it.
+	n int
+	// ws is the workspace a new worker is made for (its first task's).
+	ws string
+}
+
+func (b *bin) fits(t store.Task) bool {
+	return b.cpu >= t.CPUMillis && b.mem >= t.MemoryBytes && b.gpus >= t.GPUs
+}
+
+func (b *bin) take(t store.Task) {
+	b.cpu -= t.CPUMillis
+	b.mem -= t.MemoryBytes
+	b.gpus -= t.GPUs
+	b.usedCPU += t.CPUMillis
+	b.usedMem += t.MemoryBytes
+	b.usedGPUs += t.GPUs
+	b.n++
+}
+
+// reconcile does one pass over a Kubernetes pool (see Workers).
+func (w *Workers) reconcile(ctx context.Context, pool string) error {
+	lock := bus.KubePoolLockKey(pool)
+	me := ids.Random(8)
+	ok, err := w.d.redis.SetNX(ctx, lock, me, bus.SchedulerLockTTL).Result()
+	if err != nil || !ok {
+		return err
+	}
+	defer unlockScript.Run(context.WithoutCancel(ctx), w.d.redis, []string{lock}, me)
+	cfg := w.d.config.Worker.Pools[pool]
+	c, err := w.kube(pool)
+	if err != nil {
+		return err
+	}
+	workers, err := c.List(ctx, pool)
+	if err != nil {
+		return err
+	}
+	ag, _ := w.d.agents()
+	online := func(id string) bool {
+		if ag == nil {
+			return false
+		}
+		_, on := ag.Online(id)
+		return on
+	}
+	live, waiting := 0, false
+	var starting []*bin
+	var startingWorkers []kubeworkers.Worker
+	for _, wk := range workers {
+		if wk.State == kubeworkers.Finished {
+			if err := c.Delete(ctx, wk.Name); err != nil {
+				w.d.log.Warn("could not remove a finished worker Job", "pool", pool, "job", wk.Name, "err", err)
+			} else {
+				w.d.log.Info("worker Job removed", "pool", pool, "job", wk.Name, "machine_id", wk.MachineID)
+			}
+			w.retire(ctx, wk.MachineID)
+			continue
+		}
+		if wk.State == kubeworkers.Running && !online(wk.MachineID) && !wk.Started.IsZero() && w.d.now().Sub(wk.Started) > joinTimeout {
+			// Its agent never came online (a wrong controlplane address, a
+			// network policy): it would hold the pool's room forever.
+			w.d.log.Warn("worker never came online; removing its Job", "pool", pool, "job", wk.Name, "machine_id", wk.MachineID,
+				"running_for", w.d.now().Sub(wk.Started).Round(time.Second).String())
+			if err := c.Delete(ctx, wk.Name); err == nil {
+				w.retire(ctx, wk.MachineID)
+			}
+			continue
+		}
+		live++
+		waiting = waiting || wk.State == kubeworkers.WaitingForNodes
+		if !online(wk.MachineID) {
+			starting = append(starting, &bin{cpu: wk.CPUMillis, mem: wk.MemoryBytes, gpus: wk.GPUs})
+			startingWorkers = append(startingWorkers, wk)
+		}
+	}
+	pending, err := w.pending(ctx, pool)
+	if err != nil {
+		return err
+	}
+	var rooms []*bin
+	if machines, err := w.d.store.PoolMachines(ctx, pool); err == nil {
+		for _, pm := range machines {
+			if online(pm.ID) {
+				r := roomOf(pm)
+				rooms = append(rooms, &bin{cpu: r.cpu, mem: r.mem, gpus: len(r.gpus)})
+			}
+		}
+	}
+	shape := bin{cpu: cfg.Shape.Millis(), mem: cfg.Shape.Bytes(), gpus: cfg.Shape.GPUs}
+	// New workers are sized for the work they are made for, packed
+	// first-fit into the shape.
+	var fresh []*bin
+	for _, t := range pending {
+		if placeIn(rooms, t) || placeIn(starting, t) || placeIn(fresh, t) {
+			continue
+		}
+		if live+len(fresh) >= cfg.MaxWorkers {
+			continue
+		}
+		b := shape
+		b.ws = t.WorkspaceID
+		if !b.fits(t) {
+			continue // larger than the shape: submit refuses these
+		}
+		b.take(t)
+		fresh = append(fresh, &b)
+	}
+	var errs []error
+	// A worker not up yet that no waiting task needs any more (its task
+	// was cancelled, or ran elsewhere) is removed before it takes a node.
+	for i, b := range starting {
+		if b.n == 0 && !anyFits(pending, startingWorkers[i]) {
+			wk := startingWorkers[i]
+			if err := c.Delete(ctx, wk.Name); err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			w.d.log.Info("worker Job no longer needed, removed", "pool", pool, "job", wk.Name, "machine_id", wk.MachineID)
+			w.retire(ctx, wk.MachineID)
+			live--
+		}
+	}
+	for _, b := range fresh {
+		if err := w.create(ctx, c, pool, cfg, b.ws, store.Task{CPUMillis: b.usedCPU, MemoryBytes: b.usedMem, GPUs: b.usedGPUs}); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		live++
+	}
+	status := strconv.Itoa(live) + " workers"
+	if waiting {
+		status = "waiting for nodes"
+	}
+	_ = w.d.redis.Set(ctx, bus.KubePoolStatusKey(pool), strconv.Itoa(live)+"|"+status, bus.KubePoolStatusTTL).Err()
+	return errors.Join(errs...)
+}
+
+// anyFits reports whether any pending task could run on the worker.
+func anyFits(pending []store.Task, wk kubeworkers.Worker) bool {
+	b := bin{cpu: wk.CPUMillis, mem: wk.MemoryBytes, gpus: wk.GPUs}
+	for _, t := range pending {
+		if b.fits(t) {
+			return true
+		}
+	}
+	return false
+}
+
+func placeIn(bins []*bin, t store.Task) bool {
+	for _, b := range bins {
+		if b.fits(t) {
+			b.take(t)
+			return true
+		}
+	}
+	return false
+}
+
+// pending is the pool's PENDING tasks, oldest first, with their sizes.
+func (w *Workers) pending(ctx context.Context, pool string) ([]store.Task, error) {
+	all, err := w.d.store.PendingTasks(ctx, 1000)
+	if err != nil {
+		return nil, err
+	}
+	var out []store.Task
+	for _, p := range all {
+		if p.Pool != pool {
+			continue
+		}
+		t, _, err := w.d.store.GetTask(ctx, p.WorkspaceID, p.ID)
+		if err == nil && t.State == store.TaskPending {
+			out = append(out, t)
+		}
+	}
+	return out, nil
+}
+
+// create makes a worker: a machine with a single-use join token, then its
+// Job and the Secret carrying the token. A Job that cannot be made takes
+// its machine with it.
+func (w *Workers) create(ctx context.Context, c *kubeworkers.Client, pool string, cfg config.Pool, ws string, size store.Task) error {
+	now := w.d.now()
+	machineID := ids.New("m")
+	jtID, token, hash := enroll.MintJoinToken()
+	labels := map[string]string{}
+	for k, v := range cfg.NodeSelector {
+		labels[k] = v // a pool's selector is checked against its machines' labels at enroll
+	}
+	m := store.Machine{ID: machineID, WorkspaceID: ws, Name: "k8s-" + pool + "-" + machineID[2:10], Pool: pool, CreatedAt: now, Labels: labels}
+	if err := w.d.store.CreateMachine(ctx, m, store.JoinTokenRow{ID: jtID, MachineID: m.ID, Hash: hash, ExpiresAt: now.Add(w.d.config.Controlplane.JoinTokenTTL())}); err != nil {
+		return fmt.Errorf("creating the machine of a worker Job in pool %s: %w", pool, err)
+	}
+	var tol []corev1.Toleration
+	for _, t := range cfg.Tolerations {
+		tol = append(tol, corev1.Toleration{Key: t.Key, Operator: corev1.TolerationOperator(t.Operator), Value: t.Value, Effect: corev1.TaintEffect(t.Effect)})
+	}
+	join := w.join()
+	spec := kubeworkers.Spec{Pool: pool, MachineID: machineID, Image: w.d.config.Worker.WorkerImage(), Controlplane: join.Controlplane,
+		CPUMillis: max(size.CPUMillis, 100), MemoryBytes: max(size.MemoryBytes, 64<<20), GPUs: size.GPUs, Enforced: *w.d.config.Worker.JobResourcesEnforced,
+		NodeSelector: cfg.NodeSelector, Tolerations: tol, RuntimeClassName: cfg.RuntimeClassName, IdleTimeout: cfg.Idle(),
+		PodAnnotations: cfg.PodAnnotations, AgentArgs: join.AgentArgs}
+	job, err := c.Create(ctx, spec, token, join.CAPEM)
+	if err != nil {
+		if _, derr := w.d.store.DeleteMachine(context.WithoutCancel(ctx), ws, machineID); derr != nil {
+			w.d.log.Warn("could not delete the machine of a worker Job that failed", "machine_id", machineID, "err", derr)
+		}
+		return err
+	}
+	w.d.log.Info("worker Job created", "pool", pool, "job", job.Name, "machine_id", machineID, "workspace_id", ws,
+		"cpu_millis", spec.CPUMillis, "memory_bytes", spec.MemoryBytes, "gpus", spec.GPUs, "join_token_id", jtID)
+	return nil
+}
