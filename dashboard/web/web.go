@@ -50,15 +50,21 @@ type BuildOptions struct {
 	// APIBase is NEXT_PUBLIC_API_BASE: the dashboard API's URL as browsers
 	// reach it ("" when the API shares the app's origin).
 	APIBase string
+	// Standalone builds Next.js's output "standalone" (server.js and the
+	// traced node_modules under DistDir/standalone) for the
+	// levers9-dashboard-web image; such a build cannot be run with
+	// Command (next start).
+	Standalone bool
 	// Log receives npm's and Next.js's output (nil: discarded).
 	Log io.Writer
 }
 
 // Build is a finished build of the web app.
 type Build struct {
-	Dir     string
-	DistDir string // relative to Dir, as next.config.ts reads it
-	APIBase string
+	Dir        string
+	DistDir    string // relative to Dir, as next.config.ts reads it
+	APIBase    string
+	Standalone bool
 	// Cached is true when an earlier build was reused; Installed when npm
 	// ci ran; Took is how long Build took.
 	Cached, Installed bool
@@ -130,14 +136,14 @@ func Make(ctx context.Context, opts BuildOptions) (*Build, error) {
 	}
 	defer unlock()
 
-	b := &Build{Dir: dir, APIBase: opts.APIBase}
+	b := &Build{Dir: dir, APIBase: opts.APIBase, Standalone: opts.Standalone}
 	want, installed, err := installLocked(ctx, dir, nodeVersion, opts.Log)
 	if err != nil {
 		return nil, err
 	}
 	b.Installed = installed
 
-	key, err := sourceKey(dir, opts.APIBase, want)
+	key, err := sourceKey(dir, opts.APIBase, opts.Standalone, want)
 	if err != nil {
 		return nil, err
 	}
@@ -209,11 +215,15 @@ func installLocked(ctx context.Context, dir, nodeVersion string, log io.Writer) 
 
 // env is what next build and next start need to agree on.
 func (b *Build) env() []string {
-	return []string{
+	env := []string{
 		"NEXT_PUBLIC_API_BASE=" + b.APIBase,
 		"LEVERS9_WEB_DIST_DIR=" + b.DistDir,
 		"NEXT_TELEMETRY_DISABLED=1",
 	}
+	if b.Standalone {
+		env = append(env, "LEVERS9_WEB_STANDALONE=1")
+	}
+	return env
 }
 
 // Command returns `next start` serving this build on host:port, not yet
@@ -246,9 +256,13 @@ func run(ctx context.Context, dir string, log io.Writer, extraEnv []string, name
 // sourceKey hashes what a build depends on: the sources, the config
 // files, the installed packages (by lock file and Node version) and the
 // API base.
-func sourceKey(dir, apiBase, installed string) (string, error) {
+func sourceKey(dir, apiBase string, standalone bool, installed string) (string, error) {
 	h := sha256.New()
 	fmt.Fprintf(h, "api=%s\nnode=%s\ngo=%s\n", apiBase, installed, runtime.GOOS)
+	if standalone {
+		// Appended only when set, so the keys of existing builds stay.
+		fmt.Fprintf(h, "standalone\n")
+	}
 	files := []string{"package.json", "package-lock.json", "next.config.ts", "tsconfig.json"}
 	err := filepath.WalkDir(filepath.Join(dir, "src"), func(p string, d fs.DirEntry, err error) error {
 		if err != nil {

@@ -14,10 +14,12 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/types"
+
+	"github.com/levers9/levers9/dashboard/web"
 )
 
 // Names are the images Build makes, in the order `make images` builds them.
-var Names = []string{"controlplane", "worker", "runner"}
+var Names = []string{"controlplane", "worker", "runner", "dashboard-api", "dashboard-web"}
 
 // NonRootUID is the controlplane image's user and group (levers9).
 const NonRootUID = 65532
@@ -53,6 +55,9 @@ type Options struct {
 	// Created is the images' creation time and the mtime of the files
 	// levers9 adds (the commit time, so a rebuild gives the same digest).
 	Created time.Time
+	// Web is the standalone build of dashboard/web the dashboard-web image
+	// carries (its APIBase is fixed in it and recorded in APIBaseLabel).
+	Web *web.Build
 	// Epoch is SOURCE_DATE_EPOCH for mmdebstrap.
 	Epoch int64
 	// Log receives progress lines.
@@ -105,6 +110,10 @@ func RootfsFor(name string, epoch int64) ([]Rootfs, error) {
 		return []Rootfs{RunnerRootfs(epoch)}, nil
 	case "worker":
 		return []Rootfs{WorkerRootfs(epoch)}, nil
+	case "dashboard-api":
+		return []Rootfs{RunnerRootfs(epoch)}, nil
+	case "dashboard-web":
+		return []Rootfs{DashboardWebRootfs(epoch)}, nil
 	}
 	return nil, fmt.Errorf("unknown image %q (have %v)", name, Names)
 }
@@ -132,6 +141,10 @@ func Build(ctx context.Context, name string, o Options) (*Image, error) {
 		return buildControlplane(o, tarPath)
 	case "worker":
 		return buildWorker(o, tarPath)
+	case "dashboard-api":
+		return buildDashboardAPI(o, tarPath)
+	case "dashboard-web":
+		return buildDashboardWeb(o, tarPath)
 	default:
 		return buildRunner(o, tarPath)
 	}

@@ -85,7 +85,8 @@ type file struct {
 	UID, GID int
 	Dir      bool
 	Data     []byte // content, or
-	Source   string // a file on this machine to copy
+	Source   string // a file on this machine to copy, or
+	Link     string // a symlink's target
 }
 
 // filesLayer makes a layer of files, sorted by path, all with mtime, so the
@@ -122,6 +123,8 @@ func writeFiles(w io.Writer, files []file, mtime time.Time) error {
 		case f.Dir:
 			h.Typeflag = tar.TypeDir
 			h.Name += "/"
+		case f.Link != "":
+			h.Typeflag, h.Linkname, h.Mode = tar.TypeSymlink, f.Link, 0o777
 		case f.Source != "":
 			src, err := os.Open(f.Source)
 			if err != nil {

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -58,6 +59,14 @@ func WorkerRootfs(epoch int64) Rootfs {
 		Packages: []string{"ca-certificates", "fuse3", "iproute2", "iptables", "runc"}}
 }
 
+// DashboardWebRootfs is levers9-dashboard-web's: Node.js and the CA
+// bundle. It is Debian trixie, not bookworm, because Next.js 16 needs
+// Node.js 20.9 or later and bookworm's is 18; trixie's nodejs is 20.
+func DashboardWebRootfs(epoch int64) Rootfs {
+	return Rootfs{Suite: "trixie", Variant: "minbase", Arch: "amd64", Epoch: epoch,
+		Packages: []string{"ca-certificates", "nodejs"}}
+}
+
 // EnsureRootfs returns the cached tar of r under cacheDir/rootfs, building
 // it with mmdebstrap first when it is missing (a cold build takes minutes).
 // mmdebstrap is installed with apt-get when absent. Progress goes to log.
@@ -78,6 +87,16 @@ func EnsureRootfs(ctx context.Context, cacheDir string, r Rootfs, log io.Writer)
 	sources, err := aptSources()
 	if err != nil {
 		return "", err
+	}
+	if host := hostCodename(); host != "" && host != r.Suite {
+		srcDir, err := os.MkdirTemp(dir, "sources-")
+		if err != nil {
+			return "", fmt.Errorf("rootfs cache: %w", err)
+		}
+		defer os.RemoveAll(srcDir)
+		if sources, err = rewriteSuite(sources, host, r.Suite, srcDir); err != nil {
+			return "", err
+		}
 	}
 	opts, err := aptOptions(ctx)
 	if err != nil {
@@ -164,6 +183,43 @@ func aptSources() ([]string, error) {
 		return nil, errors.New("no apt sources on this machine (/etc/apt/sources.list or sources.list.d) for mmdebstrap")
 	}
 	return files, nil
+}
+
+// hostCodename is this machine's Debian codename (VERSION_CODENAME in
+// /etc/os-release), "" when it cannot be read.
+func hostCodename() string {
+	b, err := os.ReadFile("/etc/os-release")
+	if err != nil {
+		return ""
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "VERSION_CODENAME="); ok {
+			return strings.Trim(strings.TrimSpace(v), `"'`)
+		}
+	}
+	return ""
+}
+
+// rewriteSuite copies the apt source files into dir with the host's suite
+// names (bookworm, bookworm-updates, bookworm-security) turned into
+// suite's: a root filesystem of another release comes from the same mirror
+// the machine is set up for, never one written into the repository.
+func rewriteSuite(files []string, host, suite, dir string) ([]string, error) {
+	word := regexp.MustCompile(`\b` + regexp.QuoteMeta(host) + `\b`)
+	var out []string
+	for i, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return nil, fmt.Errorf("apt sources for %s: %w", suite, err)
+		}
+		// mmdebstrap tells the two formats apart by the file name's ending.
+		p := filepath.Join(dir, fmt.Sprintf("%02d-%s", i, filepath.Base(f)))
+		if err := os.WriteFile(p, word.ReplaceAll(b, []byte(suite)), 0o644); err != nil {
+			return nil, fmt.Errorf("apt sources for %s: %w", suite, err)
+		}
+		out = append(out, p)
+	}
+	return out, nil
 }
 
 // passedAptOptions are the host's apt settings mmdebstrap needs to reach the
