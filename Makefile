@@ -54,14 +54,17 @@ lint:
 
 # Container images from Debian packages and the release binaries, no
 # Docker engine (packaging/images): make images REGISTRY=host/prefix
-# [IMAGES=controlplane,worker,runner] [TAG=latest]. Pushes TAG and a run tag
+# [IMAGES=controlplane,worker,runner,dashboard-api,dashboard-web] [TAG=latest]
+# [DASHBOARD_API_BASE=https://levers9-api.example.com] (NEXT_PUBLIC_API_BASE,
+# fixed in the dashboard-web image). Pushes TAG and a run tag
 # sha-COMMIT-TIME; package lists and digests go to dist/images/.
 .PHONY: images
-IMAGES ?= controlplane,worker,runner
+IMAGES ?= controlplane,worker,runner,dashboard-api,dashboard-web
+DASHBOARD_API_BASE ?=
 TAG ?= latest
 images: release
 	@test -n "$(REGISTRY)" || { echo "make images: set REGISTRY=host[:port]/prefix" >&2; exit 1; }
-	go run ./packaging/images --registry "$(REGISTRY)" --tag "$(TAG)" --images "$(IMAGES)" --dist dist
+	go run ./packaging/images --registry "$(REGISTRY)" --tag "$(TAG)" --images "$(IMAGES)" --dist dist --dashboard-api-base "$(DASHBOARD_API_BASE)"
 
 bench:
 	@for b in bench/*/; do [ -f "$$b/main.go" ] && { echo "== $$b"; go run "./$$b" -quick || exit 1; }; done; true

@@ -5,6 +5,7 @@
 #
 #   dist/levers9-linux-{amd64,arm64}               the CLI, static (no cgo)
 #   dist/levers9-controlplane-linux-{amd64,arm64}  static (no cgo)
+#   dist/levers9-dashboard-api-linux-{amd64,arm64} static (no cgo)
 #   dist/levers9-agent-linux-{amd64,arm64}         cgo, so go-nvml can dlopen
 #                                                  libnvidia-ml (dynamic glibc)
 #   dist/SHA256SUMS                                sha256sum format
@@ -101,12 +102,14 @@ mkdir -p "$DIST"
 # A flat dist holds one release: binaries of an earlier run (another
 # version, or an architecture this run skips) would otherwise be summed too.
 rm -f "$DIST"/levers9-linux-* "$DIST"/levers9-controlplane-linux-* "$DIST"/levers9-agent-linux-* \
+  "$DIST"/levers9-dashboard-api-linux-* \
   "$DIST"/*.tmp "$DIST/SHA256SUMS" "$DIST/VERSION"
 
 log "version $VERSION, commit $COMMIT ($COMMIT_TIME), into $DIST"
 for arch in "${ARCHES[@]}"; do
   build levers9 "$arch" 0
   build levers9-controlplane "$arch" 0
+  build levers9-dashboard-api "$arch" 0
   if [ "$arch" = arm64 ] && [ "${ARM64_NVML:-1}" = 0 ]; then
     log "WARNING: the arm64 agent is built without cgo (ARM64_NVML=0): it cannot load NVML and reports no GPUs"
     build levers9-agent "$arch" 0

@@ -19,7 +19,7 @@ import (
 // depend on tags or a dirty tree.
 const testVersion = "v9.8.7-releasetest"
 
-var binaries = []string{"levers9", "levers9-controlplane", "levers9-agent"}
+var binaries = []string{"levers9", "levers9-controlplane", "levers9-agent", "levers9-dashboard-api"}
 
 // release runs release.sh into dir and returns its stderr.
 func release(t *testing.T, dir string) string {
@@ -176,7 +176,7 @@ func fileSum(t *testing.T, path string) string {
 }
 
 // checkELF reads the header only (arm64 binaries are never run): the
-// machine, that the CLI and controlplane are static, and that the agent is
+// machine, that the CLI, controlplane and dashboard API are static, and that the agent is
 // dynamically linked against glibc, which it is only when built with cgo,
 // the condition for go-nvml to dlopen libnvidia-ml.
 func checkELF(t *testing.T, path string, machine elf.Machine, cgo bool) {

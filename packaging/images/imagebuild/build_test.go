@@ -23,6 +23,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 
+	"github.com/levers9/levers9/dashboard/web"
 	"github.com/levers9/levers9/internal/devstack"
 	"github.com/levers9/levers9/internal/testenv"
 )
@@ -44,7 +45,7 @@ var distBinaries = sync.OnceValues(func() (string, error) {
 		return "", err
 	}
 	for _, arch := range []string{"amd64", "arm64"} {
-		for _, bin := range []string{"levers9-controlplane", "levers9-agent"} {
+		for _, bin := range []string{"levers9-controlplane", "levers9-agent", "levers9-dashboard-api"} {
 			out := filepath.Join(dir, fmt.Sprintf("%s-linux-%s", bin, arch))
 			cmd := exec.Command("go", "build", "-trimpath", "-o", out, "./cmd/"+bin)
 			cmd.Dir = repoRoot
@@ -55,6 +56,16 @@ var distBinaries = sync.OnceValues(func() (string, error) {
 		}
 	}
 	return dir, nil
+})
+
+// testAPIBase is the NEXT_PUBLIC_API_BASE the dashboard-web image is
+// built for in the tests.
+const testAPIBase = "https://levers9-api.example.com"
+
+// webBuild makes the standalone web build once per test binary (a minute
+// cold, cached across runs under dashboard/web/.next-build).
+var webBuild = sync.OnceValues(func() (*web.Build, error) {
+	return BuildWeb(context.Background(), repoRoot, testAPIBase, io.Discard)
 })
 
 func TestMain(m *testing.M) {
@@ -80,7 +91,7 @@ func setup(t *testing.T) bundle {
 		t.Fatal(err)
 	}
 	log := testenv.LogWriter(t, "LEVERS9_TEST_VERBOSE")
-	for _, r := range []Rootfs{RunnerRootfs(0), WorkerRootfs(0)} {
+	for _, r := range []Rootfs{RunnerRootfs(0), WorkerRootfs(0), DashboardWebRootfs(0)} {
 		// A cold cache costs minutes (make test prebuilds it with
 		// --rootfs-only); mmdebstrap that cannot run is a missing
 		// prerequisite, fatal under CI.
@@ -151,6 +162,8 @@ func TestImages(t *testing.T) {
 		entrypoint []string
 		files      map[string]byte // path -> tar type (0: any)
 		check      func(t *testing.T, arch string, contents map[string][]byte)
+		labels     map[string]string
+		needsWeb   bool
 	}{
 		{
 			name: "controlplane", archs: []string{"amd64", "arm64"}, user: "65532:65532",
@@ -190,14 +203,60 @@ func TestImages(t *testing.T) {
 			name: "runner", archs: []string{"amd64"}, user: "0:0",
 			files: map[string]byte{"/usr/bin/python3": 0, "/etc/ssl/certs/ca-certificates.crt": 0},
 		},
+		{
+			name: "dashboard-api", archs: []string{"amd64", "arm64"}, user: "65532:65532",
+			entrypoint: []string{DashboardAPIPath},
+			files: map[string]byte{
+				DashboardAPIPath: tar.TypeReg, "/etc/ssl/certs/ca-certificates.crt": tar.TypeReg,
+				"/etc/passwd": tar.TypeReg, "/etc/group": tar.TypeReg, "/tmp": tar.TypeDir,
+			},
+			check: func(t *testing.T, arch string, c map[string][]byte) {
+				if got := elfArch(t, c[DashboardAPIPath]); got != arch {
+					t.Errorf("%s image: the dashboard API is built for %s", arch, got)
+				}
+				if !bytes.Contains(c["/etc/passwd"], []byte("levers9:x:65532:65532:")) {
+					t.Errorf("/etc/passwd has no levers9 user:\n%s", c["/etc/passwd"])
+				}
+				if !bytes.Contains(c["/etc/ssl/certs/ca-certificates.crt"], []byte("BEGIN CERTIFICATE")) {
+					t.Error("CA bundle has no certificates")
+				}
+			},
+		},
+		{
+			name: "dashboard-web", archs: []string{"amd64"}, user: "65532:65532", needsWeb: true,
+			entrypoint: []string{"/usr/bin/node", "/app/server.js"},
+			labels:     map[string]string{APIBaseLabel: testAPIBase},
+			files: map[string]byte{
+				"/usr/bin/node": 0, "/app/server.js": tar.TypeReg, "/app/node_modules/next/package.json": tar.TypeReg,
+				"/etc/ssl/certs/ca-certificates.crt": 0, "/etc/passwd": tar.TypeReg,
+			},
+			check: func(t *testing.T, arch string, c map[string][]byte) {
+				if !bytes.Contains(c["/etc/passwd"], []byte("levers9:x:65532:65532:")) {
+					t.Errorf("/etc/passwd has no levers9 user:\n%s", c["/etc/passwd"])
+				}
+				// server.js carries the build's config: the API base is
+				// in it, so the image serves what the label says.
+				if !bytes.Contains(c["/app/server.js"], []byte("distDir")) {
+					t.Errorf("/app/server.js is not Next.js's standalone server:\n%.400s", c["/app/server.js"])
+				}
+			},
+		},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			first, err := Build(ctx, tc.name, b.opts)
+			opts := b.opts
+			if tc.needsWeb {
+				w, err := webBuild()
+				if err != nil {
+					testenv.Missing(t, "standalone build of dashboard/web (needs node 20.9+ and npm): %v", err)
+				}
+				opts.Web = w
+			}
+			first, err := Build(ctx, tc.name, opts)
 			if err != nil {
 				t.Fatal(err)
 			}
-			second, err := Build(ctx, tc.name, b.opts)
+			second, err := Build(ctx, tc.name, opts)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -262,6 +321,9 @@ func TestImages(t *testing.T) {
 					"org.opencontainers.image.version":  "v0.0.0-test",
 					PackagesLabel:                       hex.EncodeToString(sum[:]),
 				}
+				for k, v := range tc.labels {
+					want[k] = v
+				}
 				for k, v := range want {
 					if c.Labels[k] != v {
 						t.Errorf("%s: label %s = %q, want %q", arch, k, c.Labels[k], v)
@@ -320,6 +382,10 @@ func checkPackageList(t *testing.T, image, list string) {
 			"go levers9-agent-linux-arm64 github.com/levers9/levers9 ", "go levers9-controlplane-linux-amd64 github.com/jackc/pgx/v5 ", "go levers9-controlplane-linux-arm64 stdlib go1."},
 		"worker": {"deb runc ", "deb iptables ", "deb fuse3 ", "go levers9-agent github.com/levers9/levers9 ", "go runsc gvisor.dev/gvisor "},
 		"runner": {"deb python3 ", "deb ca-certificates "},
+		"dashboard-api": {"deb ca-certificates ", "go levers9-dashboard-api-linux-amd64 github.com/levers9/levers9 ",
+			"go levers9-dashboard-api-linux-arm64 stdlib go1."},
+		// trixie's Node.js is 20: Next.js 16 needs 20.9 or later.
+		"dashboard-web": {"deb nodejs 20.", "deb ca-certificates ", "npm next ", "npm react "},
 	}[image]
 	for _, w := range want {
 		if !strings.Contains(list, "\n"+w) && !strings.HasPrefix(list, w) {

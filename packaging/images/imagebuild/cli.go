@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/levers9/levers9/dashboard/web"
 )
 
 // DefaultSource is the org.opencontainers.image.source label.
@@ -43,6 +45,7 @@ func Main(ctx context.Context, root string, args []string, stderr io.Writer) err
 	rootfsOnly := fs.Bool("rootfs-only", false, "only build the cached root filesystems the images need, push nothing")
 	cpPlatforms := fs.String("controlplane-platforms", "amd64,arm64", "architectures of the controlplane image index")
 	source := fs.String("source", DefaultSource, "org.opencontainers.image.source")
+	apiBase := fs.String("dashboard-api-base", "", "NEXT_PUBLIC_API_BASE the dashboard-web image is built for: the dashboard API's URL as browsers reach it (empty: the app's own origin); fixed in the image")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -81,8 +84,13 @@ func Main(ctx context.Context, root string, args []string, stderr io.Writer) err
 	o := Options{DistDir: *dist, CacheDir: cache, Source: *source, Revision: rev, Version: version,
 		Created: created, ControlplanePlatforms: splitList(*cpPlatforms), Log: stderr}
 	for _, n := range names {
-		if n == "worker" {
+		switch n {
+		case "worker":
 			if o.Runsc, err = EnsureRunsc(ctx, root, cache, stderr); err != nil {
+				return err
+			}
+		case "dashboard-web":
+			if o.Web, err = BuildWeb(ctx, root, *apiBase, stderr); err != nil {
 				return err
 			}
 		}
@@ -121,6 +129,22 @@ func gitRevision(ctx context.Context, root string) (string, time.Time, error) {
 		return "", time.Time{}, fmt.Errorf("commit time %q: %w", ct, err)
 	}
 	return rev, time.Unix(sec, 0).UTC(), nil
+}
+
+// BuildWeb makes (or reuses) the standalone build of root's dashboard/web
+// for apiBase, the build the dashboard-web image carries. It needs Node.js
+// 20.9 or later and npm on this machine (make deps).
+func BuildWeb(ctx context.Context, root, apiBase string, log io.Writer) (*web.Build, error) {
+	dir, err := web.Find(root)
+	if err != nil {
+		return nil, err
+	}
+	fmt.Fprintf(log, "images: building dashboard/web (standalone) for NEXT_PUBLIC_API_BASE=%q\n", apiBase)
+	b, err := web.Make(ctx, web.BuildOptions{Dir: dir, APIBase: apiBase, Standalone: true, Log: log})
+	if err != nil {
+		return nil, fmt.Errorf("dashboard-web image: %w", err)
+	}
+	return b, nil
 }
 
 // EnsureRunsc returns the pinned runsc in the cache
