@@ -110,6 +110,8 @@ func secretValues() map[string]any {
 	v = with(v, "secrets.previousEncryptionKeys.secretName", "levers9-encryption")
 	v = with(v, "redis.existingSecret", "levers9-redis")
 	v = with(v, "controlplane.tls.secretName", "levers9-tls")
+	v = dashboardValues(v)
+	v = with(v, "dashboard.api.envSecret.metricsTokenKey", "metrics-token")
 	return v
 }
 
@@ -160,6 +162,10 @@ func TestNoSecretValueOutsideSecrets(t *testing.T) {
 		"LEVERS9_OBJECTSTORE_IMAGES_ACCESS_KEY_ID":      "levers9-objectstore-images/ACCESS_KEY_ID",
 		"LEVERS9_OBJECTSTORE_JUICEFS_SECRET_ACCESS_KEY": "levers9-objectstore-juicefs/SECRET_ACCESS_KEY",
 		"LEVERS9_OBJECTSTORE_WORKSPACE_ACCESS_KEY_ID":   "levers9-objectstore-workspace/ACCESS_KEY_ID",
+		"LEVERS9_DASHBOARD_TOKEN":                       "levers9-dashboard-env/token",
+		"LEVERS9_DASHBOARD_SESSION_SECRET":              "levers9-dashboard-env/session-secret",
+		"LEVERS9_DASHBOARD_GOOGLE_CLIENT_SECRET":        "levers9-dashboard-env/google-client-secret",
+		"LEVERS9_DASHBOARD_METRICS_TOKEN":               "levers9-dashboard-env/metrics-token",
 	}
 	secretName := regexp.MustCompile(`(?i)(password|secret|token|key)`)
 	// $(VAR) (Kubernetes) or $VAR / ${VAR} (a shell) would put the secret

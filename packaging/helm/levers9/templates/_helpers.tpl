@@ -31,6 +31,18 @@ app.kubernetes.io/component: controlplane
 {{- end -}}
 {{- end }}
 
+{{/* levers9.dashboardImage: (dict "img" images.dashboardApi "name" "levers9-dashboard-api" "root" .) */}}
+{{- define "levers9.dashboardImage" -}}
+{{- $repo := .img.repository | default (printf "%s/%s" (dir .root.Values.images.controlplane.repository) .name) -}}
+{{- include "levers9.image" (dict "repository" $repo "tag" .img.tag "digest" .img.digest) -}}
+{{- end }}
+
+{{- define "levers9.dashboardSelectorLabels" -}}
+app.kubernetes.io/name: levers9
+app.kubernetes.io/instance: {{ .root.Release.Name }}
+app.kubernetes.io/component: {{ .component }}
+{{- end }}
+
 {{/*
 levers9.secretKeys lists the keys under a map whose names look like secrets and whose values could
 hold one (not a switch, not a map: maps are walked) (space-separated
@@ -89,6 +101,27 @@ levers9.validate fails the render with every problem at once, each naming the va
 {{- range $name, $p := $v.pools -}}
 {{- if not (regexMatch "^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$" $name) -}}
 {{- $errs = append $errs (printf "pools.%s: pool names are lower-case letters, digits and dashes" $name) -}}
+{{- end -}}
+{{- end -}}
+{{- if $v.dashboard.enabled -}}
+{{- $d := $v.dashboard -}}
+{{- if not $d.api.publicUrl -}}
+{{- $errs = append $errs "dashboard.api.publicUrl is required with dashboard.enabled (the API's URL as browsers reach it, https://...; the web image must be built for it)" -}}
+{{- end -}}
+{{- if not $d.web.url -}}
+{{- $errs = append $errs "dashboard.web.url is required with dashboard.enabled (the web app's URL as browsers reach it, https://...)" -}}
+{{- end -}}
+{{- if not $d.api.googleClientId -}}
+{{- $errs = append $errs "dashboard.api.googleClientId is required with dashboard.enabled (Google sign-in; the client secret goes in dashboard.api.envSecret)" -}}
+{{- end -}}
+{{- if not $d.api.allowedDomains -}}
+{{- $errs = append $errs "dashboard.api.allowedDomains is required with dashboard.enabled (email domains that may sign in)" -}}
+{{- end -}}
+{{- if not $d.api.admins -}}
+{{- $errs = append $errs "dashboard.api.admins is required with dashboard.enabled (emails or @domains that are admins)" -}}
+{{- end -}}
+{{- if not $d.api.envSecret.secretName -}}
+{{- $errs = append $errs "dashboard.api.envSecret.secretName is required with dashboard.enabled (the existing Secret with the token, session secret and Google client secret)" -}}
 {{- end -}}
 {{- end -}}
 {{- if $errs -}}
