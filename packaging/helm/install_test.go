@@ -46,6 +46,8 @@ var installSecrets = map[string]map[string]string{
 	"levers9-encryption": {"key": "SENTINEL-ENCRYPTION-KEY-0123456789abcdef"},
 	"levers9-postgres":   {"password": "SENTINEL-POSTGRES-PASSWORD"},
 	"levers9-redis":      {"password": "SENTINEL-REDIS-PASSWORD"},
+	"levers9-dashboard-env": {"token": "SENTINEL-DASHBOARD-TOKEN", "session-secret": "SENTINEL-DASHBOARD-SESSION-0123456789abcdef0123",
+		"google-client-secret": "SENTINEL-GOOGLE-CLIENT-SECRET"},
 }
 
 type installBundle struct {
@@ -281,6 +283,48 @@ func (b *installBundle) checkNoSecretCopied(t *testing.T) {
 	}
 }
 
+// checkDashboard reads the dashboard's Deployments and Services back from
+// the API server: ClusterIP Services selecting their own Deployment's
+// pods, and the API's secrets referenced from levers9-dashboard-env.
+func (b *installBundle) checkDashboard(t *testing.T) {
+	t.Helper()
+	ctx := t.Context()
+	for _, name := range []string{"levers9-dashboard-api", "levers9-dashboard-web"} {
+		d, err := b.cs.AppsV1().Deployments(releaseNS).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			t.Errorf("Deployment %s: %v", name, err)
+			continue
+		}
+		svc, err := b.cs.CoreV1().Services(releaseNS).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			t.Errorf("Service %s: %v", name, err)
+			continue
+		}
+		if svc.Spec.Type != corev1.ServiceTypeClusterIP || svc.Spec.ClusterIP == "" {
+			t.Errorf("Service %s: type %s, cluster IP %q", name, svc.Spec.Type, svc.Spec.ClusterIP)
+		}
+		for k, v := range svc.Spec.Selector {
+			if d.Spec.Template.Labels[k] != v {
+				t.Errorf("Service %s selects %s=%s, which its pods do not carry", name, k, v)
+			}
+		}
+		if name != "levers9-dashboard-api" {
+			continue
+		}
+		refs := map[string]string{}
+		for _, e := range d.Spec.Template.Spec.Containers[0].Env {
+			if e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil {
+				refs[e.Name] = e.ValueFrom.SecretKeyRef.Name + "/" + e.ValueFrom.SecretKeyRef.Key
+			}
+		}
+		for _, k := range []string{"LEVERS9_DASHBOARD_TOKEN", "LEVERS9_DASHBOARD_SESSION_SECRET", "LEVERS9_DASHBOARD_GOOGLE_CLIENT_SECRET"} {
+			if !strings.HasPrefix(refs[k], "levers9-dashboard-env/") {
+				t.Errorf("%s: env %s from %q, want levers9-dashboard-env", name, k, refs[k])
+			}
+		}
+	}
+}
+
 // startWorkerJob creates the pool's worker Job from the chart's template as
 // the controlplane's service account would, and returns the node its pod
 // was scheduled on.
@@ -362,9 +406,11 @@ func TestInstallIntoKubernetes(t *testing.T) {
 		t.Errorf("the l40s worker pod requests %v GPUs, want 1 (jobResourcesEnforced)", q.String())
 	}
 
-	// Upgrade: more replicas, the tunnel on a NodePort, the legacy role.
+	// Upgrade: more replicas, the tunnel on a NodePort, the legacy role,
+	// the dashboard.
 	began = time.Now()
 	up := with(with(with(installValues(), "controlplane.replicas", 3), "tunnel.service.type", "NodePort"), "tunnel.service.nodePort", 31995)
+	up = dashboardValues(up)
 	rel = b.upgrade(t, with(up, "rbac.legacyClusterWide", true))
 	t.Logf("helm upgrade: %d objects in %v", b.checkAccepted(t, rel), time.Since(began).Round(time.Millisecond))
 	d, err := b.cs.AppsV1().Deployments(releaseNS).Get(ctx, "levers9-controlplane", metav1.GetOptions{})
@@ -384,6 +430,7 @@ func TestInstallIntoKubernetes(t *testing.T) {
 		}
 	}
 	b.checkRBAC(t, true)
+	b.checkDashboard(t)
 
 	// And back: the wide role goes with the value.
 	rel = b.upgrade(t, up)
@@ -405,7 +452,9 @@ func TestInstallIntoKubernetes(t *testing.T) {
 		_, e2 := b.cs.RbacV1().ClusterRoles().Get(ctx, "levers9-controlplane-nodes-"+releaseNS, metav1.GetOptions{})
 		_, e3 := b.cs.CoreV1().ConfigMaps(releaseNS).Get(ctx, "levers9-controlplane-config", metav1.GetOptions{})
 		_, e4 := b.cs.CoreV1().Services(releaseNS).Get(ctx, "levers9-tunnel", metav1.GetOptions{})
-		return gone(e1) && gone(e2) && gone(e3) && gone(e4)
+		_, e5 := b.cs.AppsV1().Deployments(releaseNS).Get(ctx, "levers9-dashboard-api", metav1.GetOptions{})
+		_, e6 := b.cs.CoreV1().Services(releaseNS).Get(ctx, "levers9-dashboard-web", metav1.GetOptions{})
+		return gone(e1) && gone(e2) && gone(e3) && gone(e4) && gone(e5) && gone(e6)
 	})
 	if b.can(t, authorizationv1.ResourceAttributes{Verb: "list", Resource: "nodes"}) {
 		t.Error("after uninstall the controlplane's account still lists nodes")
