@@ -62,13 +62,17 @@ func unpack(t *testing.T, img v1.Image, dir string) {
 			}
 		case tar.TypeSymlink:
 			err = os.Symlink(h.Linkname, p)
+		case tar.TypeLink:
+			// Debian root filesystems hard-link a few files (perl).
+			_ = os.Remove(p)
+			err = os.Link(filepath.Join(dir, filepath.Clean("/"+h.Linkname)), p)
 		default:
-			t.Fatalf("unexpected %s (type %q) in the controlplane image", h.Name, h.Typeflag)
+			t.Fatalf("unexpected %s (type %q) in the image", h.Name, h.Typeflag)
 		}
 		if err == nil {
 			err = os.Lchown(p, h.Uid, h.Gid)
 		}
-		if err == nil && h.Typeflag != tar.TypeSymlink {
+		if err == nil && h.Typeflag != tar.TypeSymlink && h.Typeflag != tar.TypeLink {
 			err = os.Chmod(p, mode)
 		}
 		if err != nil {
