@@ -137,11 +137,11 @@ func buildDashboardWeb(o Options, webTar string) (*Image, error) {
 		{filepath.Join(dist, "static"), path.Join(DashboardWebDir, filepath.ToSlash(o.Web.DistDir), "static")},
 		{filepath.Join(o.Web.Dir, "public"), path.Join(DashboardWebDir, "public")},
 	} {
-		fs, err := treeFiles(tree.src, tree.dst)
+		tf, err := treeFiles(tree.src, tree.dst)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", name, err)
 		}
-		files = append(files, fs...)
+		files = append(files, tf...)
 	}
 	lines := dpkgPackages(status)
 	npm, err := npmPackages(filepath.Join(standalone, "node_modules"))
