@@ -554,3 +554,38 @@ func TestRootfsKey(t *testing.T) {
 		}
 	}
 }
+
+// TestRewriteSuite: another release's root filesystem comes from the
+// machine's own mirror, with every suite of the host's release renamed and
+// nothing else changed (a *.sources name stays, mmdebstrap reads its format
+// from it).
+func TestRewriteSuite(t *testing.T) {
+	tests := []struct{ name, in, want string }{
+		{"one-line.list", "deb http://mirror.example/debian bookworm main\ndeb http://mirror.example/debian-security bookworm-security main\n",
+			"deb http://mirror.example/debian trixie main\ndeb http://mirror.example/debian-security trixie-security main\n"},
+		{"debian.sources", "Types: deb\nURIs: http://mirror.example/debian\nSuites: bookworm bookworm-updates\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n",
+			"Types: deb\nURIs: http://mirror.example/debian\nSuites: trixie trixie-updates\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n"},
+	}
+	src, dst := t.TempDir(), t.TempDir()
+	var files []string
+	for _, tc := range tests {
+		p := filepath.Join(src, tc.name)
+		if err := os.WriteFile(p, []byte(tc.in), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		files = append(files, p)
+	}
+	out, err := rewriteSuite(files, "bookworm", "trixie", dst)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, tc := range tests {
+		if !strings.HasSuffix(out[i], tc.name) {
+			t.Errorf("%s written as %s", tc.name, out[i])
+		}
+		b, err := os.ReadFile(out[i])
+		if err != nil || string(b) != tc.want {
+			t.Errorf("%s: got %q (%v), want %q", tc.name, b, err, tc.want)
+		}
+	}
+}
