@@ -118,7 +118,9 @@ func ClusterManifest(p ClusterParams) ([]runtime.Object, error) {
 			Replicas: &one,
 			// One machine, one certificate: never two agents at once.
 			Strategy: appsv1.DeploymentStrategy{Type: appsv1.RecreateDeploymentStrategyType},
-			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{clusterLabelApp: ClusterAgentName, clusterLabelMach: p.MachineID}},
+			// The selector is immutable: a second join of the same namespace
+			// updates the Deployment in place, so it names no machine.
+			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{clusterLabelApp: ClusterAgentName}},
 			Template: corev1.PodTemplateSpec{
 				ObjectMeta: metav1.ObjectMeta{Labels: labels},
 				Spec: corev1.PodSpec{
