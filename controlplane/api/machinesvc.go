@@ -61,6 +61,10 @@ func (d *Deps) online(m store.Machine) (string, bool) {
 	return d.Presence.Online(m.ID)
 }
 
+// ClusterAgentLabel marks the machine of an attached cluster's agent
+// (`levers9 cluster join`); `levers9 cluster list` lists machines by it.
+const ClusterAgentLabel = "levers9.dev/cluster-agent"
+
 // CreateMachine makes a pending machine with a single-use join token and
 // the join script that carries it.
 func (s *MachineService) CreateMachine(ctx context.Context, req *v1.CreateMachineRequest) (*v1.CreateMachineResponse, error) {
@@ -89,6 +93,23 @@ func (s *MachineService) createMachine(ctx context.Context, req *v1.CreateMachin
 	if errs := config.CheckLabels("labels", req.GetLabels()); len(errs) > 0 {
 		return nil, fmt.Errorf("%w: %w", errors.Join(errs...), errdefs.ErrInvalidArgument)
 	}
+	labels := req.GetLabels()
+	if _, ok := labels[ClusterAgentLabel]; ok {
+		return nil, fmt.Errorf("labels: %s is set by `levers9 cluster join` only: %w", ClusterAgentLabel, errdefs.ErrInvalidArgument)
+	}
+	if req.GetClusterAgent() {
+		// A cluster agent makes workers for the whole workspace: joining a
+		// cluster is an admin's call, not a machine-join token's.
+		if p.Role != store.RoleAdmin {
+			return nil, fmt.Errorf("joining a cluster needs an admin token (this one is %s): %w", p.Role, errdefs.ErrPermissionDenied)
+		}
+		withKind := make(map[string]string, len(labels)+1)
+		for k, v := range labels {
+			withKind[k] = v
+		}
+		withKind[ClusterAgentLabel] = "true"
+		labels = withKind
+	}
 	ttl := s.Config.Controlplane.JoinTokenTTL()
 	if req.GetJoinTtlSeconds() != 0 {
 		if req.GetJoinTtlSeconds() < 60 || req.GetJoinTtlSeconds() > 7*24*3600 {
@@ -107,7 +128,7 @@ func (s *MachineService) createMachine(ctx context.Context, req *v1.CreateMachin
 	}
 	now := s.now()
 	jtID, token, hash := enroll.MintJoinToken()
-	m := store.Machine{ID: machineID, WorkspaceID: p.WorkspaceID, Name: name, Pool: pool, CreatedAt: now, Labels: req.GetLabels()}
+	m := store.Machine{ID: machineID, WorkspaceID: p.WorkspaceID, Name: name, Pool: pool, CreatedAt: now, Labels: labels}
 	expires := now.Add(ttl)
 	script, err := enroll.JoinScript(enroll.ScriptParams{MachineID: m.ID, Pool: pool, ControlplaneGRPC: s.Public.GRPC,
 		ControlplaneREST: s.Public.REST, CAPEM: s.Public.CAPEM, AgentSHA256: sums, Token: token, ExpiresAt: expires, DevBuild: req.GetDevBuild()})
@@ -123,7 +144,8 @@ func (s *MachineService) createMachine(ctx context.Context, req *v1.CreateMachin
 	m.JoinExpiresAt = &expires
 	s.Log.Info("machine created", "workspace_id", p.WorkspaceID, "machine_id", m.ID, "pool", pool, "join_token_id", jtID, "labels", m.Labels)
 	s.publish(ctx, bus.Event{Workspace: p.WorkspaceID, Kind: "machine.created", Object: m.ID})
-	return &v1.CreateMachineResponse{Machine: s.machinePB(m), JoinToken: token, JoinScript: script}, nil
+	return &v1.CreateMachineResponse{Machine: s.machinePB(m), JoinToken: token, JoinScript: script,
+		ControlplaneGrpc: s.Public.GRPC, CaPem: s.Public.CAPEM}, nil
 }
 
 // ListMachines lists the caller's machines.

@@ -812,6 +812,10 @@ type CreateMachineRequest struct {
 	// Hand the machine an agent built from the controlplane's own source
 	// (only when the controlplane runs with LEVERS9_AGENT_DEV_BUILDS=true).
 	DevBuild bool `protobuf:"varint,4,opt,name=dev_build,json=devBuild,proto3" json:"dev_build,omitempty"`
+	// The machine is an attached cluster's agent (`levers9 cluster join`):
+	// admins only; it is labelled levers9.dev/cluster-agent=true, a label
+	// no other machine may carry.
+	ClusterAgent bool `protobuf:"varint,5,opt,name=cluster_agent,json=clusterAgent,proto3" json:"cluster_agent,omitempty"`
 	// Labels, validated like Kubernetes labels. A pool with a nodeSelector
 	// refuses at join a machine whose labels do not match it.
 	Labels        map[string]string `protobuf:"bytes,70,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
@@ -877,6 +881,13 @@ func (x *CreateMachineRequest) GetDevBuild() bool {
 	return false
 }
 
+func (x *CreateMachineRequest) GetClusterAgent() bool {
+	if x != nil {
+		return x.ClusterAgent
+	}
+	return false
+}
+
 func (x *CreateMachineRequest) GetLabels() map[string]string {
 	if x != nil {
 		return x.Labels
@@ -890,9 +901,13 @@ type CreateMachineResponse struct {
 	// The single-use join token, shown this once.
 	JoinToken string `protobuf:"bytes,2,opt,name=join_token,json=joinToken,proto3" json:"join_token,omitempty"`
 	// The join script, with the token inside: write it to a 0600 file.
-	JoinScript    string `protobuf:"bytes,3,opt,name=join_script,json=joinScript,proto3" json:"join_script,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	JoinScript string `protobuf:"bytes,3,opt,name=join_script,json=joinScript,proto3" json:"join_script,omitempty"`
+	// HOST:PORT agents dial, and the controlplane's CA PEM when it has its
+	// own (empty: the system's roots), for manifests that are not scripts.
+	ControlplaneGrpc string `protobuf:"bytes,4,opt,name=controlplane_grpc,json=controlplaneGrpc,proto3" json:"controlplane_grpc,omitempty"`
+	CaPem            string `protobuf:"bytes,5,opt,name=ca_pem,json=caPem,proto3" json:"ca_pem,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *CreateMachineResponse) Reset() {
@@ -942,6 +957,20 @@ func (x *CreateMachineResponse) GetJoinToken() string {
 func (x *CreateMachineResponse) GetJoinScript() string {
 	if x != nil {
 		return x.JoinScript
+	}
+	return ""
+}
+
+func (x *CreateMachineResponse) GetControlplaneGrpc() string {
+	if x != nil {
+		return x.ControlplaneGrpc
+	}
+	return ""
+}
+
+func (x *CreateMachineResponse) GetCaPem() string {
+	if x != nil {
+		return x.CaPem
 	}
 	return ""
 }
@@ -1454,22 +1483,25 @@ const file_api_levers9_v1_machine_proto_rawDesc = "" +
 	"\x06labels\x18F \x03(\v2\x1f.levers9.v1.Machine.LabelsEntryR\x06labels\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x86\x02\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xab\x02\n" +
 	"\x14CreateMachineRequest\x12\x12\n" +
 	"\x04pool\x18\x01 \x01(\tR\x04pool\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12(\n" +
 	"\x10join_ttl_seconds\x18\x03 \x01(\x03R\x0ejoinTtlSeconds\x12\x1b\n" +
-	"\tdev_build\x18\x04 \x01(\bR\bdevBuild\x12D\n" +
+	"\tdev_build\x18\x04 \x01(\bR\bdevBuild\x12#\n" +
+	"\rcluster_agent\x18\x05 \x01(\bR\fclusterAgent\x12D\n" +
 	"\x06labels\x18F \x03(\v2,.levers9.v1.CreateMachineRequest.LabelsEntryR\x06labels\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x86\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xca\x01\n" +
 	"\x15CreateMachineResponse\x12-\n" +
 	"\amachine\x18\x01 \x01(\v2\x13.levers9.v1.MachineR\amachine\x12\x1d\n" +
 	"\n" +
 	"join_token\x18\x02 \x01(\tR\tjoinToken\x12\x1f\n" +
 	"\vjoin_script\x18\x03 \x01(\tR\n" +
-	"joinScript\")\n" +
+	"joinScript\x12+\n" +
+	"\x11controlplane_grpc\x18\x04 \x01(\tR\x10controlplaneGrpc\x12\x15\n" +
+	"\x06ca_pem\x18\x05 \x01(\tR\x05caPem\")\n" +
 	"\x13ListMachinesRequest\x12\x12\n" +
 	"\x04pool\x18\x01 \x01(\tR\x04pool\"G\n" +
 	"\x14ListMachinesResponse\x12/\n" +
