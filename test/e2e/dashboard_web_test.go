@@ -350,7 +350,7 @@ func TestDashboardInBrowser(t *testing.T) {
 		until("attempt 2's marker and lines", `!!document.querySelector('[data-testid=attempt-marker][data-attempt="2"]') && !!document.querySelector('[data-testid=logs] .line[data-attempt="2"]')`, 120*time.Second)
 		markers := browserRun(t, browser, "markers", chromedp.Evaluate[[]string](`[...document.querySelectorAll('[data-testid=attempt-marker]')].map(e => e.textContent)`))
 		joined := strings.Join(markers, "\n")
-		if !strings.Contains(joined, "attempt 1 lost") || strings.Contains(joined, "attempt 2 on "+victim) || !strings.Contains(joined, "attempt 2 on m_") {
+		if !strings.Contains(joined, "attempt 1 lost") || strings.Count(joined, "attempt 1 lost") != 1 || strings.Contains(joined, "attempt 2 on "+victim) || !strings.Contains(joined, "attempt 2 on m_") {
 			t.Errorf("attempt markers:\n%s", joined)
 		}
 		n2 := `document.querySelectorAll('[data-testid=logs] .line[data-attempt="2"]').length`

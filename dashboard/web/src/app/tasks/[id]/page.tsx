@@ -65,9 +65,12 @@ export default function TaskPage() {
       if (ev.state) {
         const s = ev.state;
         if (terminalStates.has(s.attemptState) || s.attemptState === "lost") {
+          const head = `attempt ${ev.attempt} ${s.attemptState}`;
           const exit = s.exitCode !== undefined ? `, exit code ${s.exitCode}` : "";
-          const why = s.summary || s.message ? `: ${s.summary || s.message}` : "";
-          add.push({ kind: "marker", key: seq.current++, attempt: ev.attempt, text: `attempt ${ev.attempt} ${s.attemptState}${exit}${why}` });
+          // The controlplane's summary may already begin with the same words.
+          let why = s.summary || s.message || "";
+          if (why.startsWith(head)) why = why.slice(head.length).replace(/^:\s*/, "");
+          add.push({ kind: "marker", key: seq.current++, attempt: ev.attempt, text: `${head}${exit}${why ? `: ${why}` : ""}` });
         }
         load();
       }
