@@ -10,9 +10,6 @@ import (
 	"strings"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
-	"github.com/google/go-containerregistry/pkg/v1/empty"
-	"github.com/google/go-containerregistry/pkg/v1/mutate"
-	"github.com/google/go-containerregistry/pkg/v1/types"
 )
 
 // The dashboard images' paths and settings.
@@ -83,22 +80,9 @@ func buildDashboardAPI(o Options, runnerTar string) (*Image, error) {
 		Labels:       o.labels(name, sum),
 		ExposedPorts: map[string]struct{}{"1997/tcp": {}},
 	}
-	idx := mutate.IndexMediaType(empty.Index, types.OCIImageIndex)
-	for _, arch := range o.ControlplanePlatforms {
-		bin, err := filesLayer([]file{{Path: DashboardAPIPath, Mode: 0o755, Source: o.binary(name, arch)}}, o.Created)
-		if err != nil {
-			return nil, fmt.Errorf("%s %s: %w", name, arch, err)
-		}
-		img, err := o.image(arch, cfg, layer{baseLayer, "levers9 images: passwd, group, CA bundle, /tmp"},
-			layer{bin, "levers9 images: levers9-dashboard-api linux/" + arch})
-		if err != nil {
-			return nil, fmt.Errorf("%s %s: %w", name, arch, err)
-		}
-		p := &v1.Platform{OS: "linux", Architecture: arch}
-		if arch == "arm64" {
-			p.Variant = "v8"
-		}
-		idx = mutate.AppendManifests(idx, mutate.IndexAddendum{Add: img, Descriptor: v1.Descriptor{Platform: p}})
+	idx, err := o.staticIndex(name, name, DashboardAPIPath, cfg, layer{baseLayer, "levers9 images: passwd, group, CA bundle, /tmp"})
+	if err != nil {
+		return nil, err
 	}
 	return &Image{Name: name, Index: idx, Packages: pkgs, PackagesSHA: sum}, nil
 }

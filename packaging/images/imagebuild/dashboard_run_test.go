@@ -107,18 +107,7 @@ func TestDashboardAPIImageServesHealth(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	b.opts.ControlplanePlatforms = []string{"amd64"}
-	built, err := Build(ctx, "dashboard-api", b.opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := built.Index.IndexManifest()
-	if err != nil {
-		t.Fatal(err)
-	}
-	img, err := built.Index.Image(m.Manifests[0].Digest)
-	if err != nil {
-		t.Fatal(err)
-	}
+	img := firstImage(ctx, t, b.opts, "dashboard-api")
 
 	n := testNetns(t)
 	l, err := net.Listen("tcp", net.JoinHostPort(n.hostIP, "0"))

@@ -96,18 +96,7 @@ func TestControlplaneImageServesHealth(t *testing.T) {
 	defer cancel()
 
 	b.opts.ControlplanePlatforms = []string{"amd64"}
-	built, err := Build(ctx, "controlplane", b.opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := built.Index.IndexManifest()
-	if err != nil {
-		t.Fatal(err)
-	}
-	img, err := built.Index.Image(m.Manifests[0].Digest)
-	if err != nil {
-		t.Fatal(err)
-	}
+	img := firstImage(ctx, t, b.opts, "controlplane")
 	cf, err := img.ConfigFile()
 	if err != nil {
 		t.Fatal(err)
@@ -300,4 +289,23 @@ func forward(t *testing.T, ip, target string) *net.TCPAddr {
 		}
 	}()
 	return l.Addr().(*net.TCPAddr)
+}
+
+// firstImage builds the image name and returns the first image of its index
+// (the amd64 one when b.opts.ControlplanePlatforms starts with amd64).
+func firstImage(ctx context.Context, t *testing.T, opts Options, name string) v1.Image {
+	t.Helper()
+	built, err := Build(ctx, name, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := built.Index.IndexManifest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, err := built.Index.Image(m.Manifests[0].Digest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return img
 }

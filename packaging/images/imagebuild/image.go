@@ -200,15 +200,10 @@ func (o Options) image(arch string, cfg v1.Config, layers ...layer) (v1.Image, e
 // to be read-only).
 func buildControlplane(o Options, runnerTar string) (*Image, error) {
 	const name = "levers9-controlplane"
-	ca, err := readTarFile(runnerTar, "etc/ssl/certs/ca-certificates.crt")
+	baseLayer, lines, err := nonRootBase(o, runnerTar)
 	if err != nil {
-		return nil, fmt.Errorf("%s: CA bundle: %w", name, err)
+		return nil, fmt.Errorf("%s: %w", name, err)
 	}
-	status, err := readTarFile(runnerTar, "var/lib/dpkg/status")
-	if err != nil {
-		return nil, fmt.Errorf("%s: dpkg status: %w", name, err)
-	}
-	lines := dpkgPackages(status, "ca-certificates")
 	agentArchs := []string{"amd64", "arm64"}
 	var agents []file
 	for _, arch := range agentArchs {
@@ -231,16 +226,6 @@ func buildControlplane(o Options, runnerTar string) (*Image, error) {
 	pkgs, sum := packageList(lines)
 
 	uid := fmt.Sprint(NonRootUID)
-	base := append(dirs("/etc/ssl/certs/x", "/usr/local/bin/x"),
-		file{Path: "/etc/passwd", Mode: 0o644, Data: []byte("root:x:0:0:root:/root:/usr/sbin/nologin\nlevers9:x:" + uid + ":" + uid + ":levers9:/tmp:/usr/sbin/nologin\n")},
-		file{Path: "/etc/group", Mode: 0o644, Data: []byte("root:x:0:\nlevers9:x:" + uid + ":\n")},
-		file{Path: "/etc/ssl/certs/ca-certificates.crt", Mode: 0o644, Data: ca},
-		file{Path: "/tmp", Mode: 0o1777, Dir: true},
-	)
-	baseLayer, err := filesLayer(base, o.Created)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", name, err)
-	}
 	agentLayer, err := filesLayer(agents, o.Created)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)
@@ -255,23 +240,11 @@ func buildControlplane(o Options, runnerTar string) (*Image, error) {
 			"1993/tcp": {}, "1994/tcp": {}, "1995/tcp": {}, "1995/udp": {},
 		},
 	}
-	idx := mutate.IndexMediaType(empty.Index, types.OCIImageIndex)
-	for _, arch := range o.ControlplanePlatforms {
-		bin, err := filesLayer([]file{{Path: ControlplanePath, Mode: 0o755, Source: o.binary("levers9-controlplane", arch)}}, o.Created)
-		if err != nil {
-			return nil, fmt.Errorf("%s %s: %w", name, arch, err)
-		}
-		img, err := o.image(arch, cfg, layer{baseLayer, "levers9 images: passwd, group, CA bundle, /tmp"},
-			layer{agentLayer, "levers9 images: agent binaries for download"},
-			layer{bin, "levers9 images: levers9-controlplane linux/" + arch})
-		if err != nil {
-			return nil, fmt.Errorf("%s %s: %w", name, arch, err)
-		}
-		p := &v1.Platform{OS: "linux", Architecture: arch}
-		if arch == "arm64" {
-			p.Variant = "v8"
-		}
-		idx = mutate.AppendManifests(idx, mutate.IndexAddendum{Add: img, Descriptor: v1.Descriptor{Platform: p}})
+	idx, err := o.staticIndex(name, "levers9-controlplane", ControlplanePath, cfg,
+		layer{baseLayer, "levers9 images: passwd, group, CA bundle, /tmp"},
+		layer{agentLayer, "levers9 images: agent binaries for download"})
+	if err != nil {
+		return nil, err
 	}
 	return &Image{Name: name, Index: idx, Packages: pkgs, PackagesSHA: sum}, nil
 }
@@ -352,4 +325,28 @@ func describe(r Rootfs) string {
 	pkgs := slices.Clone(r.Packages)
 	slices.Sort(pkgs)
 	return fmt.Sprintf("--variant=%s --architectures=%s --include=%v %s", r.Variant, r.Arch, pkgs, r.Suite)
+}
+
+// staticIndex makes an index of one image per ControlplanePlatforms
+// architecture: the shared layers, then the static binary bin of that
+// architecture at path.
+func (o Options) staticIndex(name, bin, path string, cfg v1.Config, shared ...layer) (v1.ImageIndex, error) {
+	idx := mutate.IndexMediaType(empty.Index, types.OCIImageIndex)
+	for _, arch := range o.ControlplanePlatforms {
+		binLayer, err := filesLayer([]file{{Path: path, Mode: 0o755, Source: o.binary(bin, arch)}}, o.Created)
+		if err != nil {
+			return nil, fmt.Errorf("%s %s: %w", name, arch, err)
+		}
+		layers := append(append([]layer(nil), shared...), layer{binLayer, "levers9 images: " + bin + " linux/" + arch})
+		img, err := o.image(arch, cfg, layers...)
+		if err != nil {
+			return nil, fmt.Errorf("%s %s: %w", name, arch, err)
+		}
+		p := &v1.Platform{OS: "linux", Architecture: arch}
+		if arch == "arm64" {
+			p.Variant = "v8"
+		}
+		idx = mutate.AppendManifests(idx, mutate.IndexAddendum{Add: img, Descriptor: v1.Descriptor{Platform: p}})
+	}
+	return idx, nil
 }
