@@ -40,7 +40,7 @@ func (s *PoolService) ListPools(ctx context.Context, _ *v1.ListPoolsRequest) (*v
 	for _, name := range s.Config.Worker.PoolNames() {
 		cfg := s.Config.Worker.Pools[name]
 		pool := &v1.Pool{Name: name, GpuType: cfg.GPUType, NodeSelector: cfg.NodeSelector, Security: tasks.SecuritySettings(s.Config, name),
-			Shared: cfg.Shared || cfg.IsKubernetes(), Provider: cfg.Provider}
+			Shared: cfg.IsShared(), Provider: cfg.Provider}
 		if cfg.IsKubernetes() {
 			pool.MaxWorkers = int32(cfg.MaxWorkers)
 			pool.Workers, pool.Status = s.kubeStatus(ctx, name)
@@ -54,7 +54,7 @@ func (s *PoolService) ListPools(ctx context.Context, _ *v1.ListPoolsRequest) (*v
 		for _, pm := range inPool {
 			held[pm.ID] = int32(len(pm.UsedGPUs))
 		}
-		if !cfg.Shared && !cfg.IsKubernetes() {
+		if !cfg.IsShared() {
 			continue
 		}
 		if !cfg.SharedWith(p.WorkspaceID, "") && wsName == "" {

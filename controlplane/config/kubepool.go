@@ -79,6 +79,11 @@ type Toleration struct {
 // controlplane creates.
 func (p Pool) IsKubernetes() bool { return p.Provider == ProviderKubernetes }
 
+// IsShared reports whether the pool's workers serve every workspace it
+// allows: a pool declared shared, and every Kubernetes pool (its workers
+// are the operator's, made on demand).
+func (p Pool) IsShared() bool { return p.Shared || p.IsKubernetes() }
+
 // Idle is how long a worker pod's agent waits without tasks before it exits.
 func (p Pool) Idle() time.Duration {
 	d, err := time.ParseDuration(p.IdleTimeout)

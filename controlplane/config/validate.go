@@ -122,7 +122,7 @@ func (c *Config) Validate() error {
 var workspaceRef = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$`)
 
 func validateWorkspaces(bad func(string, string, ...any), key string, p Pool) {
-	if len(p.Workspaces) > 0 && !p.Shared && !p.IsKubernetes() {
+	if len(p.Workspaces) > 0 && !p.IsShared() {
 		bad(key+".workspaces", "limits who may use a shared pool; set %s.shared: true, or remove it (a machine of a pool that is not shared serves only the workspace that enrolled it)", key)
 	}
 	seen := map[string]bool{}

@@ -106,7 +106,7 @@ type Pool struct {
 // SharedWith reports whether the pool's machines of other workspaces serve
 // tasks of the workspace with this ID and name.
 func (p Pool) SharedWith(workspaceID, workspaceName string) bool {
-	if !p.Shared && !p.IsKubernetes() {
+	if !p.IsShared() {
 		return false
 	}
 	if len(p.Workspaces) == 0 {

@@ -200,6 +200,17 @@ func (s *Store) PendingTasks(ctx context.Context, limit int) ([]PendingTask, err
 	return out, wrap("list pending tasks", err)
 }
 
+// PendingTasksOfPool lists pool's PENDING tasks, oldest first, at most
+// limit (the tasks_pending index serves it).
+func (s *Store) PendingTasksOfPool(ctx context.Context, pool string, limit int) ([]Task, error) {
+	rows, err := s.pool.Query(ctx, `SELECT `+taskColumns+` FROM tasks WHERE state = `+sqlPending+` AND pool = $1 ORDER BY created_at LIMIT $2`, pool, limit)
+	if err != nil {
+		return nil, wrap("list pending tasks of pool "+pool, err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Task, error) { return scanTask(r) })
+	return out, wrap("list pending tasks of pool "+pool, err)
+}
+
 // PoolMachine is an enrolled machine of a pool with what its active
 // attempts hold.
 type PoolMachine struct {

@@ -32,7 +32,7 @@ func (t tenancy) serves(machineWS string) bool { return machineWS == t.workspace
 func (d *deps) tenancyOf(ctx context.Context, pool, workspaceID string) (tenancy, error) {
 	p := d.config.Worker.Pools[pool]
 	t := tenancy{pool: pool, workspaceID: workspaceID, shared: p.SharedWith(workspaceID, "")}
-	if (p.Shared || p.IsKubernetes()) && !t.shared {
+	if p.IsShared() && !t.shared {
 		ws, err := d.store.GetWorkspace(ctx, workspaceID)
 		if err != nil {
 			return t, err

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -173,10 +174,8 @@ const joinTimeout = 5 * time.Minute
 // bin is room for work: a worker's free CPU, memory and GPUs, and what
 // this pass put in it.
 type bin struct {
-	cpu, mem         int64
-	gpus             int
-	usedCPU, usedMem int64
-	usedGPUs         int
+	cpu, mem int64
+	gpus     int
 	// n is how many tasks this pass put in it.
 	n int
 	// ws is the workspace a new worker is made for (its first task's).
@@ -191,9 +190,6 @@ func (b *bin) take(t store.Task) {
 	b.cpu -= t.CPUMillis
 	b.mem -= t.MemoryBytes
 	b.gpus -= t.GPUs
-	b.usedCPU += t.CPUMillis
-	b.usedMem += t.MemoryBytes
-	b.usedGPUs += t.GPUs
 	b.n++
 }
 
@@ -257,14 +253,13 @@ func (w *Workers) reconcile(ctx context.Context, pool string) error {
 	if err != nil {
 		return err
 	}
+	machineRooms, err := w.d.rooms(ctx, pool)
+	if err != nil {
+		return err
+	}
 	var rooms []*bin
-	if machines, err := w.d.store.PoolMachines(ctx, pool); err == nil {
-		for _, pm := range machines {
-			if online(pm.ID) {
-				r := roomOf(pm)
-				rooms = append(rooms, &bin{cpu: r.cpu, mem: r.mem, gpus: len(r.gpus)})
-			}
-		}
+	for _, r := range machineRooms {
+		rooms = append(rooms, &bin{cpu: r.cpu, mem: r.mem, gpus: len(r.gpus)})
 	}
 	shape := bin{cpu: cfg.Shape.Millis(), mem: cfg.Shape.Bytes(), gpus: cfg.Shape.GPUs}
 	// New workers are sized for the work they are made for, packed
@@ -289,7 +284,7 @@ func (w *Workers) reconcile(ctx context.Context, pool string) error {
 	// A worker not up yet that no waiting task needs any more (its task
 	// was cancelled, or ran elsewhere) is removed before it takes a node.
 	for i, b := range starting {
-		if b.n == 0 && !anyFits(pending, startingWorkers[i]) {
+		if b.n == 0 && !slices.ContainsFunc(pending, b.fits) {
 			wk := startingWorkers[i]
 			if err := c.Delete(ctx, wk.Name); err != nil {
 				errs = append(errs, err)
@@ -301,7 +296,7 @@ func (w *Workers) reconcile(ctx context.Context, pool string) error {
 		}
 	}
 	for _, b := range fresh {
-		if err := w.create(ctx, c, pool, cfg, b.ws, store.Task{CPUMillis: b.usedCPU, MemoryBytes: b.usedMem, GPUs: b.usedGPUs}); err != nil {
+		if err := w.create(ctx, c, pool, cfg, b.ws, store.Task{CPUMillis: shape.cpu - b.cpu, MemoryBytes: shape.mem - b.mem, GPUs: shape.gpus - b.gpus}); err != nil {
 			errs = append(errs, err)
 			continue
 		}
@@ -313,17 +308,6 @@ func (w *Workers) reconcile(ctx context.Context, pool string) error {
 	}
 	_ = w.d.redis.Set(ctx, bus.KubePoolStatusKey(pool), strconv.Itoa(live)+"|"+status, bus.KubePoolStatusTTL).Err()
 	return errors.Join(errs...)
-}
-
-// anyFits reports whether any pending task could run on the worker.
-func anyFits(pending []store.Task, wk kubeworkers.Worker) bool {
-	b := bin{cpu: wk.CPUMillis, mem: wk.MemoryBytes, gpus: wk.GPUs}
-	for _, t := range pending {
-		if b.fits(t) {
-			return true
-		}
-	}
-	return false
 }
 
 func placeIn(bins []*bin, t store.Task) bool {
@@ -338,21 +322,7 @@ func placeIn(bins []*bin, t store.Task) bool {
 
 // pending is the pool's PENDING tasks, oldest first, with their sizes.
 func (w *Workers) pending(ctx context.Context, pool string) ([]store.Task, error) {
-	all, err := w.d.store.PendingTasks(ctx, 1000)
-	if err != nil {
-		return nil, err
-	}
-	var out []store.Task
-	for _, p := range all {
-		if p.Pool != pool {
-			continue
-		}
-		t, _, err := w.d.store.GetTask(ctx, p.WorkspaceID, p.ID)
-		if err == nil && t.State == store.TaskPending {
-			out = append(out, t)
-		}
-	}
-	return out, nil
+	return w.d.store.PendingTasksOfPool(ctx, pool, 1000)
 }
 
 // create makes a worker: a machine with a single-use join token, then its

@@ -93,6 +93,7 @@ func TestKubernetesPoolShapeAtSubmit(t *testing.T) {
 		return config.Pool{Runtime: "runc", Provider: config.ProviderKubernetes, MaxWorkers: 1, IdleTimeout: "1m",
 			Shape: config.WorkerShape{CPU: "2", Memory: "1Gi", GPUs: gpus}}
 	}
+	listed := func(p config.Pool, ws ...string) config.Pool { p.Workspaces = ws; return p }
 	tests := []struct {
 		name     string
 		enforced bool
@@ -105,6 +106,7 @@ func TestKubernetesPoolShapeAtSubmit(t *testing.T) {
 		{name: "too many GPUs", enforced: true, pool: kpool(2), spec: &v1.TaskSpec{Gpus: 3}, wantErr: "3 GPUs (shape.gpus 2)"},
 		{name: "no GPUs in the shape", enforced: true, pool: kpool(0), spec: &v1.TaskSpec{Gpus: 1}, wantErr: "not enough GPUs available"},
 		{name: "GPU requests not enforced", enforced: false, pool: kpool(2), spec: &v1.TaskSpec{Gpus: 1}, wantErr: "not enough GPUs available: worker.jobResourcesEnforced is false"},
+		{name: "workspace not listed", enforced: true, pool: listed(kpool(0), "someone-else"), spec: &v1.TaskSpec{CpuMillis: 100}, wantErr: `pool "k" is not shared with this workspace`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -123,7 +123,7 @@ func (s *Scheduler) schedulePool(ctx context.Context, pool string) {
 	if err != nil || len(head) == 0 {
 		return
 	}
-	rooms, err := s.rooms(ctx, pool)
+	rooms, err := s.d.rooms(ctx, pool)
 	if err != nil {
 		s.d.log.Warn("scheduling pass skipped", "pool", pool, "err", err)
 		return
@@ -168,12 +168,12 @@ func (s *Scheduler) schedulePool(ctx context.Context, pool string) {
 }
 
 // rooms is what each online machine of the pool has free.
-func (s *Scheduler) rooms(ctx context.Context, pool string) ([]*machineRoom, error) {
-	ag, err := s.d.agents()
+func (d *deps) rooms(ctx context.Context, pool string) ([]*machineRoom, error) {
+	ag, err := d.agents()
 	if err != nil {
 		return nil, nil // nothing is online before the registry runs
 	}
-	machines, err := s.d.store.PoolMachines(ctx, pool)
+	machines, err := d.store.PoolMachines(ctx, pool)
 	if err != nil {
 		return nil, err
 	}

@@ -138,6 +138,15 @@ func (s *Submitter) checkSecurity(spec *v1.TaskSpec) error {
 // workspace; GPU tasks need a pool that has GPUs.
 func (s *Submitter) checkFits(ctx context.Context, workspaceID string, spec *v1.TaskSpec) (string, error) {
 	if p := s.d.config.Worker.Pools[spec.Pool]; p.IsKubernetes() {
+		// Its workers are the operator's and are packed for any workspace
+		// the pool allows: one it does not allow would wait forever.
+		ten, err := s.d.tenancyOf(ctx, spec.Pool, workspaceID)
+		if err != nil {
+			return "", err
+		}
+		if !ten.shared {
+			return "", fmt.Errorf("pool %q is not shared with this workspace (worker.pools.%s.workspaces): %w", spec.Pool, spec.Pool, errdefs.ErrFailedPrecondition)
+		}
 		return "", s.checkShape(spec, p)
 	}
 	all, err := s.d.store.PoolMachines(ctx, spec.Pool)
