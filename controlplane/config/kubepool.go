@@ -38,6 +38,9 @@ type KubeWorkers struct {
 	// AgentArgs are further `levers9-agent run` flags worker pods get
 	// (like --insecure-registries for a registry on plain HTTP).
 	AgentArgs []string `yaml:"agentArgs"`
+	// ImagePullSecrets name Secrets in Namespace the worker pods pull
+	// their image with (a private registry).
+	ImagePullSecrets []string `yaml:"imagePullSecrets"`
 }
 
 // WorkerShape is the most one worker pod of a Kubernetes pool may take.

@@ -348,7 +348,7 @@ func (w *Workers) create(ctx context.Context, c *kubeworkers.Client, pool string
 	spec := kubeworkers.Spec{Pool: pool, MachineID: machineID, Image: w.d.config.Worker.WorkerImage(), Controlplane: join.Controlplane,
 		CPUMillis: max(size.CPUMillis, 100), MemoryBytes: max(size.MemoryBytes, 64<<20), GPUs: size.GPUs, Enforced: *w.d.config.Worker.JobResourcesEnforced,
 		NodeSelector: cfg.NodeSelector, Tolerations: tol, RuntimeClassName: cfg.RuntimeClassName, IdleTimeout: cfg.Idle(),
-		PodAnnotations: cfg.PodAnnotations, AgentArgs: join.AgentArgs}
+		PodAnnotations: cfg.PodAnnotations, AgentArgs: join.AgentArgs, ImagePullSecrets: w.d.config.Worker.Kubernetes.ImagePullSecrets}
 	job, err := c.Create(ctx, spec, token, join.CAPEM)
 	if err != nil {
 		if _, derr := w.d.store.DeleteMachine(context.WithoutCancel(ctx), ws, machineID); derr != nil {

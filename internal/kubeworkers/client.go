@@ -25,9 +25,6 @@ type Client struct {
 // New is a Client for namespace ns.
 func New(kube kubernetes.Interface, ns string) *Client { return &Client{kube: kube, ns: ns} }
 
-// Namespace is the namespace the Client works in.
-func (c *Client) Namespace() string { return c.ns }
-
 // State is where a worker stands, as its Job and pod say.
 type State string
 
@@ -49,11 +46,8 @@ type Worker struct {
 	State                  State
 	CPUMillis, MemoryBytes int64
 	GPUs                   int
-	// Node the pod was bound to, if any.
-	Node string
-	// Created is when the Job was made; Started when its pod started
-	// running (zero before).
-	Created, Started time.Time
+	// Started is when its pod started running (zero before).
+	Started time.Time
 }
 
 // Create creates spec's Job, then its join Secret owned by the Job. The
@@ -97,12 +91,8 @@ func (c *Client) List(ctx context.Context, pool string) ([]Worker, error) {
 		w := Worker{Name: j.Name, Pool: j.Labels[LabelPool], MachineID: j.Labels[LabelMachine],
 			CPUMillis: quantityInt(j.Annotations, AnnotCPU), MemoryBytes: quantityInt(j.Annotations, AnnotMemory), GPUs: int(quantityInt(j.Annotations, AnnotGPUs))}
 		w.State = stateOf(j, byMachine[w.MachineID])
-		w.Created = j.CreationTimestamp.Time
-		if p := byMachine[w.MachineID]; p != nil {
-			w.Node = p.Spec.NodeName
-			if p.Status.StartTime != nil {
-				w.Started = p.Status.StartTime.Time
-			}
+		if p := byMachine[w.MachineID]; p != nil && p.Status.StartTime != nil {
+			w.Started = p.Status.StartTime.Time
 		}
 		out = append(out, w)
 	}
@@ -122,7 +112,7 @@ func stateOf(j *batchv1.Job, p *corev1.Pod) State {
 	if p == nil {
 		return Starting // the Job controller has not made its pod yet
 	}
-	if Gone(p) {
+	if goneWhy(p) != "" {
 		return Finished
 	}
 	switch p.Status.Phase {
@@ -131,30 +121,16 @@ func stateOf(j *batchv1.Job, p *corev1.Pod) State {
 	case corev1.PodSucceeded, corev1.PodFailed:
 		return Finished
 	}
-	if Unschedulable(p) {
+	if unschedulable(p) {
 		return WaitingForNodes
 	}
 	return Starting
 }
 
-// Unschedulable reports whether the scheduler found no node for the pod.
-func Unschedulable(p *corev1.Pod) bool {
+// unschedulable reports whether the scheduler found no node for the pod.
+func unschedulable(p *corev1.Pod) bool {
 	for _, c := range p.Status.Conditions {
 		if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse {
-			return true
-		}
-	}
-	return false
-}
-
-// Gone reports whether a pod is being deleted or was evicted: its worker
-// is going away whatever it was running.
-func Gone(p *corev1.Pod) bool {
-	if p.DeletionTimestamp != nil || p.Status.Reason == "Evicted" {
-		return true
-	}
-	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.DisruptionTarget && c.Status == corev1.ConditionTrue {
 			return true
 		}
 	}

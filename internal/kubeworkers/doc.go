@@ -2,8 +2,6 @@
 // namespace: it builds a worker Job and its single-use join Secret from a
 // pool's settings and a size, creates, lists and deletes them, and watches
 // the worker pods so a pod deleted or evicted mid-task is reported at once.
-// NodeCapacity reads the nodes' allocatable resources, a cluster agent's
-// inventory (the one cluster-wide read it makes).
 //
 // It takes a kubernetes.Interface and a namespace and knows nothing of the
 // controlplane's store or scheduler: the controlplane drives it for pools

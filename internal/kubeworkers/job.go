@@ -67,9 +67,6 @@ type Spec struct {
 	PodAnnotations         map[string]string
 	// AgentArgs are further `levers9-agent run` flags.
 	AgentArgs []string
-	// TTLAfterFinished lets Kubernetes remove a finished Job the
-	// controlplane never got to (default 300 s).
-	TTLAfterFinished int32
 	// ImagePullSecrets of the worker pod.
 	ImagePullSecrets []string
 }
@@ -90,10 +87,8 @@ func workerLabels(s Spec) map[string]string {
 // BuildJob is the worker Job of spec in namespace ns.
 func BuildJob(ns string, s Spec) *batchv1.Job {
 	name := JobName(s.Pool, s.MachineID)
-	ttl := s.TTLAfterFinished
-	if ttl == 0 {
-		ttl = 300
-	}
+	// Kubernetes removes a finished Job the controlplane never got to.
+	ttl := int32(300)
 	zero := int32(0)
 	no, yes := false, true
 	mode := int32(0o400)

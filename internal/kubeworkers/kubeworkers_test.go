@@ -16,6 +16,7 @@ import (
 	"github.com/levers9/levers9/internal/kubecluster"
 	"github.com/levers9/levers9/internal/kubecluster/kubetest"
 	"github.com/levers9/levers9/internal/kubeworkers"
+	"github.com/levers9/levers9/internal/testenv"
 )
 
 const ns = "l9kw-workers"
@@ -32,17 +33,6 @@ func setup(t *testing.T) (kubernetes.Interface, *kubeworkers.Client) {
 		t.Fatal(err)
 	}
 	return kube, kubeworkers.New(kube, ns)
-}
-
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
 }
 
 func workerOf(t *testing.T, c *kubeworkers.Client, machine string) kubeworkers.Worker {
@@ -80,7 +70,7 @@ func TestWorkerJobs(t *testing.T) {
 		CPUMillis: 2500, MemoryBytes: 4 << 30, GPUs: 2, Enforced: true, NodeSelector: map[string]string{kubecluster.GPULabel: "true"},
 		Tolerations:      []corev1.Toleration{{Key: "nvidia.com/gpu", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}},
 		RuntimeClassName: "gvisor", IdleTimeout: 30 * time.Second, PodAnnotations: map[string]string{"levers9.dev/kubelet": "test"},
-		AgentArgs: []string{"--insecure-registries", "127.0.0.1:5000"}}
+		AgentArgs: []string{"--insecure-registries", "127.0.0.1:5000"}, ImagePullSecrets: []string{"regcred"}}
 	job, err := c.Create(ctx, gpu, "l9jt_secret-token", []byte("-----BEGIN CERTIFICATE-----\n"))
 	if err != nil {
 		t.Fatal(err)
@@ -89,7 +79,7 @@ func TestWorkerJobs(t *testing.T) {
 		t.Errorf("job name = %q", job.Name)
 	}
 	var pod corev1.Pod
-	eventually(t, "the worker pod bound to "+kubecluster.GPUNode, func() bool {
+	testenv.Eventually(t, 60*time.Second, "the worker pod bound to "+kubecluster.GPUNode, func() bool {
 		pods, err := kube.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: kubeworkers.LabelMachine + "=" + gpu.MachineID})
 		if err != nil || len(pods.Items) != 1 || pods.Items[0].Spec.NodeName == "" {
 			return false
@@ -112,6 +102,9 @@ func TestWorkerJobs(t *testing.T) {
 	}
 	if ctr.SecurityContext == nil || ctr.SecurityContext.Privileged == nil || !*ctr.SecurityContext.Privileged {
 		t.Error("worker container is not privileged")
+	}
+	if len(pod.Spec.ImagePullSecrets) != 1 || pod.Spec.ImagePullSecrets[0].Name != "regcred" {
+		t.Errorf("pod imagePullSecrets = %v, want regcred", pod.Spec.ImagePullSecrets)
 	}
 	if pod.Spec.RuntimeClassName == nil || *pod.Spec.RuntimeClassName != "gvisor" || len(pod.Spec.Tolerations) == 0 ||
 		pod.Spec.NodeSelector[kubecluster.GPULabel] != "true" || *pod.Spec.AutomountServiceAccountToken {
@@ -150,13 +143,13 @@ func TestWorkerJobs(t *testing.T) {
 	if _, err := c.Create(ctx, big, "l9jt_other", nil); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "waiting for nodes", func() bool { return workerOf(t, c, big.MachineID).State == kubeworkers.WaitingForNodes })
+	testenv.Eventually(t, 60*time.Second, "waiting for nodes", func() bool { return workerOf(t, c, big.MachineID).State == kubeworkers.WaitingForNodes })
 
 	// A reclaimed node: the pod is deleted under the worker.
 	if err := kube.CoreV1().Pods(ns).Delete(ctx, pod.Name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the deleted pod reported", func() bool { mu.Lock(); defer mu.Unlock(); return len(gone) > 0 })
+	testenv.Eventually(t, 60*time.Second, "the deleted pod reported", func() bool { mu.Lock(); defer mu.Unlock(); return len(gone) > 0 })
 	time.Sleep(time.Second) // a second report would come within this
 	mu.Lock()
 	if len(gone) != 1 || gone[0].MachineID != gpu.MachineID || gone[0].Pool != "gpu" || !strings.Contains(gone[0].Why, pod.Name) {
@@ -172,7 +165,7 @@ func TestWorkerJobs(t *testing.T) {
 			t.Fatalf("second Delete: %v", err)
 		}
 	}
-	eventually(t, "Jobs, pods and Secrets gone", func() bool {
+	testenv.Eventually(t, 60*time.Second, "Jobs, pods and Secrets gone", func() bool {
 		ws, _ := c.List(ctx, "")
 		pods, _ := kube.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
 		_, err := kube.CoreV1().Secrets(ns).Get(ctx, job.Name, metav1.GetOptions{})

@@ -523,7 +523,7 @@ func TestKubernetesPoolConfig(t *testing.T) {
 			"nodeSelector": map[string]any{"nvidia.com/gpu.product": "NVIDIA-L40S"},
 			"tolerations":  []any{map[string]any{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}}},
 	}
-	r := mustRender(t, with(baseValues(), "pools", pools))
+	r := mustRender(t, with(with(baseValues(), "pools", pools), "images.pullSecrets", []any{"regcred"}))
 	text, _ := controlplaneConfig(t, r)
 	c, err := config.Load(strings.NewReader(text), nil)
 	if err != nil {
@@ -534,7 +534,8 @@ func TestKubernetesPoolConfig(t *testing.T) {
 		t.Errorf("pool l40s = %+v", p)
 	}
 	k := c.Worker.Kubernetes
-	if k.Namespace != "levers9-workers" || !strings.Contains(k.Image, "levers9-worker") || !strings.HasPrefix(k.Controlplane, "levers9-controlplane.") {
+	if k.Namespace != "levers9-workers" || !strings.Contains(k.Image, "levers9-worker") || !strings.HasPrefix(k.Controlplane, "levers9-controlplane.") ||
+		len(k.ImagePullSecrets) != 1 || k.ImagePullSecrets[0] != "regcred" {
 		t.Errorf("worker.kubernetes = %+v", k)
 	}
 	job := workerJobs(t, r)["l40s"]

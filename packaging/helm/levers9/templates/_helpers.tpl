@@ -164,6 +164,7 @@ levers9.validate fails the render with every problem at once, each naming the va
 {{- $_ := set $k "namespace" (get $k "namespace" | default .Values.worker.namespace) -}}
 {{- $_ := set $k "image" (get $k "image" | default (include "levers9.image" (dict "repository" (include "levers9.workerRepository" .) "tag" .Values.images.worker.tag "digest" .Values.images.worker.digest))) -}}
 {{- $_ := set $k "controlplane" (get $k "controlplane" | default (printf "levers9-controlplane.%s.svc:1993" .Release.Namespace)) -}}
+{{- with .Values.images.pullSecrets }}{{ $_ := set $k "imagePullSecrets" (get $k "imagePullSecrets" | default .) }}{{ end -}}
 {{- $_ := set $w "kubernetes" $k -}}
 {{- $_ := set $c "worker" $w -}}
 {{- toYaml $c -}}
