@@ -252,10 +252,7 @@ func testTooManyGPUs(t *testing.T, c *kubecluster.Cluster) {
 }
 
 func TestStopLeavesNothing(t *testing.T) {
-	binDir := os.Getenv(kubetest.BinDirEnv)
-	if binDir == "" {
-		binDir = kubetest.BinDir(t)
-	}
+	binDir := kubetest.BinDir(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	start := time.Now()
@@ -324,10 +321,7 @@ func runChild(binDir string) {
 // killed (a test binary hitting its timeout), the kernel kills the
 // components too.
 func TestKilledParentLeavesNothing(t *testing.T) {
-	binDir := os.Getenv(kubetest.BinDirEnv)
-	if binDir == "" {
-		binDir = kubetest.BinDir(t)
-	}
+	binDir := kubetest.BinDir(t)
 	self, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
@@ -380,10 +374,7 @@ func TestKilledParentLeavesNothing(t *testing.T) {
 // TestStartFailure: a component that dies during Start makes Start fail
 // with its log, and leaves no other component running.
 func TestStartFailure(t *testing.T) {
-	built := os.Getenv(kubetest.BinDirEnv)
-	if built == "" {
-		built = kubetest.BinDir(t)
-	}
+	built := kubetest.BinDir(t)
 	bin := t.TempDir()
 	for _, name := range []string{"etcd", "kube-controller-manager", "kube-scheduler", "kwok", "stages.yaml"} {
 		if err := os.Symlink(filepath.Join(built, name), filepath.Join(bin, name)); err != nil {
