@@ -60,15 +60,18 @@ func TestCluster(t *testing.T) {
 	t.Run("too-many-gpus", func(t *testing.T) { testTooManyGPUs(t, c) })
 }
 
+// logRSS logs each component's resident memory.
 func logRSS(t *testing.T, c *kubecluster.Cluster) {
 	t.Helper()
-	rss, err := c.RSS()
-	if err != nil {
-		t.Fatalf("measuring memory: %v", err)
-	}
+	rss := map[string]int64{}
 	var names []string
 	var total int64
-	for name, n := range rss {
+	for name, pid := range c.PIDs() {
+		n, err := residentBytes(pid)
+		if err != nil {
+			t.Fatalf("measuring the memory of %s: %v", name, err)
+		}
+		rss[name] = n
 		names = append(names, name)
 		total += n
 	}
@@ -78,6 +81,26 @@ func logRSS(t *testing.T, c *kubecluster.Cluster) {
 		fmt.Fprintf(&b, " %s=%dMB", name, rss[name]>>20)
 	}
 	t.Logf("RSS total=%dMB:%s", total>>20, b.String())
+}
+
+// residentBytes is the resident set size of pid (VmRSS in /proc/PID/status).
+func residentBytes(pid int) (int64, error) {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "VmRSS:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			if err != nil {
+				return 0, fmt.Errorf("parsing VmRSS of pid %d: %w", pid, err)
+			}
+			return kb * 1024, nil
+		}
+	}
+	return 0, fmt.Errorf("no VmRSS for pid %d", pid)
 }
 
 func testRBAC(t *testing.T, c *kubecluster.Cluster) {
