@@ -20,7 +20,8 @@ func TestWaitIdle(t *testing.T) {
 
 	key := attemptKey{taskID: "t_1", attempt: 1}
 	tk.mu.Lock()
-	tk.held[key] = &held{key: key}
+	h := &held{key: key, q: newReportQueue(ReportConfig{})}
+	tk.held[key] = h
 	tk.mu.Unlock()
 	short, cancelShort := context.WithTimeout(ctx, 300*time.Millisecond)
 	defer cancelShort()
@@ -28,10 +29,9 @@ func TestWaitIdle(t *testing.T) {
 		t.Fatalf("idle %s while holding an attempt", idle)
 	}
 
-	tk.mu.Lock()
-	delete(tk.held, key)
-	tk.lastBusy = time.Now()
-	tk.mu.Unlock()
+	// Letting go of the attempt (forget) restarts the idle count.
+	time.Sleep(250 * time.Millisecond)
+	tk.forget(h)
 	start := time.Now()
 	idle := a.WaitIdle(ctx, 200*time.Millisecond)
 	if idle < 200*time.Millisecond || time.Since(start) < 150*time.Millisecond {

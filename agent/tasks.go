@@ -232,7 +232,6 @@ func (t *tasks) holdLocked(key attemptKey, task taskrun.Task, q *reportQueue, ru
 	killCtx, cancel := context.WithCancel(context.WithoutCancel(t.ctx))
 	h := &held{key: key, cancel: cancel, q: q, ended: make(chan struct{})}
 	t.held[key] = h
-	t.lastBusy = t.clock.Now()
 	watched := t.seccomp.watch(task, h.q)
 	t.wg.Add(2)
 	log := t.log.With("task_id", key.taskID, "attempt", key.attempt, "pool", task.Pool)

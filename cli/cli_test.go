@@ -250,3 +250,24 @@ func FuzzParseEnvLines(f *testing.F) {
 		}
 	})
 }
+
+// adminCLI is a CLI with an admin context on a controlplane that can
+// hand out join scripts (it needs an agent binary to checksum).
+func adminCLI(t *testing.T) *cliBundle {
+	t.Helper()
+	cert, key := controlplanetest.SelfSignedTLS(t)
+	cfg := env.Config(t)
+	cfg.Controlplane.TLS.CertFile, cfg.Controlplane.TLS.KeyFile = cert, key
+	cfg.Controlplane.AgentBinariesDir = t.TempDir()
+	if err := os.WriteFile(filepath.Join(cfg.Controlplane.AgentBinariesDir, "levers9-agent-linux-amd64"), []byte("agent"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	in := controlplanetest.Start(t, cfg, true)
+	b := &cliBundle{home: filepath.Join(t.TempDir(), "h"), cert: cert, addr: in.Server.GRPCAddr(), inst: in}
+	b.envvar = map[string]string{"LEVERS9_HOME": b.home}
+	if _, errOut, code := b.run(t, "\n", map[string]string{"LEVERS9_BOOTSTRAP_SECRET": "test-bootstrap-secret-0123456789abcdef"},
+		"config", "create", "p", "--controlplane", b.addr, "--tls", "--ca", cert); code != 0 {
+		t.Fatal(errOut)
+	}
+	return b
+}

@@ -1,8 +1,6 @@
 package cli
 
 import (
-	"os"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -14,38 +12,16 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/yaml"
 
-	"github.com/levers9/levers9/controlplane/controlplanetest"
 	"github.com/levers9/levers9/enroll"
 	"github.com/levers9/levers9/internal/kubecluster/kubetest"
 	"github.com/levers9/levers9/internal/kubeworkers"
 )
 
-// clusterSetup is a CLI with an admin context on a controlplane that can
-// hand out join scripts (it needs an agent binary to checksum).
-func clusterSetup(t *testing.T) *cliBundle {
-	t.Helper()
-	cert, key := controlplanetest.SelfSignedTLS(t)
-	cfg := env.Config(t)
-	cfg.Controlplane.TLS.CertFile, cfg.Controlplane.TLS.KeyFile = cert, key
-	cfg.Controlplane.AgentBinariesDir = t.TempDir()
-	if err := os.WriteFile(filepath.Join(cfg.Controlplane.AgentBinariesDir, "levers9-agent-linux-amd64"), []byte("agent"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	in := controlplanetest.Start(t, cfg, true)
-	b := &cliBundle{home: filepath.Join(t.TempDir(), "h"), cert: cert, addr: in.Server.GRPCAddr(), inst: in}
-	b.envvar = map[string]string{"LEVERS9_HOME": b.home}
-	if _, errOut, code := b.run(t, "\n", map[string]string{"LEVERS9_BOOTSTRAP_SECRET": "test-bootstrap-secret-0123456789abcdef"},
-		"config", "create", "p", "--controlplane", b.addr, "--tls", "--ca", cert); code != 0 {
-		t.Fatal(errOut)
-	}
-	return b
-}
-
 var clusterIDRe = regexp.MustCompile(`cluster agent (m_[a-z2-7]+)`)
 
 func TestClusterJoinPrintsManifestListShowDelete(t *testing.T) {
 	t.Parallel()
-	b := clusterSetup(t)
+	b := adminCLI(t)
 
 	out, errOut, code := b.run(t, "", nil, "cluster", "join", "--pool", "default", "--namespace", "team-a", "--image", "reg.example/w:1", "-o", "yaml")
 	if code != 0 {
@@ -152,7 +128,7 @@ func TestClusterJoinPrintsManifestListShowDelete(t *testing.T) {
 func TestClusterJoinApplyAndRBAC(t *testing.T) {
 	t.Parallel()
 	kc := kubetest.Start(t)
-	b := clusterSetup(t)
+	b := adminCLI(t)
 	cs := kc.Clientset()
 	ctx := t.Context()
 

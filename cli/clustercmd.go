@@ -19,7 +19,7 @@ import (
 // machine; `cluster list` selects by the first, `cluster delete` finds
 // the namespace to clean up by the second.
 const (
-	clusterAgentLabel     = "levers9.dev/cluster-agent"
+	clusterAgentLabel     = enroll.ClusterAgentLabel
 	clusterNamespaceLabel = "levers9.dev/cluster-namespace"
 )
 

@@ -33,6 +33,10 @@ type ClusterParams struct {
 }
 
 // Names of the objects in a cluster join manifest and what they carry.
+// The join layout and labels are shared with the worker Jobs
+// (internal/kubeworkers uses these): the cluster agent and the workers run
+// the worker image the same way. Here rather than there, so the agent,
+// which imports enroll, does not pull in client-go.
 const (
 	ClusterAgentName   = "levers9-cluster-agent"
 	ClusterJoinSecret  = "levers9-cluster-join"
@@ -40,10 +44,16 @@ const (
 	ClusterStateDir    = "/var/lib/levers9-agent"
 	ClusterTokenKey    = "token"
 	ClusterCAKey       = "ca.crt"
-	clusterLabelApp    = "app.kubernetes.io/name"
-	clusterLabelPool   = "levers9.dev/pool"
-	clusterLabelMach   = "levers9.dev/machine-id"
+	clusterLabelApp    = KubeLabelApp
+	clusterLabelPool   = KubeLabelPool
+	clusterLabelMach   = KubeLabelMachine
+	KubeLabelApp       = "app.kubernetes.io/name"
+	KubeLabelPool      = "levers9.dev/pool"
+	KubeLabelMachine   = "levers9.dev/machine-id"
 	clusterAnnotExpiry = "levers9.dev/join-expires-at"
+	// ClusterAgentLabel marks the machine of an attached cluster's agent
+	// (set by the controlplane when cluster_agent is asked).
+	ClusterAgentLabel = "levers9.dev/cluster-agent"
 )
 
 // clusterScript is the cluster agent's shell. The token is copied out of

@@ -63,7 +63,7 @@ func (d *Deps) online(m store.Machine) (string, bool) {
 
 // ClusterAgentLabel marks the machine of an attached cluster's agent
 // (`levers9 cluster join`); `levers9 cluster list` lists machines by it.
-const ClusterAgentLabel = "levers9.dev/cluster-agent"
+const ClusterAgentLabel = enroll.ClusterAgentLabel
 
 // CreateMachine makes a pending machine with a single-use join token and
 // the join script that carries it.

@@ -97,11 +97,7 @@ func (w *Workers) watch(ctx context.Context, pool string) {
 	for backoff := time.Second; ; backoff = min(2*backoff, time.Minute) {
 		c, err := w.kube(pool)
 		if err == nil {
-			wt := c.Watch(func(g kubeworkers.PodGone) {
-				if g.Pool == pool {
-					w.podGone(ctx, g)
-				}
-			})
+			wt := c.Watch(pool, func(g kubeworkers.PodGone) { w.podGone(ctx, g) })
 			start, cancel := context.WithTimeout(ctx, 30*time.Second)
 			err = wt.Start(start)
 			cancel()
@@ -180,6 +176,8 @@ type bin struct {
 	n int
 	// ws is the workspace a new worker is made for (its first task's).
 	ws string
+	// wk is the worker Job of a starting worker's bin.
+	wk kubeworkers.Worker
 }
 
 func (b *bin) fits(t store.Task) bool {
@@ -221,7 +219,6 @@ func (w *Workers) reconcile(ctx context.Context, pool string) error {
 	}
 	live, waiting := 0, false
 	var starting []*bin
-	var startingWorkers []kubeworkers.Worker
 	for _, wk := range workers {
 		if wk.State == kubeworkers.Finished {
 			if err := c.Delete(ctx, wk.Name); err != nil {
@@ -245,8 +242,7 @@ func (w *Workers) reconcile(ctx context.Context, pool string) error {
 		live++
 		waiting = waiting || wk.State == kubeworkers.WaitingForNodes
 		if !online(wk.MachineID) {
-			starting = append(starting, &bin{cpu: wk.CPUMillis, mem: wk.MemoryBytes, gpus: wk.GPUs})
-			startingWorkers = append(startingWorkers, wk)
+			starting = append(starting, &bin{cpu: wk.CPUMillis, mem: wk.MemoryBytes, gpus: wk.GPUs, wk: wk})
 		}
 	}
 	pending, err := w.pending(ctx, pool)
@@ -283,9 +279,9 @@ func (w *Workers) reconcile(ctx context.Context, pool string) error {
 	var errs []error
 	// A worker not up yet that no waiting task needs any more (its task
 	// was cancelled, or ran elsewhere) is removed before it takes a node.
-	for i, b := range starting {
+	for _, b := range starting {
 		if b.n == 0 && !slices.ContainsFunc(pending, b.fits) {
-			wk := startingWorkers[i]
+			wk := b.wk
 			if err := c.Delete(ctx, wk.Name); err != nil {
 				errs = append(errs, err)
 				continue

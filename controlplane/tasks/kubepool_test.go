@@ -7,15 +7,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	v1 "github.com/levers9/levers9/api/levers9/v1"
 	"github.com/levers9/levers9/controlplane/config"
-	"github.com/levers9/levers9/controlplane/store"
 	"github.com/levers9/levers9/controlplane/tasks"
-	"github.com/levers9/levers9/internal/ids"
 	"github.com/levers9/levers9/internal/kubecluster/kubetest"
 	"github.com/levers9/levers9/internal/kubeworkers"
 )
@@ -38,20 +35,7 @@ func TestKubernetesPoolReconcilesRace(t *testing.T) {
 	cfg.Worker.Kubernetes = config.KubeWorkers{Namespace: ns, Image: "registry.example/levers9-worker:t"}
 	cfg.Worker.Pools["k"] = config.Pool{Runtime: "runc", Provider: config.ProviderKubernetes, MaxWorkers: 2, IdleTimeout: "1m",
 		Shape: config.WorkerShape{CPU: "1", Memory: "1Gi"}, NodeSelector: map[string]string{"levers9.dev/zone": "nowhere"}}
-	st, err := store.Open(ctx, cfg.Database.Postgres.ConnString(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(st.Close)
-	if _, err := st.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
-	rdb := redis.NewClient(&redis.Options{Addr: cfg.Database.Redis.Addr, Password: cfg.Database.Redis.Password, DB: cfg.Database.Redis.DB})
-	t.Cleanup(func() { rdb.Close() })
-	ws := store.Workspace{ID: ids.New("ws"), Name: "kube", CreatedAt: time.Now()}
-	if err := st.CreateWorkspace(ctx, ws); err != nil {
-		t.Fatal(err)
-	}
+	st, rdb, ws := storeAndRedis(ctx, t, cfg, "kube")
 	client := kubeworkers.New(kube, ns)
 	replica := func() *tasks.Service {
 		svc, err := tasks.New(tasks.Config{Store: st, Redis: rdb, Config: cfg, Agents: func() tasks.Agents { return nil },

@@ -14,6 +14,7 @@ import (
 
 	agentv1 "github.com/levers9/levers9/api/levers9/agent/v1"
 	v1 "github.com/levers9/levers9/api/levers9/v1"
+	"github.com/levers9/levers9/controlplane/config"
 	"github.com/levers9/levers9/controlplane/store"
 	"github.com/levers9/levers9/controlplane/tasks"
 	"github.com/levers9/levers9/internal/ids"
@@ -34,20 +35,7 @@ func setupLife(t *testing.T) *lifeBundle {
 	t.Helper()
 	ctx := context.Background()
 	cfg := config1s(t)
-	st, err := store.Open(ctx, cfg.Database.Postgres.ConnString(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(st.Close)
-	if _, err := st.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
-	rdb := redis.NewClient(&redis.Options{Addr: cfg.Database.Redis.Addr, Password: cfg.Database.Redis.Password, DB: cfg.Database.Redis.DB})
-	t.Cleanup(func() { rdb.Close() })
-	ws := store.Workspace{ID: ids.New("ws"), Name: "life", CreatedAt: time.Now()}
-	if err := st.CreateWorkspace(ctx, ws); err != nil {
-		t.Fatal(err)
-	}
+	st, rdb, ws := storeAndRedis(ctx, t, cfg, "life")
 	m := store.Machine{ID: ids.New("m"), WorkspaceID: ws.ID, Name: "box", Pool: "default", CreatedAt: time.Now()}
 	jt := store.JoinTokenRow{ID: ids.New("jt"), MachineID: m.ID, Hash: []byte("h"), ExpiresAt: time.Now().Add(time.Hour)}
 	if err := st.CreateMachine(ctx, m, jt); err != nil {
@@ -158,4 +146,25 @@ func TestStopCutsPushesWithoutLosingAttempts(t *testing.T) {
 	if got.State != v1.TaskState_TASK_STATE_SCHEDULED || len(got.Attempts) != 1 || got.Attempts[0].State != v1.AttemptState_ATTEMPT_STATE_SCHEDULED {
 		t.Fatalf("after Stop: task %v, attempts %v", got.State, got.Attempts)
 	}
+}
+
+// storeAndRedis opens and migrates the test store of cfg, a Redis client
+// on its Redis, and makes a workspace called name.
+func storeAndRedis(ctx context.Context, t *testing.T, cfg *config.Config, name string) (*store.Store, *redis.Client, store.Workspace) {
+	t.Helper()
+	st, err := store.Open(ctx, cfg.Database.Postgres.ConnString(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(st.Close)
+	if _, err := st.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: cfg.Database.Redis.Addr, Password: cfg.Database.Redis.Password, DB: cfg.Database.Redis.DB})
+	t.Cleanup(func() { rdb.Close() })
+	ws := store.Workspace{ID: ids.New("ws"), Name: name, CreatedAt: time.Now()}
+	if err := st.CreateWorkspace(ctx, ws); err != nil {
+		t.Fatal(err)
+	}
+	return st, rdb, ws
 }

@@ -94,12 +94,15 @@ func (s *Server) listTasks(w http.ResponseWriter, r *http.Request, _ caller) {
 		NextPageToken string     `json:"nextPageToken,omitempty"`
 	}{Tasks: []taskJSON{}, NextPageToken: resp.NextPageToken}
 	for _, t := range resp.Tasks {
-		if pool == "" || t.GetSpec().GetPool() == pool {
+		if matchesPool(t, pool) {
 			out.Tasks = append(out.Tasks, taskView(t))
 		}
 	}
 	writeJSON(w, http.StatusOK, out)
 }
+
+// matchesPool is the ?pool= filter of the task lists: no pool matches all.
+func matchesPool(t *v1.Task, pool string) bool { return pool == "" || t.GetSpec().GetPool() == pool }
 
 func parseStates(w http.ResponseWriter, vals []string) ([]v1.TaskState, bool) {
 	var out []v1.TaskState

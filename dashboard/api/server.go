@@ -29,7 +29,8 @@ type Options struct {
 	// Clock is the wall clock unless a test passes a fake.
 	Clock clock.Clock
 	// Getenv is consulted for the CLI's TLS variables when dialing
-	// (LEVERS9_CONTROLPLANE_TLS, LEVERS9_CONTROLPLANE_CA); os.Getenv when nil.
+	// (LEVERS9_CONTROLPLANE_TLS, LEVERS9_CONTROLPLANE_CA); an empty
+	// environment when nil.
 	Getenv func(string) string
 }
 

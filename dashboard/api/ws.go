@@ -20,9 +20,10 @@ import (
 const wsWriteTimeout = 10 * time.Second
 
 // accept upgrades a WebSocket after the guard has checked the session and
-// role. Browsers send cookies on cross-site WebSocket handshakes, so the
-// Origin must be the API's own or the web app's.
-func (s *Server) accept(w http.ResponseWriter, r *http.Request, view string) (*websocket.Conn, context.Context, func(), bool) {
+// role; sess is the guard's, and the socket ends when it expires. Browsers
+// send cookies on cross-site WebSocket handshakes, so the Origin must be the
+// API's own or the web app's.
+func (s *Server) accept(w http.ResponseWriter, r *http.Request, sess *session, view string) (*websocket.Conn, context.Context, func(), bool) {
 	var patterns []string
 	if u, err := url.Parse(s.cfg.WebURL); err == nil {
 		patterns = append(patterns, u.Host)
@@ -40,7 +41,6 @@ func (s *Server) accept(w http.ResponseWriter, r *http.Request, view string) (*w
 	// Reading only serves close frames and pings; the context ends when the
 	// browser goes away, and at the latest when its session expires.
 	ctx := c.CloseRead(r.Context())
-	sess := s.sessionOf(r)
 	ctx, cancel := context.WithDeadline(ctx, time.Now().Add(time.Unix(sess.ExpiresAt, 0).Sub(s.clock.Now())))
 	return c, ctx, func() {
 		cancel()
@@ -94,9 +94,9 @@ type wsEndMsg struct {
 // cursor C (all of them without one) as they happen, then {"type":"end"}
 // after the terminal state. A browser that lost the socket reconnects with
 // the cursor of the last event it handled and gets each event exactly once.
-func (s *Server) wsTask(w http.ResponseWriter, r *http.Request, _ caller) {
+func (s *Server) wsTask(w http.ResponseWriter, r *http.Request, c caller) {
 	id, cursor := r.PathValue("id"), r.URL.Query().Get("cursor")
-	c, ctx, done, ok := s.accept(w, r, "task")
+	conn, ctx, done, ok := s.accept(w, r, c.sess, "task")
 	if !ok {
 		return
 	}
@@ -110,14 +110,14 @@ func (s *Server) wsTask(w http.ResponseWriter, r *http.Request, _ caller) {
 			if ev, err = st.Recv(); err != nil {
 				break
 			}
-			if err = wsSend(ctx, c, eventView(ev)); err != nil {
+			if err = wsSend(ctx, conn, eventView(ev)); err != nil {
 				return
 			}
 			cursor, retries = ev.Cursor, 0
 		}
 		if errors.Is(err, io.EOF) {
-			_ = wsSend(ctx, c, wsEndMsg{Type: "end", Cursor: cursor})
-			_ = c.Close(websocket.StatusNormalClosure, "task finished")
+			_ = wsSend(ctx, conn, wsEndMsg{Type: "end", Cursor: cursor})
+			_ = conn.Close(websocket.StatusNormalClosure, "task finished")
 			return
 		}
 		if status.Code(err) == codes.Unavailable && ctx.Err() == nil && retries < 5 {
@@ -128,7 +128,7 @@ func (s *Server) wsTask(w http.ResponseWriter, r *http.Request, _ caller) {
 			case <-ctx.Done():
 			}
 		}
-		s.closeFor(ctx, c, "task", err)
+		s.closeFor(ctx, conn, "task", err)
 		return
 	}
 }
@@ -184,14 +184,14 @@ func (s *Server) poll(ctx context.Context, c *websocket.Conn, snapshotField, ite
 
 // wsMachines: GET /api/ws/machines?pool=P pushes machines going online
 // and offline (and any other change but heartbeats).
-func (s *Server) wsMachines(w http.ResponseWriter, r *http.Request, _ caller) {
+func (s *Server) wsMachines(w http.ResponseWriter, r *http.Request, c caller) {
 	pool := r.URL.Query().Get("pool")
-	c, ctx, done, ok := s.accept(w, r, "machines")
+	conn, ctx, done, ok := s.accept(w, r, c.sess, "machines")
 	if !ok {
 		return
 	}
 	defer done()
-	err := s.poll(ctx, c, "machines", "machine", func(ctx context.Context) ([]any, []string, error) {
+	err := s.poll(ctx, conn, "machines", "machine", func(ctx context.Context) ([]any, []string, error) {
 		resp, err := s.machines.ListMachines(ctx, &v1.ListMachinesRequest{Pool: pool})
 		if err != nil {
 			return nil, nil, err
@@ -205,24 +205,24 @@ func (s *Server) wsMachines(w http.ResponseWriter, r *http.Request, _ caller) {
 		}
 		return items, ids, nil
 	})
-	s.closeFor(ctx, c, "machines", err)
+	s.closeFor(ctx, conn, "machines", err)
 }
 
 // wsTasks: GET /api/ws/tasks?state=running&pool=P pushes the newest 50
 // matching tasks, then each one whose state or attempts change.
-func (s *Server) wsTasks(w http.ResponseWriter, r *http.Request, _ caller) {
+func (s *Server) wsTasks(w http.ResponseWriter, r *http.Request, c caller) {
 	q := r.URL.Query()
 	states, ok := parseStates(w, q["state"])
 	if !ok {
 		return
 	}
 	pool := q.Get("pool")
-	c, ctx, done, ok := s.accept(w, r, "tasks")
+	conn, ctx, done, ok := s.accept(w, r, c.sess, "tasks")
 	if !ok {
 		return
 	}
 	defer done()
-	err := s.poll(ctx, c, "tasks", "task", func(ctx context.Context) ([]any, []string, error) {
+	err := s.poll(ctx, conn, "tasks", "task", func(ctx context.Context) ([]any, []string, error) {
 		resp, err := s.tasks.ListTasks(ctx, &v1.ListTasksRequest{PageSize: 50, States: states})
 		if err != nil {
 			return nil, nil, err
@@ -230,7 +230,7 @@ func (s *Server) wsTasks(w http.ResponseWriter, r *http.Request, _ caller) {
 		var items []any
 		var ids []string
 		for _, t := range resp.Tasks {
-			if pool == "" || t.GetSpec().GetPool() == pool {
+			if matchesPool(t, pool) {
 				items, ids = append(items, taskView(t)), append(ids, t.Id)
 			}
 		}
@@ -239,5 +239,5 @@ func (s *Server) wsTasks(w http.ResponseWriter, r *http.Request, _ caller) {
 		}
 		return items, ids, nil
 	})
-	s.closeFor(ctx, c, "tasks", err)
+	s.closeFor(ctx, conn, "tasks", err)
 }

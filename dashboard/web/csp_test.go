@@ -45,7 +45,7 @@ func TestPolicies(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	if _, err := Install(ctx, dir, testenv.LogWriter(t, "WEB_BUILD_LOG")); err != nil {
+	if _, err := install(ctx, dir, testenv.LogWriter(t, "WEB_BUILD_LOG")); err != nil {
 		t.Fatal(err)
 	}
 	tests := []struct {

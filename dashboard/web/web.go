@@ -17,7 +17,6 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -29,6 +28,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/levers9/levers9/internal/devstack"
 )
 
 // minNode is the oldest Node.js that Next.js 16 runs on.
@@ -169,9 +170,9 @@ func Make(ctx context.Context, opts BuildOptions) (*Build, error) {
 	return b, nil
 }
 
-// Install runs npm ci in dir when package-lock.json (or Node.js) changed
+// install runs npm ci in dir when package-lock.json (or Node.js) changed
 // since the last install, and reports whether it ran.
-func Install(ctx context.Context, dir string, log io.Writer) (bool, error) {
+func install(ctx context.Context, dir string, log io.Writer) (bool, error) {
 	nodeVersion, err := CheckNode()
 	if err != nil {
 		return false, err
@@ -191,7 +192,7 @@ func Install(ctx context.Context, dir string, log io.Writer) (bool, error) {
 	return installed, err
 }
 
-// installLocked is Install with the build lock held; it returns the
+// installLocked is install with the build lock held; it returns the
 // install's identity (lock file sum and Node.js version) for build keys.
 func installLocked(ctx context.Context, dir, nodeVersion string, log io.Writer) (string, bool, error) {
 	lockSum, err := fileSum(filepath.Join(dir, "package-lock.json"))
@@ -361,7 +362,7 @@ type Server struct {
 // Serve starts this build on a free port of 127.0.0.1, its output going to
 // out, and returns once it answers HTTP (or within 60s, an error).
 func (b *Build) Serve(ctx context.Context, out io.Writer) (*Server, error) {
-	port, err := FreePort()
+	port, err := devstack.FreePort()
 	if err != nil {
 		return nil, err
 	}
@@ -375,7 +376,7 @@ func (b *Build) Serve(ctx context.Context, out io.Writer) (*Server, error) {
 	go func() { _ = cmd.Wait(); close(s.done) }()
 	if err := WaitHTTP(ctx, s.URL+"/signin", 60*time.Second, s.done); err != nil {
 		s.Stop()
-		return nil, err
+		return nil, fmt.Errorf("the web app (next start): %w", err)
 	}
 	return s, nil
 }
@@ -397,16 +398,6 @@ func (s *Server) Stop() {
 	}
 }
 
-// FreePort returns a TCP port of 127.0.0.1 that was free a moment ago.
-func FreePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("find a free port: %w", err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
 // WaitHTTP polls url until it answers below 500, the process ends
 // (exited closes), ctx ends or d passes.
 func WaitHTTP(ctx context.Context, url string, d time.Duration, exited <-chan struct{}) error {
@@ -421,13 +412,13 @@ func WaitHTTP(ctx context.Context, url string, d time.Duration, exited <-chan st
 		}
 		select {
 		case <-exited:
-			return fmt.Errorf("the web app exited before answering on %s", url)
+			return fmt.Errorf("the process exited before %s answered", url)
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
-	return fmt.Errorf("the web app did not answer on %s within %s", url, d)
+	return fmt.Errorf("%s did not answer within %s", url, d)
 }
 
 // APIPortForTest is the dashboard API port the tests prefer, so that the

@@ -9,14 +9,16 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/levers9/levers9/enroll"
 )
 
 // Labels and annotations on every Job, pod and Secret this package makes.
 const (
-	LabelApp      = "app.kubernetes.io/name"
+	LabelApp      = enroll.KubeLabelApp
 	AppName       = "levers9-worker"
-	LabelPool     = "levers9.dev/pool"
-	LabelMachine  = "levers9.dev/machine-id"
+	LabelPool     = enroll.KubeLabelPool
+	LabelMachine  = enroll.KubeLabelMachine
 	AnnotCPU      = "levers9.dev/cpu-millis"
 	AnnotMemory   = "levers9.dev/memory-bytes"
 	AnnotGPUs     = "levers9.dev/gpus"
@@ -26,10 +28,10 @@ const (
 
 // Paths inside the worker pod, as the chart documents them.
 const (
-	JoinDir   = "/etc/levers9/join"
-	TokenKey  = "token"
-	CAKey     = "ca.crt"
-	StateDir  = "/var/lib/levers9-agent"
+	JoinDir   = enroll.ClusterJoinDir
+	TokenKey  = enroll.ClusterTokenKey
+	CAKey     = enroll.ClusterCAKey
+	StateDir  = enroll.ClusterStateDir
 	EnvCP     = "LEVERS9_CONTROLPLANE"
 	EnvIdle   = "LEVERS9_EXIT_WHEN_IDLE"
 	agentArg0 = "levers9-worker"

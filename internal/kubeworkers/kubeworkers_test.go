@@ -60,7 +60,7 @@ func TestWorkerJobs(t *testing.T) {
 	ctx := context.Background()
 	var mu sync.Mutex
 	var gone []kubeworkers.PodGone
-	w := c.Watch(func(g kubeworkers.PodGone) { mu.Lock(); gone = append(gone, g); mu.Unlock() })
+	w := c.Watch("", func(g kubeworkers.PodGone) { mu.Lock(); gone = append(gone, g); mu.Unlock() })
 	if err := w.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -173,9 +173,9 @@ func TestWorkerJobs(t *testing.T) {
 	})
 
 	// Start/Stop: repeatedly, twice, and Stop before Start.
-	c.Watch(func(kubeworkers.PodGone) {}).Stop()
+	c.Watch("", func(kubeworkers.PodGone) {}).Stop()
 	for i := 0; i < 5; i++ {
-		wt := c.Watch(func(kubeworkers.PodGone) {})
+		wt := c.Watch("", func(kubeworkers.PodGone) {})
 		if err := wt.Start(ctx); err != nil {
 			t.Fatal(err)
 		}

@@ -26,6 +26,7 @@ type PodGone struct {
 // Start.
 type Watcher struct {
 	c      *Client
+	pool   string
 	notify func(PodGone)
 
 	mu sync.Mutex
@@ -40,9 +41,10 @@ type Watcher struct {
 const reportedMemory = 30 * time.Minute
 
 // Watch is a Watcher calling notify (from one goroutine, never
-// concurrently) for each worker pod that goes away.
-func (c *Client) Watch(notify func(PodGone)) *Watcher {
-	return &Watcher{c: c, notify: notify, reported: map[string]time.Time{}}
+// concurrently) for each worker pod of pool ("" for every pool) that goes
+// away.
+func (c *Client) Watch(pool string, notify func(PodGone)) *Watcher {
+	return &Watcher{c: c, pool: pool, notify: notify, reported: map[string]time.Time{}}
 }
 
 // Start runs the informer until Stop, and returns once it has listed the
@@ -58,7 +60,11 @@ func (w *Watcher) Start(ctx context.Context) error {
 	w.mu.Unlock()
 	f := informers.NewSharedInformerFactoryWithOptions(w.c.kube, 10*time.Minute, informers.WithNamespace(w.c.ns),
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
-			o.LabelSelector = labels.Set{LabelApp: AppName}.String()
+			sel := labels.Set{LabelApp: AppName}
+			if w.pool != "" {
+				sel[LabelPool] = w.pool
+			}
+			o.LabelSelector = sel.String()
 		}))
 	inf := f.Core().V1().Pods().Informer()
 	events := make(chan PodGone, 64)

@@ -4,15 +4,13 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"net/http"
 	"os"
 	"os/exec"
 	"sort"
-	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
+	"github.com/levers9/levers9/dashboard/web"
 	"github.com/levers9/levers9/enroll"
 )
 
@@ -102,42 +100,19 @@ func ensureDashboard(ctx context.Context, p Paths, st *State, say func(string, .
 }
 
 func startDashboard(p Paths, env []string) error {
-	logf, err := os.OpenFile(p.file("dashboard-api.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
-	if err != nil {
-		return err
-	}
-	defer logf.Close()
 	cmd := exec.Command(p.Bin + "/levers9-dashboard-api")
 	// Its own environment only (plus PATH and HOME), so no LEVERS9_DASHBOARD_*
 	// of the caller's shell changes the local stack behind its back.
 	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME")}, env...)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-	if err := cmd.Start(); err != nil {
+	if err := startDetached(cmd, p.file("dashboard-api.log"), p.file("dashboard-api.pid")); err != nil {
 		return fmt.Errorf("start %s (run make build first): %w", cmd.Path, err)
 	}
-	if err := os.WriteFile(p.file("dashboard-api.pid"), []byte(strconv.Itoa(cmd.Process.Pid)), 0o644); err != nil {
-		return err
-	}
-	return cmd.Process.Release()
+	return nil
 }
 
 func waitDashboard(ctx context.Context, p Paths, st *State) error {
-	client := &http.Client{Timeout: 2 * time.Second}
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
-		resp, err := client.Get(st.DashboardURL() + "/healthz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(200 * time.Millisecond):
-		}
+	if err := web.WaitHTTP(ctx, st.DashboardURL()+"/healthz", 30*time.Second, nil); err != nil {
+		return fmt.Errorf("the dashboard API did not become healthy: %w; its log ends:\n%s", err, tail(p.file("dashboard-api.log"), 20))
 	}
-	return fmt.Errorf("the dashboard API did not become healthy on %s within 30s; its log ends:\n%s", st.DashboardURL(), tail(p.file("dashboard-api.log"), 20))
+	return nil
 }

@@ -6,7 +6,6 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"syscall"
 	"time"
 
 	"github.com/levers9/levers9/dashboard/web"
@@ -37,11 +36,6 @@ func pickDashboardWebPort(p Paths, st *State) error {
 // the first build, or one after a change, takes a minute) and runs it, or
 // keeps the running one when it serves the same build.
 func ensureDashboardWeb(ctx context.Context, p Paths, webDir string, st *State, say func(string, ...any)) error {
-	if st.DashboardWebPort == 0 {
-		if err := pickDashboardWebPort(p, st); err != nil {
-			return err
-		}
-	}
 	buildLog, err := os.OpenFile(p.file("dashboard-web-build.log"), os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
 	if err != nil {
 		return fmt.Errorf("open the web build log: %w", err)
@@ -71,24 +65,13 @@ func ensureDashboardWeb(ctx context.Context, p Paths, webDir string, st *State, 
 	if err := enroll.WriteSecretFile(p.file("dashboard/web-settings"), settings); err != nil {
 		return err
 	}
-	logf, err := os.OpenFile(p.file("dashboard-web.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		return err
-	}
-	defer logf.Close()
 	cmd := b.Command("127.0.0.1", st.DashboardWebPort)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-	if err := cmd.Start(); err != nil {
+	if err := startDetached(cmd, p.file("dashboard-web.log"), p.file("dashboard-web.pid")); err != nil {
 		return fmt.Errorf("start the dashboard web app: %w", err)
 	}
-	if err := os.WriteFile(p.file("dashboard-web.pid"), []byte(strconv.Itoa(cmd.Process.Pid)), 0o644); err != nil {
-		return err
-	}
-	_ = cmd.Process.Release()
 	say("starting the dashboard web app on %s (log: %s)", st.DashboardWebURL(), p.file("dashboard-web.log"))
 	if err := web.WaitHTTP(ctx, st.DashboardWebURL()+"/signin", 60*time.Second, nil); err != nil {
-		return fmt.Errorf("%w; its log ends:\n%s", err, tail(p.file("dashboard-web.log"), 20))
+		return fmt.Errorf("the dashboard web app: %w; its log ends:\n%s", err, tail(p.file("dashboard-web.log"), 20))
 	}
 	return nil
 }

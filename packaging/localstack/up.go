@@ -225,18 +225,28 @@ worker:
 }
 
 func startControlplane(p Paths) error {
-	logf, err := os.OpenFile(p.file("controlplane.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	cmd := exec.Command(p.Bin+"/levers9-controlplane", "--config", p.file("controlplane.yaml"))
+	if err := startDetached(cmd, p.file("controlplane.log"), p.file("controlplane.pid")); err != nil {
+		return fmt.Errorf("start %s (run make build first): %w", cmd.Path, err)
+	}
+	return nil
+}
+
+// startDetached starts cmd in a session of its own, its output appended to
+// logPath (created 0600), writes its pid to pidPath and lets it run on
+// without this process.
+func startDetached(cmd *exec.Cmd, logPath, pidPath string) error {
+	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return err
 	}
 	defer logf.Close()
-	cmd := exec.Command(p.Bin+"/levers9-controlplane", "--config", p.file("controlplane.yaml"))
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("start %s (run make build first): %w", cmd.Path, err)
+		return err
 	}
-	if err := os.WriteFile(p.file("controlplane.pid"), []byte(strconv.Itoa(cmd.Process.Pid)), 0o644); err != nil {
+	if err := os.WriteFile(pidPath, []byte(strconv.Itoa(cmd.Process.Pid)), 0o644); err != nil {
 		return err
 	}
 	return cmd.Process.Release()

@@ -9,9 +9,6 @@ import (
 	"net/http"
 	"net/http/cookiejar"
 	"net/url"
-	"os"
-	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -210,32 +207,11 @@ func TestDashboardWithRealAgents(t *testing.T) {
 	})
 }
 
-// stopAgent sends SIGTERM to the agent of machineID (found as kill does),
-// the way a service manager stops it.
+// stopAgent sends SIGTERM to the agent of machineID, the way a service
+// manager stops it.
 func stopAgent(t *testing.T, machineID string) {
 	t.Helper()
-	entries, _ := os.ReadDir("/proc")
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		if err != nil || !strings.Contains(string(b), "levers9-agent\x00run\x00") {
-			continue
-		}
-		args := strings.Split(string(b), "\x00")
-		for i, a := range args {
-			if a == "--state-dir" && i+1 < len(args) {
-				id, _ := os.ReadFile(filepath.Join(args[i+1], "machine-id"))
-				if strings.TrimSpace(string(id)) == machineID {
-					if err := syscall.Kill(pid, syscall.SIGTERM); err != nil {
-						t.Fatal(err)
-					}
-					return
-				}
-			}
-		}
+	if err := syscall.Kill(agentPID(t, machineID), syscall.SIGTERM); err != nil {
+		t.Fatal(err)
 	}
-	t.Fatalf("no agent process for %s", machineID)
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/levers9/levers9/dashboard/api"
 	"github.com/levers9/levers9/dashboard/web"
 	"github.com/levers9/levers9/internal/clientconfig"
+	"github.com/levers9/levers9/internal/devstack"
 	"github.com/levers9/levers9/internal/testenv"
 )
 
@@ -54,7 +55,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	// tests build for, so one cached build serves both.
 	apiPort := web.APIPortForTest
 	if l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", apiPort)); err != nil {
-		if apiPort, err = web.FreePort(); err != nil {
+		if apiPort, err = devstack.FreePort(); err != nil {
 			t.Fatal(err)
 		}
 	} else {

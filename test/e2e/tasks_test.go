@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -279,17 +280,26 @@ func TestTasksEndToEnd(t *testing.T) {
 	})
 }
 
-// kill SIGKILLs a machine's agent (no goodbye on its tunnel): the process
-// running 'levers9-agent run' whose state directory belongs to machineID.
+// kill SIGKILLs a machine's agent (no goodbye on its tunnel).
 func (w *taskWorld) kill(t *testing.T, machineID string) {
 	t.Helper()
-	out, err := exec.Command("pgrep", "-f", "levers9-agent run").Output()
-	if err != nil {
-		t.Fatalf("pgrep: %v", err)
+	if err := syscall.Kill(agentPID(t, machineID), syscall.SIGKILL); err != nil {
+		t.Fatal(err)
 	}
-	for _, pid := range strings.Fields(string(out)) {
-		b, err := os.ReadFile("/proc/" + pid + "/cmdline")
+}
+
+// agentPID finds the process running 'levers9-agent run' whose state
+// directory belongs to machineID.
+func agentPID(t *testing.T, machineID string) int {
+	t.Helper()
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
 		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil || !strings.Contains(string(b), "levers9-agent\x00run\x00") {
 			continue
 		}
 		args := strings.Split(string(b), "\x00")
@@ -299,12 +309,10 @@ func (w *taskWorld) kill(t *testing.T, machineID string) {
 			}
 			id, _ := os.ReadFile(filepath.Join(args[i+1], "machine-id"))
 			if strings.TrimSpace(string(id)) == machineID {
-				if err := exec.Command("kill", "-9", pid).Run(); err != nil {
-					t.Fatal(err)
-				}
-				return
+				return pid
 			}
 		}
 	}
 	t.Fatalf("no agent process for %s", machineID)
+	return 0
 }

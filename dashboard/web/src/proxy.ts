@@ -10,7 +10,6 @@ export function proxy(request: NextRequest) {
   const nonce = newNonce();
   const policy = reportOnlyPolicy(api, nonce);
   const headers = new Headers(request.headers);
-  headers.set("x-nonce", nonce);
   headers.set("content-security-policy-report-only", policy);
   const response = NextResponse.next({ request: { headers } });
   response.headers.set("Content-Security-Policy-Report-Only", policy);

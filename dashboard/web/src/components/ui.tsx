@@ -60,10 +60,6 @@ export function Live({ status }: { status: LiveStatus }) {
   );
 }
 
-export function Loading() {
-  return <p className="muted">Loading…</p>;
-}
-
 export function KV({ rows }: { rows: Array<[string, ReactNode]> }) {
   return (
     <dl className="kv">

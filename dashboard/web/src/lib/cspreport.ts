@@ -12,7 +12,6 @@ const maxField = 300;
 export class RateLimiter {
   private tokens: number;
   private last: number;
-  dropped = 0;
 
   constructor(
     private readonly burst: number,
@@ -27,10 +26,7 @@ export class RateLimiter {
     const t = this.now();
     this.tokens = Math.min(this.burst, this.tokens + ((t - this.last) / 60000) * this.perMinute);
     this.last = t;
-    if (this.tokens < 1) {
-      this.dropped++;
-      return false;
-    }
+    if (this.tokens < 1) return false;
     this.tokens -= 1;
     return true;
   }
