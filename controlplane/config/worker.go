@@ -16,8 +16,7 @@ type Worker struct {
 	VolumeMountValidation string `yaml:"volumeMountValidation"`
 	// JobResourcesEnforced makes worker pods of Kubernetes pools request the
 	// CPU, memory and nvidia.com/gpu of the work they take, so the NVIDIA
-	// device plugin hands them GPUs (default true; the Helm chart renders
-	// the requests into the worker pod templates).
+	// device plugin hands them GPUs (default true).
 	JobResourcesEnforced *bool `yaml:"jobResourcesEnforced"`
 	// ImageRegistry is where task images without a registry are pulled
 	// from: a registry host[:port], checked at load.

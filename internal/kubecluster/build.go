@@ -10,6 +10,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+
+	"github.com/levers9/levers9/controlplane/agentdist"
 )
 
 // BuildScriptPath is packaging/kube/build.sh relative to the repository root.
@@ -22,21 +24,15 @@ func FindBuildScript(dir string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("finding %s from %s: %w", BuildScriptPath, dir, err)
 	}
-	for {
-		mod, err := os.ReadFile(filepath.Join(d, "go.mod"))
-		if err == nil && bytes.HasPrefix(mod, []byte("module github.com/levers9/levers9\n")) {
-			p := filepath.Join(d, BuildScriptPath)
-			if _, err := os.Stat(p); err != nil {
-				return "", fmt.Errorf("finding the kube build script: %w", err)
-			}
-			return p, nil
-		}
-		parent := filepath.Dir(d)
-		if parent == d {
-			return "", fmt.Errorf("finding %s: no levers9 repository above %s", BuildScriptPath, dir)
-		}
-		d = parent
+	root, ok := agentdist.FindSource(d)
+	if !ok {
+		return "", fmt.Errorf("finding %s: no levers9 repository above %s", BuildScriptPath, dir)
 	}
+	p := filepath.Join(root, BuildScriptPath)
+	if _, err := os.Stat(p); err != nil {
+		return "", fmt.Errorf("finding the kube build script: %w", err)
+	}
+	return p, nil
 }
 
 // Build runs build.sh (cached: instant when warm, 10-30 minutes cold) and

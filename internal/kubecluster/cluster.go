@@ -23,11 +23,9 @@ import (
 
 // Options says where the binaries come from and where the cluster lives.
 type Options struct {
-	// BinDir holds the binaries and stages.yaml. Empty: run BuildScript.
+	// BinDir holds the binaries and stages.yaml. Empty: run
+	// packaging/kube/build.sh, found above the working directory.
 	BinDir string
-	// BuildScript is packaging/kube/build.sh. Empty: found above the
-	// working directory.
-	BuildScript string
 	// BuildProgress receives build.sh's progress (a cold build takes
 	// minutes). Nil: discarded.
 	BuildProgress io.Writer
@@ -40,8 +38,6 @@ type Options struct {
 	Detached bool
 	// Logger gets one line per component started. Nil: discarded.
 	Logger *slog.Logger
-	// Timeout bounds the start after the build. Zero: two minutes.
-	Timeout time.Duration
 }
 
 // Cluster is a running control plane. Its methods are safe to call
@@ -77,11 +73,8 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	if err := c.prepare(ctx); err != nil {
 		return nil, err
 	}
-	timeout := opts.Timeout
-	if timeout == 0 {
-		timeout = 2 * time.Minute
-	}
-	ctx, cancel := context.WithTimeout(ctx, timeout)
+	// The start after the build takes seconds; two minutes bounds it.
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 	if err := c.run(ctx); err != nil {
 		// The directory may go with Stop: keep the end of each log.
@@ -99,15 +92,13 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 func (c *Cluster) prepare(ctx context.Context) error {
 	c.binDir = c.opts.BinDir
 	if c.binDir == "" {
-		script := c.opts.BuildScript
-		if script == "" {
-			wd, err := os.Getwd()
-			if err != nil {
-				return fmt.Errorf("finding the kube build script: %w", err)
-			}
-			if script, err = FindBuildScript(wd); err != nil {
-				return err
-			}
+		wd, err := os.Getwd()
+		if err != nil {
+			return fmt.Errorf("finding the kube build script: %w", err)
+		}
+		script, err := FindBuildScript(wd)
+		if err != nil {
+			return err
 		}
 		dir, err := Build(ctx, script, c.opts.BuildProgress)
 		if err != nil {
@@ -196,16 +187,15 @@ func (c *Cluster) run(ctx context.Context) error {
 		return fmt.Errorf("making the admin client: %w", err)
 	}
 
-	etcd, err := c.start("etcd", "--data-dir", filepath.Join(c.dir, "etcd"),
-		"--listen-client-url", etcdURL, "--listen-peer-url", peerURL)
-	if err != nil {
+	if err := c.start("etcd", "--data-dir", filepath.Join(c.dir, "etcd"),
+		"--listen-client-url", etcdURL, "--listen-peer-url", peerURL); err != nil {
 		return err
 	}
-	if err := c.waitHTTP(ctx, etcd, etcdURL+"/health"); err != nil {
+	if err := c.waitHTTP(ctx, "etcd", etcdURL+"/health"); err != nil {
 		return err
 	}
 
-	apiserver, err := c.start("kube-apiserver",
+	if err := c.start("kube-apiserver",
 		"--etcd-servers="+etcdURL,
 		"--bind-address=127.0.0.1",
 		"--advertise-address=127.0.0.1",
@@ -221,16 +211,15 @@ func (c *Cluster) run(ctx context.Context) error {
 		"--allow-privileged=true",
 		"--profiling=false",
 		"--cert-dir="+filepath.Join(c.dir, "pki"),
-	)
-	if err != nil {
+	); err != nil {
 		return err
 	}
-	if err := c.waitAPIServer(ctx, apiserver); err != nil {
+	if err := c.waitAPIServer(ctx); err != nil {
 		return err
 	}
 	c.log.Info("apiserver ready", "after", time.Since(began))
 
-	if _, err := c.start("kube-controller-manager",
+	if err := c.start("kube-controller-manager",
 		"--kubeconfig="+cmConfig,
 		"--leader-elect=false",
 		"--secure-port=0",
@@ -247,7 +236,7 @@ func (c *Cluster) run(ctx context.Context) error {
 	); err != nil {
 		return err
 	}
-	if _, err := c.start("kube-scheduler",
+	if err := c.start("kube-scheduler",
 		"--kubeconfig="+schedConfig,
 		"--leader-elect=false",
 		"--secure-port=0",
@@ -255,7 +244,7 @@ func (c *Cluster) run(ctx context.Context) error {
 	); err != nil {
 		return err
 	}
-	if _, err := c.start("kwok",
+	if err := c.start("kwok",
 		"--kubeconfig="+admin,
 		"--config="+filepath.Join(c.binDir, "stages.yaml"),
 		"--manage-all-nodes=false",
@@ -272,9 +261,10 @@ func (c *Cluster) run(ctx context.Context) error {
 	return nil
 }
 
-// waitHTTP polls url until it answers 200 or proc exits.
-func (c *Cluster) waitHTTP(ctx context.Context, p *proc, url string) error {
-	return c.poll(ctx, "etcd to answer "+url, func(ctx context.Context) (bool, error) {
+// waitHTTP polls url, served by the component name, until it answers 200
+// or a component exits.
+func (c *Cluster) waitHTTP(ctx context.Context, name, url string) error {
+	return c.poll(ctx, name+" to answer "+url, func(ctx context.Context) (bool, error) {
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 		if err != nil {
 			return false, err
@@ -288,7 +278,9 @@ func (c *Cluster) waitHTTP(ctx context.Context, p *proc, url string) error {
 	})
 }
 
-func (c *Cluster) waitAPIServer(ctx context.Context, p *proc) error {
+// waitAPIServer polls kube-apiserver's /readyz until it answers 200 or a
+// component exits.
+func (c *Cluster) waitAPIServer(ctx context.Context) error {
 	return c.poll(ctx, "kube-apiserver to be ready", func(ctx context.Context) (bool, error) {
 		var status int
 		c.clientset.Discovery().RESTClient().Get().AbsPath("/readyz").Do(ctx).StatusCode(&status)
@@ -371,19 +363,6 @@ func (c *Cluster) PIDs() map[string]int {
 		m[p.name] = p.cmd.Process.Pid
 	}
 	return m
-}
-
-// RSS maps each component to its resident memory in bytes.
-func (c *Cluster) RSS() (map[string]int64, error) {
-	m := make(map[string]int64, len(c.procs))
-	for _, p := range c.procs {
-		n, err := rss(p.cmd.Process.Pid)
-		if err != nil {
-			return nil, fmt.Errorf("measuring %s: %w", p.name, err)
-		}
-		m[p.name] = n
-	}
-	return m, nil
 }
 
 // Stop kills every component's process group with SIGKILL, waits until they

@@ -60,15 +60,18 @@ func TestCluster(t *testing.T) {
 	t.Run("too-many-gpus", func(t *testing.T) { testTooManyGPUs(t, c) })
 }
 
+// logRSS logs each component's resident memory.
 func logRSS(t *testing.T, c *kubecluster.Cluster) {
 	t.Helper()
-	rss, err := c.RSS()
-	if err != nil {
-		t.Fatalf("measuring memory: %v", err)
-	}
+	rss := map[string]int64{}
 	var names []string
 	var total int64
-	for name, n := range rss {
+	for name, pid := range c.PIDs() {
+		n, err := residentBytes(pid)
+		if err != nil {
+			t.Fatalf("measuring the memory of %s: %v", name, err)
+		}
+		rss[name] = n
 		names = append(names, name)
 		total += n
 	}
@@ -78,6 +81,26 @@ func logRSS(t *testing.T, c *kubecluster.Cluster) {
 		fmt.Fprintf(&b, " %s=%dMB", name, rss[name]>>20)
 	}
 	t.Logf("RSS total=%dMB:%s", total>>20, b.String())
+}
+
+// residentBytes is the resident set size of pid (VmRSS in /proc/PID/status).
+func residentBytes(pid int) (int64, error) {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "VmRSS:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			if err != nil {
+				return 0, fmt.Errorf("parsing VmRSS of pid %d: %w", pid, err)
+			}
+			return kb * 1024, nil
+		}
+	}
+	return 0, fmt.Errorf("no VmRSS for pid %d", pid)
 }
 
 func testRBAC(t *testing.T, c *kubecluster.Cluster) {
@@ -252,10 +275,7 @@ func testTooManyGPUs(t *testing.T, c *kubecluster.Cluster) {
 }
 
 func TestStopLeavesNothing(t *testing.T) {
-	binDir := os.Getenv(kubetest.BinDirEnv)
-	if binDir == "" {
-		binDir = kubetest.BinDir(t)
-	}
+	binDir := kubetest.BinDir(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	start := time.Now()
@@ -324,10 +344,7 @@ func runChild(binDir string) {
 // killed (a test binary hitting its timeout), the kernel kills the
 // components too.
 func TestKilledParentLeavesNothing(t *testing.T) {
-	binDir := os.Getenv(kubetest.BinDirEnv)
-	if binDir == "" {
-		binDir = kubetest.BinDir(t)
-	}
+	binDir := kubetest.BinDir(t)
 	self, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
@@ -380,10 +397,7 @@ func TestKilledParentLeavesNothing(t *testing.T) {
 // TestStartFailure: a component that dies during Start makes Start fail
 // with its log, and leaves no other component running.
 func TestStartFailure(t *testing.T) {
-	built := os.Getenv(kubetest.BinDirEnv)
-	if built == "" {
-		built = kubetest.BinDir(t)
-	}
+	built := kubetest.BinDir(t)
 	bin := t.TempDir()
 	for _, name := range []string{"etcd", "kube-controller-manager", "kube-scheduler", "kwok", "stages.yaml"} {
 		if err := os.Symlink(filepath.Join(built, name), filepath.Join(bin, name)); err != nil {

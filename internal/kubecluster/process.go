@@ -1,7 +1,6 @@
 package kubecluster
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
 	"os"
@@ -66,11 +65,11 @@ func (s *spawner) close() { close(s.reqs) }
 // start runs bin with args in its own process group, its output to
 // logs/NAME.log. Detached components get their own session and no
 // parent-death signal, so they outlive the process that started them.
-func (c *Cluster) start(name string, args ...string) (*proc, error) {
+func (c *Cluster) start(name string, args ...string) error {
 	logPath := filepath.Join(c.dir, "logs", name+".log")
 	logf, err := os.OpenFile(logPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
 	if err != nil {
-		return nil, fmt.Errorf("opening the %s log: %w", name, err)
+		return fmt.Errorf("opening the %s log: %w", name, err)
 	}
 	defer logf.Close() // the child holds its own copy
 	cmd := exec.Command(filepath.Join(c.binDir, name), args...)
@@ -89,18 +88,18 @@ func (c *Cluster) start(name string, args ...string) (*proc, error) {
 		err = cmd.Start()
 	}
 	if err != nil {
-		return nil, fmt.Errorf("starting %s: %w", name, err)
+		return fmt.Errorf("starting %s: %w", name, err)
 	}
 	c.procs = append(c.procs, p)
 	if err := c.writePIDs(); err != nil {
-		return nil, err
+		return err
 	}
 	go func() {
 		p.err = cmd.Wait()
 		close(p.done)
 	}()
 	c.log.Info("started", "component", name, "pid", cmd.Process.Pid)
-	return p, nil
+	return nil
 }
 
 // componentEnv is the environment of the components: only what they need,
@@ -179,26 +178,6 @@ func StopDir(dir string) error {
 func alive(pid int) bool {
 	st, err := procstat.Read(pid)
 	return err == nil && !st.Exited()
-}
-
-// rss is the resident set size of pid in bytes.
-func rss(pid int) (int64, error) {
-	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0, fmt.Errorf("reading the memory of pid %d: %w", pid, err)
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "VmRSS:"); ok {
-			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
-			if err != nil {
-				return 0, fmt.Errorf("parsing VmRSS of pid %d: %w", pid, err)
-			}
-			return kb * 1024, nil
-		}
-	}
-	return 0, fmt.Errorf("reading the memory of pid %d: no VmRSS", pid)
 }
 
 func tail(path string, n int) string {

@@ -9,9 +9,8 @@
 // cluster. It never reads a Secret back (the join token only goes in) and
 // never touches objects without its labels.
 //
-// The Job is the contract the Helm chart documents in its
-// levers9-worker-pods ConfigMap: a privileged container running the worker
-// image's shell, which copies the join token out of the Secret mounted at
+// The Job is a privileged container running the worker image's shell,
+// which copies the join token out of the Secret mounted at
 // /etc/levers9/join, joins with it (LEVERS9_CONTROLPLANE) and runs the
 // agent until it has been idle for the pool's idle timeout. The Secret is
 // owned by its Job, so the garbage collector removes it with the Job even

@@ -8,12 +8,16 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/levers9/levers9/internal/procstat"
+	"github.com/levers9/levers9/internal/testenv"
 )
 
 // fakeHelm records its arguments (one per line), a copy of the --values
@@ -215,15 +219,18 @@ func TestDeployInterruptRemovesValues(t *testing.T) {
 			if err := cmd.Start(); err != nil {
 				t.Fatal(err)
 			}
+			t.Cleanup(func() {
+				if t.Failed() {
+					_ = cmd.Process.Kill()
+					_ = cmd.Wait()
+					t.Logf("deploy.sh output:\n%s", out)
+				}
+			})
 			started := filepath.Join(b.rec, "started")
-			for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-				if _, err := os.Stat(started); err == nil {
-					break
-				}
-				if time.Now().After(deadline) {
-					t.Fatalf("helm never started:\n%s", out)
-				}
-			}
+			testenv.Eventually(t, 20*time.Second, "helm to start", func() bool {
+				_, err := os.Stat(started)
+				return err == nil
+			})
 			// The values file exists while helm runs.
 			if _, err := os.Stat(b.recorded(t, "path")); err != nil {
 				t.Fatalf("values file gone while helm runs: %v", err)
@@ -242,11 +249,12 @@ func TestDeployInterruptRemovesValues(t *testing.T) {
 				t.Errorf("deploy.sh took %v to stop", d)
 			}
 			b.noValuesFileLeft(t)
-			pid := strings.TrimSpace(b.recorded(t, "pid"))
-			if _, err := os.Stat("/proc/" + pid); err == nil {
-				if stat, _ := os.ReadFile("/proc/" + pid + "/stat"); !strings.Contains(string(stat), ") Z") {
-					t.Errorf("helm (pid %s) still runs after deploy.sh stopped", pid)
-				}
+			pid, err := strconv.Atoi(strings.TrimSpace(b.recorded(t, "pid")))
+			if err != nil {
+				t.Fatalf("helm's pid: %v", err)
+			}
+			if st, err := procstat.Read(pid); err == nil && !st.Exited() {
+				t.Errorf("helm (pid %d) still runs after deploy.sh stopped", pid)
 			}
 		})
 	}

@@ -8,10 +8,13 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/yaml"
 
 	"github.com/levers9/levers9/controlplane/config"
+	"github.com/levers9/levers9/internal/kubeworkers"
 )
 
 func TestRequiredValuesNamed(t *testing.T) {
@@ -112,6 +115,8 @@ func secretValues() map[string]any {
 	v = with(v, "controlplane.tls.secretName", "levers9-tls")
 	v = dashboardValues(v)
 	v = with(v, "dashboard.api.envSecret.metricsTokenKey", "metrics-token")
+	// A Kubernetes pool: its worker Job's pod spec is checked too.
+	v = with(v, "pools.gpu", map[string]any{"provider": "kubernetes", "shape": map[string]any{"cpu": "4", "memory": "8Gi", "gpus": 1}})
 	return v
 }
 
@@ -310,52 +315,56 @@ func TestTunnelService(t *testing.T) {
 func TestJobResourcesEnforced(t *testing.T) {
 	t.Parallel()
 	pools := map[string]any{
-		"default": map[string]any{"nodeSelector": map[string]any{"levers9.dev/pool": "default"}},
-		"l40s": map[string]any{"nodeSelector": map[string]any{"nvidia.com/gpu.product": "NVIDIA-L40S"},
-			"resources": map[string]any{"cpu": "8", "memory": "64Gi", "gpu": 1}},
+		"default": map[string]any{"provider": "kubernetes", "nodeSelector": map[string]any{"levers9.dev/pool": "default"},
+			"shape": map[string]any{"cpu": "1", "memory": "2Gi"}},
+		"l40s": map[string]any{"provider": "kubernetes", "nodeSelector": map[string]any{"nvidia.com/gpu.product": "NVIDIA-L40S"},
+			"shape": map[string]any{"cpu": "8", "memory": "64Gi", "gpus": 1}},
 	}
 	for _, enforced := range []bool{true, false} {
 		vals := with(with(baseValues(), "pools", pools), "config.worker.jobResourcesEnforced", enforced)
 		r := mustRender(t, vals)
-		jobs := workerJobs(t, r)
-		if len(jobs) != 2 {
-			t.Fatalf("worker templates for %d pools, want 2", len(jobs))
+		_, raw := controlplaneConfig(t, r)
+		if got := raw["worker"].(map[string]any)["jobResourcesEnforced"]; got != enforced {
+			t.Errorf("config worker.jobResourcesEnforced = %v, want %v", got, enforced)
 		}
-		for pool, job := range jobs {
-			spec := job.get("spec", "template", "spec").(map[string]any)
-			c := containers(spec)[0]
-			if c["securityContext"].(map[string]any)["privileged"] != true {
+		c := loadConfig(t, r)
+		for pool := range pools {
+			job := workerJob(t, c, pool)
+			spec := job.Spec.Template.Spec
+			ctr := spec.Containers[0]
+			if ctr.SecurityContext == nil || ctr.SecurityContext.Privileged == nil || !*ctr.SecurityContext.Privileged {
 				t.Errorf("%s: worker pod not privileged", pool)
 			}
-			if job.get("metadata", "namespace") != "levers9-workers" {
-				t.Errorf("%s: worker Job in namespace %v", pool, job.get("metadata", "namespace"))
+			if job.Namespace != "levers9-workers" {
+				t.Errorf("%s: worker Job in namespace %v", pool, job.Namespace)
 			}
-			if got, want := toYAML(spec["nodeSelector"]), toYAML(pools[pool].(map[string]any)["nodeSelector"]); got != want {
+			if got, want := toYAML(spec.NodeSelector), toYAML(pools[pool].(map[string]any)["nodeSelector"]); got != want {
 				t.Errorf("%s: worker nodeSelector %s, want %s", pool, got, want)
 			}
-			res, hasRes := c["resources"].(map[string]any)
+			res := ctr.Resources
 			if !enforced {
-				if hasRes {
+				if len(res.Requests) > 0 || len(res.Limits) > 0 {
 					t.Errorf("%s: jobResourcesEnforced=false, resources %s", pool, toYAML(res))
 				}
 				continue
 			}
-			req, _ := res["requests"].(map[string]any)
-			lim, _ := res["limits"].(map[string]any)
+			req, lim := res.Requests, res.Limits
+			gpu := func(l corev1.ResourceList) string {
+				if q, ok := l[kubeworkers.GPUResource]; ok {
+					return q.String()
+				}
+				return ""
+			}
 			switch pool {
 			case "l40s":
-				if req["cpu"] != "8" || req["memory"] != "64Gi" || req["nvidia.com/gpu"] != "1" || lim["nvidia.com/gpu"] != "1" {
+				if req.Cpu().String() != "8" || req.Memory().String() != "64Gi" || gpu(req) != "1" || gpu(lim) != "1" {
 					t.Errorf("l40s resources %s", toYAML(res))
 				}
 			case "default":
-				if req["cpu"] != "1" || req["memory"] != "2Gi" || req["nvidia.com/gpu"] != nil {
+				if req.Cpu().String() != "1" || req.Memory().String() != "2Gi" || gpu(req) != "" {
 					t.Errorf("default resources %s", toYAML(res))
 				}
 			}
-		}
-		_, c := controlplaneConfig(t, r)
-		if got := c["worker"].(map[string]any)["jobResourcesEnforced"]; got != enforced {
-			t.Errorf("config worker.jobResourcesEnforced = %v, want %v", got, enforced)
 		}
 	}
 }
@@ -431,8 +440,9 @@ func TestControlplaneDeployment(t *testing.T) {
 }
 
 // The EKS example values render, their pools reach the controlplane's
-// worker.pools with their nodeSelectors, and the controlplane accepts the
-// config file as is.
+// worker.pools with their nodeSelectors, the controlplane accepts the
+// config file as is, and the l40s pool's worker Job tolerates the GPU
+// taint and requests the GPU.
 func TestExampleValuesPools(t *testing.T) {
 	t.Parallel()
 	raw, err := os.ReadFile(filepath.Join(chartDir(t), "..", "..", "eks", "values.yaml"))
@@ -462,12 +472,12 @@ func TestExampleValuesPools(t *testing.T) {
 	if c.ImageService.Runner.BaseImageRegistry == "" || c.Worker.ImageRegistry == "" {
 		t.Errorf("registries lost: %+v %+v", c.ImageService, c.Worker.ImageRegistry)
 	}
-	if strings.Contains(text, "tolerations") || strings.Contains(text, "resources") {
-		t.Errorf("Kubernetes-only pool keys in the controlplane's config:\n%s", text)
-	}
-	jobs := workerJobs(t, r)
-	if got := toYAML(jobs["l40s"].get("spec", "template", "spec", "tolerations")); !strings.Contains(got, "nvidia.com/gpu") {
+	job := workerJob(t, c, "l40s")
+	if got := toYAML(job.Spec.Template.Spec.Tolerations); !strings.Contains(got, "nvidia.com/gpu") {
 		t.Errorf("l40s worker tolerations %s", got)
+	}
+	if q := job.Spec.Template.Spec.Containers[0].Resources.Requests[kubeworkers.GPUResource]; q.Value() != 1 {
+		t.Errorf("l40s worker pod requests %s GPUs, want 1", q.String())
 	}
 }
 
@@ -499,12 +509,13 @@ func TestGVisorRuntimeClass(t *testing.T) {
 		t.Error("RuntimeClass rendered without being asked")
 	}
 	vals := with(with(baseValues(), "gvisor.runtimeClass.create", true),
-		"pools", map[string]any{"sandboxed": map[string]any{"runtimeClassName": "gvisor", "runtime": "runsc"}})
+		"pools", map[string]any{"sandboxed": map[string]any{"provider": "kubernetes", "runtimeClassName": "gvisor", "runtime": "runsc",
+			"shape": map[string]any{"cpu": "2", "memory": "4Gi"}}})
 	r := mustRender(t, vals)
 	if rc := r.find(t, "RuntimeClass", "gvisor"); rc["handler"] != "runsc" {
 		t.Errorf("handler %v", rc["handler"])
 	}
-	if got := workerJobs(t, r)["sandboxed"].get("spec", "template", "spec", "runtimeClassName"); got != "gvisor" {
+	if got := workerJob(t, loadConfig(t, r), "sandboxed").Spec.Template.Spec.RuntimeClassName; got == nil || *got != "gvisor" {
 		t.Errorf("worker runtimeClassName %v", got)
 	}
 }
@@ -512,8 +523,9 @@ func TestGVisorRuntimeClass(t *testing.T) {
 // TestKubernetesPoolConfig: a pool with provider kubernetes reaches the
 // controlplane with its worker keys, worker.kubernetes points at the
 // chart's worker namespace, worker image and controlplane Service, the
-// controlplane accepts the result, and the pool's worker pod template runs
-// the command internal/kubeworkers builds (idle exit included).
+// controlplane accepts the result, and the worker Job the controlplane
+// builds from it (kubeworkers.BuildJob) runs the join command with the
+// pool's idle exit, image and pull Secret.
 func TestKubernetesPoolConfig(t *testing.T) {
 	t.Parallel()
 	pools := map[string]any{
@@ -538,15 +550,23 @@ func TestKubernetesPoolConfig(t *testing.T) {
 		len(k.ImagePullSecrets) != 1 || k.ImagePullSecrets[0] != "regcred" {
 		t.Errorf("worker.kubernetes = %+v", k)
 	}
-	job := workerJobs(t, r)["l40s"]
-	ctr := containers(job.get("spec", "template", "spec").(map[string]any))[0]
-	script := fmt.Sprint(ctr["command"])
+	job := workerJob(t, c, "l40s")
+	spec := job.Spec.Template.Spec
+	ctr := spec.Containers[0]
+	script := fmt.Sprint(ctr.Command)
 	for _, want := range []string{"--exit-when-idle", "/etc/levers9/join/token", "ca.crt"} {
 		if !strings.Contains(script, want) {
 			t.Errorf("worker command %s lacks %q", script, want)
 		}
 	}
-	if !strings.Contains(fmt.Sprint(ctr["env"]), "LEVERS9_EXIT_WHEN_IDLE value:2m") {
-		t.Errorf("worker env = %v", ctr["env"])
+	env := map[string]string{}
+	for _, e := range ctr.Env {
+		env[e.Name] = e.Value
+	}
+	if d, err := time.ParseDuration(env[kubeworkers.EnvIdle]); err != nil || d != 2*time.Minute || env[kubeworkers.EnvCP] != k.Controlplane || env["LEVERS9_POOL"] != "l40s" {
+		t.Errorf("worker env = %v", ctr.Env)
+	}
+	if len(spec.ImagePullSecrets) != 1 || spec.ImagePullSecrets[0].Name != "regcred" || ctr.Image != k.Image || len(spec.Tolerations) != 1 {
+		t.Errorf("worker pod spec = %s", toYAML(spec))
 	}
 }

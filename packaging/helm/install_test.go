@@ -14,7 +14,6 @@ import (
 	"helm.sh/helm/v4/pkg/kube"
 	release "helm.sh/helm/v4/pkg/release/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
-	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -29,8 +28,10 @@ import (
 	"k8s.io/client-go/restmapper"
 	"sigs.k8s.io/yaml"
 
+	"github.com/levers9/levers9/controlplane/config"
 	"github.com/levers9/levers9/internal/kubecluster"
 	"github.com/levers9/levers9/internal/kubecluster/kubetest"
+	"github.com/levers9/levers9/internal/kubeworkers"
 	"github.com/levers9/levers9/internal/testenv"
 )
 
@@ -100,8 +101,8 @@ func installValues() map[string]any {
 	// The worker pods of the l40s pool land on the fake GPU node.
 	v = with(v, "pools", map[string]any{
 		"default": map[string]any{"nodeSelector": map[string]any{"type": "kwok"}},
-		"l40s": map[string]any{"nodeSelector": map[string]any{kubecluster.GPULabel: "true"},
-			"resources": map[string]any{"cpu": "4", "memory": "8Gi", "gpu": 1}},
+		"l40s": map[string]any{"provider": "kubernetes", "nodeSelector": map[string]any{kubecluster.GPULabel: "true"},
+			"shape": map[string]any{"cpu": "4", "memory": "8Gi", "gpus": 1}},
 	})
 	return v
 }
@@ -325,29 +326,34 @@ func (b *installBundle) checkDashboard(t *testing.T) {
 	}
 }
 
-// startWorkerJob creates the pool's worker Job from the chart's template as
-// the controlplane's service account would, and returns the node its pod
-// was scheduled on.
+// startWorkerJob creates the pool's worker Job and join Secret as the
+// controlplane builds them (kubeworkers.BuildJob and BuildSecret from the
+// config the release installed), as the controlplane's service account,
+// and returns the node its pod was scheduled on.
 func (b *installBundle) startWorkerJob(t *testing.T, pool string) (string, corev1.ResourceList) {
 	t.Helper()
 	ctx := t.Context()
-	cm, err := b.cs.CoreV1().ConfigMaps(releaseNS).Get(ctx, "levers9-worker-pods", metav1.GetOptions{})
+	cm, err := b.cs.CoreV1().ConfigMaps(releaseNS).Get(ctx, "levers9-controlplane-config", metav1.GetOptions{})
 	if err != nil {
-		t.Fatalf("worker pod templates: %v", err)
+		t.Fatalf("the controlplane's config: %v", err)
 	}
-	var job batchv1.Job
-	if err := yaml.UnmarshalStrict([]byte(cm.Data[pool+".yaml"]), &job); err != nil {
-		t.Fatalf("the %s template is not a Job: %v", pool, err)
+	cfg, err := config.Load(strings.NewReader(cm.Data["controlplane.yaml"]), nil)
+	if err != nil {
+		t.Fatalf("the controlplane refuses the installed config: %v", err)
 	}
+	job := workerJob(t, cfg, pool)
 	asSA := b.cluster.RESTConfig()
 	asSA.Impersonate = rest.ImpersonationConfig{UserName: saUser, Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + releaseNS, "system:authenticated"}}
 	sa, err := kubernetes.NewForConfig(asSA)
 	if err != nil {
 		t.Fatal(err)
 	}
-	created, err := sa.BatchV1().Jobs(workerNS).Create(ctx, &job, metav1.CreateOptions{})
+	created, err := sa.BatchV1().Jobs(job.Namespace).Create(ctx, job, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatalf("the controlplane's account could not start a %s worker Job: %v", pool, err)
+	}
+	if _, err := sa.CoreV1().Secrets(created.Namespace).Create(ctx, kubeworkers.BuildSecret(created, "SENTINEL-JOIN-TOKEN", nil), metav1.CreateOptions{}); err != nil {
+		t.Fatalf("the controlplane's account could not create the %s worker's join Secret: %v", pool, err)
 	}
 	var pod corev1.Pod
 	testenv.Eventually(t, 60*time.Second, "the "+pool+" worker pod to be scheduled", func() bool {

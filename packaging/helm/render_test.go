@@ -16,7 +16,12 @@ import (
 	"helm.sh/helm/v4/pkg/chart/common"
 	"helm.sh/helm/v4/pkg/chart/v2/loader"
 	release "helm.sh/helm/v4/pkg/release/v1"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/yaml"
+
+	"github.com/levers9/levers9/controlplane/config"
+	"github.com/levers9/levers9/internal/kubeworkers"
 )
 
 // chartDir is the chart under test, found from this file so the tests run
@@ -209,8 +214,9 @@ func containers(podSpec map[string]any) []map[string]any {
 	return out
 }
 
-// podSpecs finds every pod spec in the rendered objects: workloads' and the
-// worker Job templates carried in the levers9-worker-pods ConfigMap.
+// podSpecs finds every pod spec in the rendered objects: workloads' and
+// the worker Jobs the controlplane builds for its pools with provider
+// kubernetes.
 func podSpecs(t testing.TB, r rendered) map[string]map[string]any {
 	t.Helper()
 	out := map[string]map[string]any{}
@@ -222,29 +228,58 @@ func podSpecs(t testing.TB, r rendered) map[string]map[string]any {
 			}
 		}
 	}
-	for pool, job := range workerJobs(t, r) {
-		out["worker-pods/"+pool] = job.get("spec", "template", "spec").(map[string]any)
+	c := loadConfig(t, r)
+	for name, p := range c.Worker.Pools {
+		if p.IsKubernetes() {
+			out["worker-job/"+name] = asObject(t, workerJob(t, c, name)).get("spec", "template", "spec").(map[string]any)
+		}
 	}
 	return out
 }
 
-// workerJobs parses the per-pool Job templates of levers9-worker-pods.
-func workerJobs(t testing.TB, r rendered) map[string]object {
+// loadConfig is the rendered config file as the controlplane loads it.
+func loadConfig(t testing.TB, r rendered) *config.Config {
 	t.Helper()
-	cm := r.find(t, "ConfigMap", "levers9-worker-pods")
-	data, _ := cm["data"].(map[string]any)
-	out := map[string]object{}
-	for key, v := range data {
-		var job object
-		if err := yaml.Unmarshal([]byte(v.(string)), &job); err != nil {
-			t.Fatalf("worker-pods %s: %v", key, err)
-		}
-		if job.kind() != "Job" {
-			t.Fatalf("worker-pods %s is a %q, want a Job", key, job.kind())
-		}
-		out[strings.TrimSuffix(key, ".yaml")] = job
+	text, _ := controlplaneConfig(t, r)
+	c, err := config.Load(strings.NewReader(text), nil)
+	if err != nil {
+		t.Fatalf("the controlplane refuses the rendered config: %v\n%s", err, text)
 	}
-	return out
+	return c
+}
+
+// workerJob is the Job the controlplane builds (controlplane/tasks,
+// Workers.create) for a pool with provider kubernetes of config c, for work
+// the size of the pool's shape.
+func workerJob(t testing.TB, c *config.Config, pool string) *batchv1.Job {
+	t.Helper()
+	p, ok := c.Worker.Pools[pool]
+	if !ok || !p.IsKubernetes() {
+		t.Fatalf("pool %s is not a pool with provider kubernetes in the config: %+v", pool, p)
+	}
+	var tol []corev1.Toleration
+	for _, tl := range p.Tolerations {
+		tol = append(tol, corev1.Toleration{Key: tl.Key, Operator: corev1.TolerationOperator(tl.Operator), Value: tl.Value, Effect: corev1.TaintEffect(tl.Effect)})
+	}
+	k := c.Worker.Kubernetes
+	return kubeworkers.BuildJob(k.Namespace, kubeworkers.Spec{Pool: pool, MachineID: "m_charttest0000000", Image: c.Worker.WorkerImage(),
+		Controlplane: k.Controlplane, CPUMillis: p.Shape.Millis(), MemoryBytes: p.Shape.Bytes(), GPUs: p.Shape.GPUs,
+		Enforced: *c.Worker.JobResourcesEnforced, NodeSelector: p.NodeSelector, Tolerations: tol, RuntimeClassName: p.RuntimeClassName,
+		IdleTimeout: p.Idle(), PodAnnotations: p.PodAnnotations, AgentArgs: k.AgentArgs, ImagePullSecrets: k.ImagePullSecrets})
+}
+
+// asObject is v as the rendered objects are: its YAML, parsed.
+func asObject(t testing.TB, v any) object {
+	t.Helper()
+	b, err := yaml.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var o object
+	if err := yaml.Unmarshal(b, &o); err != nil {
+		t.Fatal(err)
+	}
+	return o
 }
 
 // controlplaneConfig is the config file the ConfigMap carries, parsed.

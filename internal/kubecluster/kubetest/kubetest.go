@@ -24,10 +24,7 @@ const BinDirEnv = "LEVERS9_KUBE_BIN_DIR"
 // of each component's log goes to the test log.
 func Start(t testing.TB) *kubecluster.Cluster {
 	t.Helper()
-	binDir := os.Getenv(BinDirEnv)
-	if binDir == "" {
-		binDir = BinDir(t)
-	}
+	binDir := BinDir(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	c, err := kubecluster.Start(ctx, kubecluster.Options{BinDir: binDir, Dir: t.TempDir()})
@@ -48,11 +45,14 @@ func Start(t testing.TB) *kubecluster.Cluster {
 	return c
 }
 
-// BinDir runs packaging/kube/build.sh (instant when warm; `make test` runs it
-// first) and returns the binaries' directory, skipping t when that fails
-// outside CI.
+// BinDir is the binaries' directory: $LEVERS9_KUBE_BIN_DIR when set, else
+// what packaging/kube/build.sh builds (instant when warm; `make test` runs
+// it first), skipping t when that fails outside CI.
 func BinDir(t testing.TB) string {
 	t.Helper()
+	if dir := os.Getenv(BinDirEnv); dir != "" {
+		return dir
+	}
 	wd, err := os.Getwd()
 	if err != nil {
 		t.Fatalf("finding the working directory: %v", err)

@@ -2,18 +2,13 @@ package imagebuild
 
 import (
 	"context"
-	"fmt"
-	"io"
 	"net"
 	"net/http"
-	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
-	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -22,79 +17,6 @@ import (
 	"github.com/levers9/levers9/internal/testenv"
 	"github.com/levers9/levers9/sandbox"
 )
-
-// runImage unpacks img and runs its entrypoint as its own user on a
-// read-only root in a hardened runc container in the network namespace n,
-// with extra env and secret env; it returns the container's output.
-func runImage(t *testing.T, ctx context.Context, img v1.Image, n netnsInfo, id string, env []string, secrets sandbox.SecretEnv) *testenv.SyncBuffer {
-	t.Helper()
-	cf, err := img.ConfigFile()
-	if err != nil {
-		t.Fatal(err)
-	}
-	rootfs := filepath.Join(t.TempDir(), "rootfs")
-	unpack(t, img, rootfs)
-	task := sandbox.TaskSpec{
-		ID: id, Rootfs: rootfs, RootfsReadonly: true,
-		Args: cf.Config.Entrypoint, User: cf.Config.User, ImageUser: cf.Config.User, Cwd: cf.Config.WorkingDir,
-		Env: append(cf.Config.Env, env...), SecretEnv: secrets, NetNSPath: n.path,
-	}
-	host, err := sandbox.DetectHost(ctx, sandbox.NVIDIADiscovery{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sb, err := sandbox.New(sandbox.Config{Prefix: "l9img", StateDir: "/run/l9img-test", CgroupParent: "/l9img-test", Host: host})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := sb.Reconcile(ctx); err != nil {
-		t.Fatalf("reconcile leftovers: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := sb.Reconcile(context.Background()); err != nil {
-			t.Errorf("reconcile: %v", err)
-		}
-	})
-	out := &testenv.SyncBuffer{}
-	h, err := sb.Run(ctx, task, sandbox.Security{Profile: sandbox.ProfileHardened, Seccomp: sandbox.SeccompEnforce,
-		DropNetRaw: true, Runtime: sandbox.RuntimeRunc}, sandbox.Stdio{Stdout: out, Stderr: out})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = h.Kill(context.Background(), syscall.SIGKILL)
-		wctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_, _ = h.Wait(wctx)
-		_ = h.Delete(context.Background())
-	})
-	return out
-}
-
-// waitGet polls url until it answers 200 and returns that response's
-// header and body.
-func waitGet(t *testing.T, url string, out *testenv.SyncBuffer) (http.Header, string) {
-	t.Helper()
-	client := &http.Client{Timeout: 2 * time.Second}
-	var last string
-	for deadline := time.Now().Add(60 * time.Second); ; {
-		resp, err := client.Get(url)
-		if err == nil {
-			body, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return resp.Header, string(body)
-			}
-			last = fmt.Sprintf("%d %s", resp.StatusCode, body)
-		} else {
-			last = err.Error()
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no 200 from %s within 60s (last: %s); container output:\n%s", url, last, out.String())
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-}
 
 // TestDashboardAPIImageServesHealth runs the dashboard API image (amd64)
 // read-only as its own user in a hardened runc container, against a gRPC
@@ -125,13 +47,13 @@ func TestDashboardAPIImageServesHealth(t *testing.T) {
 	}
 	addr := net.JoinHostPort(n.containerIP, strconv.Itoa(port))
 	const token, session = "l9img-SECRET-TOKEN", "l9img-SECRET-SESSION-0123456789abcdef0123456789"
-	out := runImage(t, ctx, img, n, "l9img-dashapi", []string{
+	h, out := runImage(t, ctx, img, n, "l9img-dashapi", []string{
 		"LEVERS9_DASHBOARD_ADDR=" + addr,
 		"LEVERS9_DASHBOARD_PUBLIC_URL=http://" + addr,
 		"LEVERS9_DASHBOARD_CONTROLPLANE=" + l.Addr().String(),
 		"LEVERS9_DASHBOARD_DEV_SIGNIN=true",
 	}, sandbox.SecretEnv{"LEVERS9_DASHBOARD_TOKEN=" + token, "LEVERS9_DASHBOARD_SESSION_SECRET=" + session})
-	_, body := waitGet(t, "http://"+addr+"/healthz", out)
+	_, body := waitGet(t, ctx, h, "http://"+addr+"/healthz", out)
 	if !strings.Contains(body, `"controlplane":"ok"`) {
 		t.Errorf("/healthz said %s", body)
 	}
@@ -173,9 +95,9 @@ func TestDashboardWebImageServes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := runImage(t, ctx, built.Image, n, "l9img-dashweb", []string{"HOSTNAME=" + n.containerIP, "PORT=" + strconv.Itoa(port)}, nil)
+	h, out := runImage(t, ctx, built.Image, n, "l9img-dashweb", []string{"HOSTNAME=" + n.containerIP, "PORT=" + strconv.Itoa(port)}, nil)
 	url := "http://" + net.JoinHostPort(n.containerIP, strconv.Itoa(port)) + "/signin"
-	hdr, body := waitGet(t, url, out)
+	hdr, body := waitGet(t, ctx, h, url, out)
 	if !strings.Contains(body, "<html") {
 		t.Errorf("/signin is not a page: %.300s", body)
 	}

@@ -81,6 +81,83 @@ func unpack(t *testing.T, img v1.Image, dir string) {
 	}
 }
 
+// runImage unpacks img and runs its entrypoint as its own user on a
+// read-only root in a hardened runc container in the network namespace n,
+// with extra env and secret env; it returns the container's handle and
+// output.
+func runImage(t *testing.T, ctx context.Context, img v1.Image, n netnsInfo, id string, env []string, secrets sandbox.SecretEnv) (*sandbox.Handle, *testenv.SyncBuffer) {
+	t.Helper()
+	cf, err := img.ConfigFile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rootfs := filepath.Join(t.TempDir(), "rootfs")
+	unpack(t, img, rootfs)
+	task := sandbox.TaskSpec{
+		ID: id, Rootfs: rootfs, RootfsReadonly: true,
+		Args: cf.Config.Entrypoint, User: cf.Config.User, ImageUser: cf.Config.User, Cwd: cf.Config.WorkingDir,
+		Env: append(cf.Config.Env, env...), SecretEnv: secrets, NetNSPath: n.path,
+	}
+	host, err := sandbox.DetectHost(ctx, sandbox.NVIDIADiscovery{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sb, err := sandbox.New(sandbox.Config{Prefix: "l9img", StateDir: "/run/l9img-test", CgroupParent: "/l9img-test", Host: host})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sb.Reconcile(ctx); err != nil {
+		t.Fatalf("reconcile leftovers: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := sb.Reconcile(context.Background()); err != nil {
+			t.Errorf("reconcile: %v", err)
+		}
+	})
+	out := &testenv.SyncBuffer{}
+	h, err := sb.Run(ctx, task, sandbox.Security{Profile: sandbox.ProfileHardened, Seccomp: sandbox.SeccompEnforce,
+		DropNetRaw: true, Runtime: sandbox.RuntimeRunc}, sandbox.Stdio{Stdout: out, Stderr: out})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = h.Kill(context.Background(), syscall.SIGKILL)
+		wctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_, _ = h.Wait(wctx)
+		_ = h.Delete(context.Background())
+	})
+	return h, out
+}
+
+// waitGet polls url until it answers 200 and returns that response's
+// header and body; it fails at once when the container h has stopped.
+func waitGet(t *testing.T, ctx context.Context, h *sandbox.Handle, url string, out *testenv.SyncBuffer) (http.Header, string) {
+	t.Helper()
+	client := &http.Client{Timeout: 2 * time.Second}
+	var last string
+	for deadline := time.Now().Add(60 * time.Second); ; {
+		resp, err := client.Get(url)
+		if err == nil {
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return resp.Header, string(body)
+			}
+			last = fmt.Sprintf("%d %s", resp.StatusCode, body)
+		} else {
+			last = err.Error()
+		}
+		if st, err := h.State(ctx); err == nil && st.Status == sandbox.StatusStopped {
+			t.Fatalf("the container exited before %s answered 200 (last: %s); its output:\n%s", url, last, out.String())
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no 200 from %s within 60s (last: %s); container output:\n%s", url, last, out.String())
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
 // TestControlplaneImageServesHealth runs the controlplane image's amd64
 // root filesystem, read-only, as its own user, in a hardened runc
 // container made by the sandbox package, against the test Postgres and
@@ -97,12 +174,6 @@ func TestControlplaneImageServesHealth(t *testing.T) {
 
 	b.opts.ControlplanePlatforms = []string{"amd64"}
 	img := firstImage(ctx, t, b.opts, "controlplane")
-	cf, err := img.ConfigFile()
-	if err != nil {
-		t.Fatal(err)
-	}
-	rootfs := filepath.Join(t.TempDir(), "rootfs")
-	unpack(t, img, rootfs)
 
 	env, err := controlplanetest.StartEnv(ctx)
 	if err != nil {
@@ -123,83 +194,24 @@ func TestControlplaneImageServesHealth(t *testing.T) {
 	pgAddr := forward(t, n.hostIP, pg.Host+":"+strconv.Itoa(pg.Port))
 	redisAddr := forward(t, n.hostIP, rd.Addr)
 	rest := net.JoinHostPort(n.containerIP, strconv.Itoa(restPort))
-	task := sandbox.TaskSpec{
-		ID: "l9img-healthz", Rootfs: rootfs, RootfsReadonly: true,
-		Args: cf.Config.Entrypoint, User: cf.Config.User, ImageUser: cf.Config.User, Cwd: cf.Config.WorkingDir,
-		Env: append(cf.Config.Env,
-			"LEVERS9_CONTROLPLANE_GRPCADDR=127.0.0.1:"+strconv.Itoa(grpcPort),
-			"LEVERS9_CONTROLPLANE_RESTADDR="+rest,
-			"LEVERS9_CONTROLPLANE_TUNNELADDR="+cfg.Controlplane.TunnelAddr,
-			"LEVERS9_CONTROLPLANE_METRICS_ADDR=off",
-			"LEVERS9_DATABASE_POSTGRES_HOST="+n.hostIP,
-			"LEVERS9_DATABASE_POSTGRES_PORT="+strconv.Itoa(pgAddr.Port),
-			"LEVERS9_DATABASE_POSTGRES_USER="+pg.User,
-			"LEVERS9_DATABASE_POSTGRES_DATABASE="+pg.Database,
-			"LEVERS9_DATABASE_POSTGRES_SSLMODE="+pg.SSLMode,
-			"LEVERS9_DATABASE_REDIS_ADDR="+redisAddr.String(),
-			"LEVERS9_DATABASE_REDIS_DB="+strconv.Itoa(rd.DB),
-		),
-		SecretEnv: sandbox.SecretEnv{
-			"LEVERS9_POSTGRES_PASSWORD=" + pg.Password,
-			"LEVERS9_REDIS_PASSWORD=" + rd.Password,
-			"LEVERS9_ENCRYPTION_KEY=" + pg.EncryptionKey,
-		},
-		NetNSPath: n.path,
-	}
-
-	host, err := sandbox.DetectHost(ctx, sandbox.NVIDIADiscovery{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sb, err := sandbox.New(sandbox.Config{Prefix: "l9img", StateDir: "/run/l9img-test", CgroupParent: "/l9img-test", Host: host})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := sb.Reconcile(ctx); err != nil {
-		t.Fatalf("reconcile leftovers: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := sb.Reconcile(context.Background()); err != nil {
-			t.Errorf("reconcile: %v", err)
-		}
+	h, out := runImage(t, ctx, img, n, "l9img-healthz", []string{
+		"LEVERS9_CONTROLPLANE_GRPCADDR=127.0.0.1:" + strconv.Itoa(grpcPort),
+		"LEVERS9_CONTROLPLANE_RESTADDR=" + rest,
+		"LEVERS9_CONTROLPLANE_TUNNELADDR=" + cfg.Controlplane.TunnelAddr,
+		"LEVERS9_CONTROLPLANE_METRICS_ADDR=off",
+		"LEVERS9_DATABASE_POSTGRES_HOST=" + n.hostIP,
+		"LEVERS9_DATABASE_POSTGRES_PORT=" + strconv.Itoa(pgAddr.Port),
+		"LEVERS9_DATABASE_POSTGRES_USER=" + pg.User,
+		"LEVERS9_DATABASE_POSTGRES_DATABASE=" + pg.Database,
+		"LEVERS9_DATABASE_POSTGRES_SSLMODE=" + pg.SSLMode,
+		"LEVERS9_DATABASE_REDIS_ADDR=" + redisAddr.String(),
+		"LEVERS9_DATABASE_REDIS_DB=" + strconv.Itoa(rd.DB),
+	}, sandbox.SecretEnv{
+		"LEVERS9_POSTGRES_PASSWORD=" + pg.Password,
+		"LEVERS9_REDIS_PASSWORD=" + rd.Password,
+		"LEVERS9_ENCRYPTION_KEY=" + pg.EncryptionKey,
 	})
-	var out testenv.SyncBuffer
-	h, err := sb.Run(ctx, task, sandbox.Security{Profile: sandbox.ProfileHardened, Seccomp: sandbox.SeccompEnforce,
-		DropNetRaw: true, Runtime: sandbox.RuntimeRunc}, sandbox.Stdio{Stdout: &out, Stderr: &out})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = h.Kill(context.Background(), syscall.SIGKILL)
-		wctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_, _ = h.Wait(wctx)
-		_ = h.Delete(context.Background())
-	})
-
-	client := &http.Client{Timeout: 2 * time.Second}
-	var last string
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		resp, err := client.Get("http://" + rest + "/healthz")
-		if err == nil {
-			body, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				break
-			}
-			last = fmt.Sprintf("%d %s", resp.StatusCode, body)
-		} else {
-			last = err.Error()
-		}
-		if st, err := h.State(ctx); err == nil && st.Status == sandbox.StatusStopped {
-			t.Fatalf("controlplane container exited before it was healthy:\n%s", out.String())
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no healthy /healthz within 60s (last: %s); container output:\n%s", last, out.String())
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+	waitGet(t, ctx, h, "http://"+rest+"/healthz", out)
 	if strings.Contains(out.String(), pg.Password) {
 		t.Error("the Postgres password appeared in the controlplane's output")
 	}

@@ -103,15 +103,13 @@ func (i *Image) WriteOutputs(dir string) error {
 }
 
 // RootfsFor is the root filesystems the image name needs (the controlplane
-// takes its CA bundle from the runner's).
+// and the dashboard API take their CA bundle from the runner's).
 func RootfsFor(name string, epoch int64) ([]Rootfs, error) {
 	switch name {
-	case "controlplane", "runner":
+	case "controlplane", "runner", "dashboard-api":
 		return []Rootfs{RunnerRootfs(epoch)}, nil
 	case "worker":
 		return []Rootfs{WorkerRootfs(epoch)}, nil
-	case "dashboard-api":
-		return []Rootfs{RunnerRootfs(epoch)}, nil
 	case "dashboard-web":
 		return []Rootfs{DashboardWebRootfs(epoch)}, nil
 	}

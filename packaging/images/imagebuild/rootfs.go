@@ -89,9 +89,10 @@ func EnsureRootfs(ctx context.Context, cacheDir string, r Rootfs, log io.Writer)
 		return "", err
 	}
 	if host := hostCodename(); host != "" && host != r.Suite {
-		srcDir, err := os.MkdirTemp(dir, "sources-")
+		// Outside the cache: a build killed here leaves nothing in it.
+		srcDir, err := os.MkdirTemp("", "levers9-apt-sources-")
 		if err != nil {
-			return "", fmt.Errorf("rootfs cache: %w", err)
+			return "", fmt.Errorf("apt sources: %w", err)
 		}
 		defer os.RemoveAll(srcDir)
 		if sources, err = rewriteSuite(sources, host, r.Suite, srcDir); err != nil {

@@ -154,7 +154,7 @@ levers9.validate fails the render with every problem at once, each naming the va
 {{- if eq (get $p "provider" | default "machines") "kubernetes" -}}
 {{- $_ := set $pools $name (pick $p "runtime" "gpuType" "nodeSelector" "shared" "workspaces" "security" "volumeMountValidation" "provider" "maxWorkers" "shape" "tolerations" "runtimeClassName" "idleTimeout" "podAnnotations") -}}
 {{- else -}}
-{{- /* tolerations, runtimeClassName and resources of other pools only shape their worker pod templates. */ -}}
+{{- /* The Kubernetes keys (tolerations, runtimeClassName, ...) apply to pools with provider kubernetes only. */ -}}
 {{- $_ := set $pools $name (pick $p "runtime" "gpuType" "nodeSelector" "shared" "workspaces" "security" "volumeMountValidation" "provider") -}}
 {{- end -}}
 {{- end -}}
@@ -168,10 +168,6 @@ levers9.validate fails the render with every problem at once, each naming the va
 {{- $_ := set $w "kubernetes" $k -}}
 {{- $_ := set $c "worker" $w -}}
 {{- toYaml $c -}}
-{{- end }}
-
-{{- define "levers9.jobResourcesEnforced" -}}
-{{- if dig "worker" "jobResourcesEnforced" true .Values.config -}}true{{- end -}}
 {{- end }}
 
 {{/* levers9.secretEnv is one env entry from a Secret: (dict "name" ENV "ref" {secretName,key,optional}). */}}
