@@ -46,17 +46,19 @@ step "fuzz (bounded)"
 while read -r pkg target; do
   [ -z "$pkg" ] && continue
   out="$(mktemp)"
-  if ! go test -run='^$' -fuzz="^${target}\$" -fuzztime="${FUZZTIME:-8s}" "$pkg" 2>&1 | tee "$out"; then
-    # The go fuzzer sometimes reports "context deadline exceeded" when its
-    # time runs out mid-minimisation, with no failing input: a harness
-    # hiccup, so try that target once more. A real finding writes a
-    # failing input and fails the run.
-    if grep -q "Failing input written" "$out" || ! grep -q "context deadline exceeded" "$out"; then
+  # The go fuzzer sometimes reports "context deadline exceeded" when its
+  # time runs out mid-minimisation, with no failing input: a harness
+  # hiccup, so that target is tried again (up to three runs in all). A
+  # real finding writes a failing input and fails the run at once.
+  for try in 1 2 3; do
+    if go test -run='^$' -fuzz="^${target}\$" -fuzztime="${FUZZTIME:-8s}" "$pkg" 2>&1 | tee "$out"; then
+      break
+    fi
+    if grep -q "Failing input written" "$out" || ! grep -q "context deadline exceeded" "$out" || [ "$try" = 3 ]; then
       rm -f "$out"; exit 1
     fi
-    echo "fuzz: $target stopped by the harness deadline without a finding; running it again"
-    go test -run='^$' -fuzz="^${target}\$" -fuzztime="${FUZZTIME:-8s}" "$pkg"
-  fi
+    echo "fuzz: $target stopped by the harness deadline without a finding (run $try); running it again"
+  done
   rm -f "$out"
 done < <(grep -rl --include='*_test.go' '^func Fuzz' . | while read -r f; do
   dir="./$(dirname "${f#./}")"
