@@ -24,12 +24,7 @@ import (
 // controlplane is reachable, and the secrets, given as env, must not show
 // in its output.
 func TestDashboardAPIImageServesHealth(t *testing.T) {
-	b := setup(t)
-	testenv.RequireBinary(t, "runc")
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	b.opts.ControlplanePlatforms = []string{"amd64"}
-	img := firstImage(ctx, t, b.opts, "dashboard-api")
+	ctx, img := amd64Image(t, "dashboard-api")
 
 	n := testNetns(t)
 	l, err := net.Listen("tcp", net.JoinHostPort(n.hostIP, "0"))

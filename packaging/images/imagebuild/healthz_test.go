@@ -167,13 +167,7 @@ func waitGet(t *testing.T, ctx context.Context, h *sandbox.Handle, url string, o
 // joins the egress package's) with a veth to the host, where the test
 // forwards to Postgres and Redis on 127.0.0.1.
 func TestControlplaneImageServesHealth(t *testing.T) {
-	b := setup(t)
-	testenv.RequireBinary(t, "runc")
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-
-	b.opts.ControlplanePlatforms = []string{"amd64"}
-	img := firstImage(ctx, t, b.opts, "controlplane")
+	ctx, img := amd64Image(t, "controlplane")
 
 	env, err := controlplanetest.StartEnv(ctx)
 	if err != nil {
@@ -303,11 +297,16 @@ func forward(t *testing.T, ip, target string) *net.TCPAddr {
 	return l.Addr().(*net.TCPAddr)
 }
 
-// firstImage builds the image name and returns the first image of its index
-// (the amd64 one when b.opts.ControlplanePlatforms starts with amd64).
-func firstImage(ctx context.Context, t *testing.T, opts Options, name string) v1.Image {
+// amd64Image builds the image name for amd64 only, for a test that runs
+// it with runc, and returns it with a context that ends 3 minutes on.
+func amd64Image(t *testing.T, name string) (context.Context, v1.Image) {
 	t.Helper()
-	built, err := Build(ctx, name, opts)
+	b := setup(t)
+	testenv.RequireBinary(t, "runc")
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	t.Cleanup(cancel)
+	b.opts.ControlplanePlatforms = []string{"amd64"}
+	built, err := Build(ctx, name, b.opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -319,5 +318,5 @@ func firstImage(ctx context.Context, t *testing.T, opts Options, name string) v1
 	if err != nil {
 		t.Fatal(err)
 	}
-	return img
+	return ctx, img
 }
