@@ -15,13 +15,10 @@ import (
 	"github.com/levers9/levers9/internal/version"
 )
 
-// Labels the controlplane and `cluster join` put on a cluster agent's
-// machine; `cluster list` selects by the first, `cluster delete` finds
-// the namespace to clean up by the second.
-const (
-	clusterAgentLabel     = enroll.ClusterAgentLabel
-	clusterNamespaceLabel = "levers9.dev/cluster-namespace"
-)
+// clusterNamespaceLabel is put on a cluster agent's machine by `cluster
+// join` (beside enroll.ClusterAgentLabel, which `cluster list` selects
+// by): `cluster delete` finds the namespace to clean up by it.
+const clusterNamespaceLabel = "levers9.dev/cluster-namespace"
 
 func (a *app) clusterCmd() *cobra.Command {
 	cmd := &cobra.Command{Use: "cluster", Short: "Attach Kubernetes clusters you run: an agent there dials out and makes worker Jobs"}
@@ -132,7 +129,7 @@ Deployment does not run until it is; the manifest, its RBAC and cluster list|sho
 	return join
 }
 
-func isClusterAgent(m *v1.Machine) bool { return m.GetLabels()[clusterAgentLabel] == "true" }
+func isClusterAgent(m *v1.Machine) bool { return m.GetLabels()[enroll.ClusterAgentLabel] == "true" }
 
 // clusterListCmd is `cluster list`: the machines of cluster agents.
 func (a *app) clusterListCmd() *cobra.Command {

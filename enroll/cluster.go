@@ -44,9 +44,6 @@ const (
 	ClusterStateDir    = "/var/lib/levers9-agent"
 	ClusterTokenKey    = "token"
 	ClusterCAKey       = "ca.crt"
-	clusterLabelApp    = KubeLabelApp
-	clusterLabelPool   = KubeLabelPool
-	clusterLabelMach   = KubeLabelMachine
 	KubeLabelApp       = "app.kubernetes.io/name"
 	KubeLabelPool      = "levers9.dev/pool"
 	KubeLabelMachine   = "levers9.dev/machine-id"
@@ -101,7 +98,7 @@ func ClusterManifest(p ClusterParams) ([]runtime.Object, error) {
 	}
 
 	ns := p.Namespace
-	labels := map[string]string{clusterLabelApp: ClusterAgentName, clusterLabelPool: p.Pool, clusterLabelMach: p.MachineID}
+	labels := map[string]string{KubeLabelApp: ClusterAgentName, KubeLabelPool: p.Pool, KubeLabelMachine: p.MachineID}
 	meta := func(name string) metav1.ObjectMeta {
 		return metav1.ObjectMeta{Name: name, Namespace: ns, Labels: labels}
 	}
@@ -130,7 +127,7 @@ func ClusterManifest(p ClusterParams) ([]runtime.Object, error) {
 			Strategy: appsv1.DeploymentStrategy{Type: appsv1.RecreateDeploymentStrategyType},
 			// The selector is immutable: a second join of the same namespace
 			// updates the Deployment in place, so it names no machine.
-			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{clusterLabelApp: ClusterAgentName}},
+			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{KubeLabelApp: ClusterAgentName}},
 			Template: corev1.PodTemplateSpec{
 				ObjectMeta: metav1.ObjectMeta{Labels: labels},
 				Spec: corev1.PodSpec{
@@ -167,7 +164,7 @@ func ClusterManifest(p ClusterParams) ([]runtime.Object, error) {
 	}
 
 	objs := []runtime.Object{
-		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns, Labels: map[string]string{clusterLabelApp: ClusterAgentName}}},
+		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns, Labels: map[string]string{KubeLabelApp: ClusterAgentName}}},
 		&corev1.ServiceAccount{ObjectMeta: meta(ClusterAgentName)},
 		&rbacv1.Role{ObjectMeta: meta(ClusterAgentName), Rules: []rbacv1.PolicyRule{
 			{APIGroups: []string{"batch"}, Resources: []string{"jobs"}, Verbs: []string{"create", "get", "list", "watch", "delete"}},

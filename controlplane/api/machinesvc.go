@@ -61,10 +61,6 @@ func (d *Deps) online(m store.Machine) (string, bool) {
 	return d.Presence.Online(m.ID)
 }
 
-// ClusterAgentLabel marks the machine of an attached cluster's agent
-// (`levers9 cluster join`); `levers9 cluster list` lists machines by it.
-const ClusterAgentLabel = enroll.ClusterAgentLabel
-
 // CreateMachine makes a pending machine with a single-use join token and
 // the join script that carries it.
 func (s *MachineService) CreateMachine(ctx context.Context, req *v1.CreateMachineRequest) (*v1.CreateMachineResponse, error) {
@@ -94,8 +90,8 @@ func (s *MachineService) createMachine(ctx context.Context, req *v1.CreateMachin
 		return nil, fmt.Errorf("%w: %w", errors.Join(errs...), errdefs.ErrInvalidArgument)
 	}
 	labels := req.GetLabels()
-	if _, ok := labels[ClusterAgentLabel]; ok {
-		return nil, fmt.Errorf("labels: %s is set by `levers9 cluster join` only: %w", ClusterAgentLabel, errdefs.ErrInvalidArgument)
+	if _, ok := labels[enroll.ClusterAgentLabel]; ok {
+		return nil, fmt.Errorf("labels: %s is set by `levers9 cluster join` only: %w", enroll.ClusterAgentLabel, errdefs.ErrInvalidArgument)
 	}
 	if req.GetClusterAgent() {
 		// A cluster agent makes workers for the whole workspace: joining a
@@ -107,7 +103,7 @@ func (s *MachineService) createMachine(ctx context.Context, req *v1.CreateMachin
 		for k, v := range labels {
 			withKind[k] = v
 		}
-		withKind[ClusterAgentLabel] = "true"
+		withKind[enroll.ClusterAgentLabel] = "true"
 		labels = withKind
 	}
 	ttl := s.Config.Controlplane.JoinTokenTTL()

@@ -245,7 +245,7 @@ func (w *Workers) reconcile(ctx context.Context, pool string) error {
 			starting = append(starting, &bin{cpu: wk.CPUMillis, mem: wk.MemoryBytes, gpus: wk.GPUs, wk: wk})
 		}
 	}
-	pending, err := w.pending(ctx, pool)
+	pending, err := w.d.store.PendingTasksOfPool(ctx, pool, 1000) // oldest first
 	if err != nil {
 		return err
 	}
@@ -314,11 +314,6 @@ func placeIn(bins []*bin, t store.Task) bool {
 		}
 	}
 	return false
-}
-
-// pending is the pool's PENDING tasks, oldest first, with their sizes.
-func (w *Workers) pending(ctx context.Context, pool string) ([]store.Task, error) {
-	return w.d.store.PendingTasksOfPool(ctx, pool, 1000)
 }
 
 // create makes a worker: a machine with a single-use join token, then its

@@ -67,11 +67,7 @@ func (c *Client) Create(ctx context.Context, spec Spec, token string, caPEM []by
 
 // List is every worker of pool ("" for every pool), by name.
 func (c *Client) List(ctx context.Context, pool string) ([]Worker, error) {
-	sel := labels.Set{LabelApp: AppName}
-	if pool != "" {
-		sel[LabelPool] = pool
-	}
-	opts := metav1.ListOptions{LabelSelector: sel.String()}
+	opts := metav1.ListOptions{LabelSelector: selector(pool)}
 	jobs, err := c.kube.BatchV1().Jobs(c.ns).List(ctx, opts)
 	if err != nil {
 		return nil, fmt.Errorf("listing worker Jobs in namespace %s: %w", c.ns, err)
@@ -149,4 +145,13 @@ func (c *Client) Delete(ctx context.Context, name string) error {
 		errs = append(errs, fmt.Errorf("deleting the join Secret %s/%s: %w", c.ns, name, err))
 	}
 	return errors.Join(errs...)
+}
+
+// selector picks the worker Jobs and pods of pool ("" for every pool).
+func selector(pool string) string {
+	sel := labels.Set{LabelApp: AppName}
+	if pool != "" {
+		sel[LabelPool] = pool
+	}
+	return sel.String()
 }

@@ -8,7 +8,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/tools/cache"
 )
@@ -60,11 +59,7 @@ func (w *Watcher) Start(ctx context.Context) error {
 	w.mu.Unlock()
 	f := informers.NewSharedInformerFactoryWithOptions(w.c.kube, 10*time.Minute, informers.WithNamespace(w.c.ns),
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
-			sel := labels.Set{LabelApp: AppName}
-			if w.pool != "" {
-				sel[LabelPool] = w.pool
-			}
-			o.LabelSelector = sel.String()
+			o.LabelSelector = selector(w.pool)
 		}))
 	inf := f.Core().V1().Pods().Informer()
 	events := make(chan PodGone, 64)
