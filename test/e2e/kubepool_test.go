@@ -3,6 +3,8 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -278,13 +280,26 @@ func TestKubernetesPools(t *testing.T) {
 		controlplanetest.Eventually(t, 60*time.Second, "pool list: waiting for nodes", func() bool {
 			return w.pool(t, "knowhere").Status == "waiting for nodes"
 		})
+		// Workers are sized for the work waiting when they are made: two
+		// submits in one reconcile tick share one Job of 1 CPU, in two
+		// ticks they get a Job of 0.5 CPU each. Either way the Jobs ask for
+		// exactly the work, and further ticks add nothing while the pods
+		// wait for a node.
+		requested := func() (n int, millis int64) {
+			for _, j := range jobs.jobs("knowhere") {
+				cpu, _ := strconv.ParseInt(j.Annotations[kubeworkers.AnnotCPU], 10, 64)
+				n, millis = n+1, millis+cpu
+			}
+			return n, millis
+		}
+		n, millis := requested()
 		time.Sleep(3 * time.Second)
-		if js := jobs.jobs("knowhere"); len(js) != 1 {
-			t.Errorf("%d Jobs for two tasks that fit one worker, want 1", len(js))
+		if n2, millis2 := requested(); n == 0 || millis != 1000 || n2 != n || millis2 != millis {
+			t.Errorf("Jobs for two 0.5-CPU tasks: %d asking %dm CPU, then %d asking %dm; want one or two asking 1000m in all, and no more later", n, millis, n2, millis2)
 		}
 		out, _, _ := w.cli(t, "pool", "list")
-		if !strings.Contains(out, "1/3 (waiting for nodes)") {
-			t.Errorf("pool list:\n%s", out)
+		if !strings.Contains(out, fmt.Sprintf("%d/3 (waiting for nodes)", n)) {
+			t.Errorf("pool list (want %d/3 waiting for nodes):\n%s", n, out)
 		}
 		// Cancelled, the work needs no worker: the Job goes before a node
 		// ever takes it.
