@@ -518,7 +518,13 @@ type Inventory struct {
 	Gpus          []*Gpu                 `protobuf:"bytes,13,rep,name=gpus,proto3" json:"gpus,omitempty"`
 	// The machine's labels (from `levers9 machine create --label`), as the
 	// agent learned them at join.
-	Labels        map[string]string `protobuf:"bytes,70,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Labels map[string]string `protobuf:"bytes,70,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// An attached cluster's agent only: how many nodes it counts (Ready and
+	// schedulable), and the largest of them. cpus, memory_bytes and gpus
+	// above are then the sum of those nodes' allocatable CPU, memory and
+	// nvidia.com/gpu, and no task runs on the agent itself.
+	ClusterNodes  int32     `protobuf:"varint,80,opt,name=cluster_nodes,json=clusterNodes,proto3" json:"cluster_nodes,omitempty"`
+	LargestNode   *NodeSize `protobuf:"bytes,81,opt,name=largest_node,json=largestNode,proto3" json:"largest_node,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -651,6 +657,89 @@ func (x *Inventory) GetLabels() map[string]string {
 	return nil
 }
 
+func (x *Inventory) GetClusterNodes() int32 {
+	if x != nil {
+		return x.ClusterNodes
+	}
+	return 0
+}
+
+func (x *Inventory) GetLargestNode() *NodeSize {
+	if x != nil {
+		return x.LargestNode
+	}
+	return nil
+}
+
+// NodeSize is one Kubernetes node's allocatable resources.
+type NodeSize struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	CpuMillis     int64                  `protobuf:"varint,2,opt,name=cpu_millis,json=cpuMillis,proto3" json:"cpu_millis,omitempty"`
+	MemoryBytes   uint64                 `protobuf:"varint,3,opt,name=memory_bytes,json=memoryBytes,proto3" json:"memory_bytes,omitempty"`
+	Gpus          int32                  `protobuf:"varint,4,opt,name=gpus,proto3" json:"gpus,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NodeSize) Reset() {
+	*x = NodeSize{}
+	mi := &file_api_levers9_v1_machine_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NodeSize) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NodeSize) ProtoMessage() {}
+
+func (x *NodeSize) ProtoReflect() protoreflect.Message {
+	mi := &file_api_levers9_v1_machine_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NodeSize.ProtoReflect.Descriptor instead.
+func (*NodeSize) Descriptor() ([]byte, []int) {
+	return file_api_levers9_v1_machine_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *NodeSize) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *NodeSize) GetCpuMillis() int64 {
+	if x != nil {
+		return x.CpuMillis
+	}
+	return 0
+}
+
+func (x *NodeSize) GetMemoryBytes() uint64 {
+	if x != nil {
+		return x.MemoryBytes
+	}
+	return 0
+}
+
+func (x *NodeSize) GetGpus() int32 {
+	if x != nil {
+		return x.Gpus
+	}
+	return 0
+}
+
 type Machine struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -676,7 +765,7 @@ type Machine struct {
 
 func (x *Machine) Reset() {
 	*x = Machine{}
-	mi := &file_api_levers9_v1_machine_proto_msgTypes[6]
+	mi := &file_api_levers9_v1_machine_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -688,7 +777,7 @@ func (x *Machine) String() string {
 func (*Machine) ProtoMessage() {}
 
 func (x *Machine) ProtoReflect() protoreflect.Message {
-	mi := &file_api_levers9_v1_machine_proto_msgTypes[6]
+	mi := &file_api_levers9_v1_machine_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -701,7 +790,7 @@ func (x *Machine) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Machine.ProtoReflect.Descriptor instead.
 func (*Machine) Descriptor() ([]byte, []int) {
-	return file_api_levers9_v1_machine_proto_rawDescGZIP(), []int{6}
+	return file_api_levers9_v1_machine_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Machine) GetId() string {
@@ -825,7 +914,7 @@ type CreateMachineRequest struct {
 
 func (x *CreateMachineRequest) Reset() {
 	*x = CreateMachineRequest{}
-	mi := &file_api_levers9_v1_machine_proto_msgTypes[7]
+	mi := &file_api_levers9_v1_machine_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -837,7 +926,7 @@ func (x *CreateMachineRequest) String() string {
 func (*CreateMachineRequest) ProtoMessage() {}
 
 func (x *CreateMachineRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_levers9_v1_machine_proto_msgTypes[7]
+	mi := &file_api_levers9_v1_machine_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -850,7 +939,7 @@ func (x *CreateMachineRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateMachineRequest.ProtoReflect.Descriptor instead.
 func (*CreateMachineRequest) Descriptor() ([]byte, []int) {
-	return file_api_levers9_v1_machine_proto_rawDescGZIP(), []int{7}
+	return file_api_levers9_v1_machine_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *CreateMachineRequest) GetPool() string {
@@ -912,7 +1001,7 @@ type CreateMachineResponse struct {
 
 func (x *CreateMachineResponse) Reset() {
 	*x = CreateMachineResponse{}
-	mi := &file_api_levers9_v1_machine_proto_msgTypes[8]
+	mi := &file_api_levers9_v1_machine_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -924,7 +1013,7 @@ func (x *CreateMachineResponse) String() string {
 func (*CreateMachineResponse) ProtoMessage() {}
 
 func (x *CreateMachineResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_levers9_v1_machine_proto_msgTypes[8]
+	mi := &file_api_levers9_v1_machine_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -937,7 +1026,7 @@ func (x *CreateMachineResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateMachineResponse.ProtoReflect.Descriptor instead.
 func (*CreateMachineResponse) Descriptor() ([]byte, []int) {
-	return file_api_levers9_v1_machine_proto_rawDescGZIP(), []int{8}
+	return file_api_levers9_v1_machine_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *CreateMachineResponse) GetMachine() *Machine {
@@ -984,7 +1073,7 @@ type ListMachinesRequest struct {
 
 func (x *ListMachinesRequest) Reset() {
 	*x = ListMachinesRequest{}
-	mi := &file_api_levers9_v1_machine_proto_msgTypes[9]
+	mi := &file_api_levers9_v1_machine_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -996,7 +1085,7 @@ func (x *ListMachinesRequest) String() string {
 func (*ListMachinesRequest) ProtoMessage() {}
 
 func (x *ListMachinesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_levers9_v1_machine_proto_msgTypes[9]
+	mi := &file_api_levers9_v1_machine_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1009,7 +1098,7 @@ func (x *ListMachinesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListMachinesRequest.ProtoReflect.Descriptor instead.
 func (*ListMachinesRequest) Descriptor() ([]byte, []int) {
-	return file_api_levers9_v1_machine_proto_rawDescGZIP(), []int{9}
+	return file_api_levers9_v1_machine_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ListMachinesRequest) GetPool() string {
@@ -1028,7 +1117,7 @@ type ListMachinesResponse struct {
 
 func (x *ListMachinesResponse) Reset() {
 	*x = ListMachinesResponse{}
-	mi := &file_api_levers9_v1_machine_proto_msgTypes[10]
+	mi := &file_api_levers9_v1_machine_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1040,7 +1129,7 @@ func (x *ListMachinesResponse) String() string {
 func (*ListMachinesResponse) ProtoMessage() {}
 
 func (x *ListMachinesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_levers9_v1_machine_proto_msgTypes[10]
+	mi := &file_api_levers9_v1_machine_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1053,7 +1142,7 @@ func (x *ListMachinesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListMachinesResponse.ProtoReflect.Descriptor instead.
 func (*ListMachinesResponse) Descriptor() ([]byte, []int) {
-	return file_api_levers9_v1_machine_proto_rawDescGZIP(), []int{10}
+	return file_api_levers9_v1_machine_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ListMachinesResponse) GetMachines() []*Machine {
@@ -1072,7 +1161,7 @@ type GetMachineRequest struct {
 
 func (x *GetMachineRequest) Reset() {
 	*x = GetMachineRequest{}
-	mi := &file_api_levers9_v1_machine_proto_msgTypes[11]
+	mi := &file_api_levers9_v1_machine_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1084,7 +1173,7 @@ func (x *GetMachineRequest) String() string {
 func (*GetMachineRequest) ProtoMessage() {}
 
 func (x *GetMachineRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_levers9_v1_machine_proto_msgTypes[11]
+	mi := &file_api_levers9_v1_machine_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1097,7 +1186,7 @@ func (x *GetMachineRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetMachineRequest.ProtoReflect.Descriptor instead.
 func (*GetMachineRequest) Descriptor() ([]byte, []int) {
-	return file_api_levers9_v1_machine_proto_rawDescGZIP(), []int{11}
+	return file_api_levers9_v1_machine_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *GetMachineRequest) GetId() string {
@@ -1116,7 +1205,7 @@ type GetMachineResponse struct {
 
 func (x *GetMachineResponse) Reset() {
 	*x = GetMachineResponse{}
-	mi := &file_api_levers9_v1_machine_proto_msgTypes[12]
+	mi := &file_api_levers9_v1_machine_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1128,7 +1217,7 @@ func (x *GetMachineResponse) String() string {
 func (*GetMachineResponse) ProtoMessage() {}
 
 func (x *GetMachineResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_levers9_v1_machine_proto_msgTypes[12]
+	mi := &file_api_levers9_v1_machine_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1141,7 +1230,7 @@ func (x *GetMachineResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetMachineResponse.ProtoReflect.Descriptor instead.
 func (*GetMachineResponse) Descriptor() ([]byte, []int) {
-	return file_api_levers9_v1_machine_proto_rawDescGZIP(), []int{12}
+	return file_api_levers9_v1_machine_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *GetMachineResponse) GetMachine() *Machine {
@@ -1160,7 +1249,7 @@ type DeleteMachineRequest struct {
 
 func (x *DeleteMachineRequest) Reset() {
 	*x = DeleteMachineRequest{}
-	mi := &file_api_levers9_v1_machine_proto_msgTypes[13]
+	mi := &file_api_levers9_v1_machine_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1172,7 +1261,7 @@ func (x *DeleteMachineRequest) String() string {
 func (*DeleteMachineRequest) ProtoMessage() {}
 
 func (x *DeleteMachineRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_levers9_v1_machine_proto_msgTypes[13]
+	mi := &file_api_levers9_v1_machine_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1185,7 +1274,7 @@ func (x *DeleteMachineRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteMachineRequest.ProtoReflect.Descriptor instead.
 func (*DeleteMachineRequest) Descriptor() ([]byte, []int) {
-	return file_api_levers9_v1_machine_proto_rawDescGZIP(), []int{13}
+	return file_api_levers9_v1_machine_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *DeleteMachineRequest) GetId() string {
@@ -1203,7 +1292,7 @@ type DeleteMachineResponse struct {
 
 func (x *DeleteMachineResponse) Reset() {
 	*x = DeleteMachineResponse{}
-	mi := &file_api_levers9_v1_machine_proto_msgTypes[14]
+	mi := &file_api_levers9_v1_machine_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1215,7 +1304,7 @@ func (x *DeleteMachineResponse) String() string {
 func (*DeleteMachineResponse) ProtoMessage() {}
 
 func (x *DeleteMachineResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_levers9_v1_machine_proto_msgTypes[14]
+	mi := &file_api_levers9_v1_machine_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1228,7 +1317,7 @@ func (x *DeleteMachineResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteMachineResponse.ProtoReflect.Descriptor instead.
 func (*DeleteMachineResponse) Descriptor() ([]byte, []int) {
-	return file_api_levers9_v1_machine_proto_rawDescGZIP(), []int{14}
+	return file_api_levers9_v1_machine_proto_rawDescGZIP(), []int{15}
 }
 
 type EnrollRequest struct {
@@ -1244,7 +1333,7 @@ type EnrollRequest struct {
 
 func (x *EnrollRequest) Reset() {
 	*x = EnrollRequest{}
-	mi := &file_api_levers9_v1_machine_proto_msgTypes[15]
+	mi := &file_api_levers9_v1_machine_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1256,7 +1345,7 @@ func (x *EnrollRequest) String() string {
 func (*EnrollRequest) ProtoMessage() {}
 
 func (x *EnrollRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_levers9_v1_machine_proto_msgTypes[15]
+	mi := &file_api_levers9_v1_machine_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1269,7 +1358,7 @@ func (x *EnrollRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnrollRequest.ProtoReflect.Descriptor instead.
 func (*EnrollRequest) Descriptor() ([]byte, []int) {
-	return file_api_levers9_v1_machine_proto_rawDescGZIP(), []int{15}
+	return file_api_levers9_v1_machine_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *EnrollRequest) GetJoinToken() string {
@@ -1318,7 +1407,7 @@ type EnrollResponse struct {
 
 func (x *EnrollResponse) Reset() {
 	*x = EnrollResponse{}
-	mi := &file_api_levers9_v1_machine_proto_msgTypes[16]
+	mi := &file_api_levers9_v1_machine_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1330,7 +1419,7 @@ func (x *EnrollResponse) String() string {
 func (*EnrollResponse) ProtoMessage() {}
 
 func (x *EnrollResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_levers9_v1_machine_proto_msgTypes[16]
+	mi := &file_api_levers9_v1_machine_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1343,7 +1432,7 @@ func (x *EnrollResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnrollResponse.ProtoReflect.Descriptor instead.
 func (*EnrollResponse) Descriptor() ([]byte, []int) {
-	return file_api_levers9_v1_machine_proto_rawDescGZIP(), []int{16}
+	return file_api_levers9_v1_machine_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *EnrollResponse) GetMachineId() string {
@@ -1442,7 +1531,7 @@ const file_api_levers9_v1_machine_proto_rawDesc = "" +
 	"\x04name\x18\x03 \x01(\tR\x04name\x12!\n" +
 	"\fmemory_bytes\x18\x04 \x01(\x04R\vmemoryBytes\x12%\n" +
 	"\x0edriver_version\x18\x05 \x01(\tR\rdriverVersion\x12!\n" +
-	"\fcuda_version\x18\x06 \x01(\tR\vcudaVersion\"\xfd\x03\n" +
+	"\fcuda_version\x18\x06 \x01(\tR\vcudaVersion\"\xdb\x04\n" +
 	"\tInventory\x12\x1a\n" +
 	"\bhostname\x18\x01 \x01(\tR\bhostname\x12\x0e\n" +
 	"\x02os\x18\x02 \x01(\tR\x02os\x12\x12\n" +
@@ -1459,10 +1548,18 @@ const file_api_levers9_v1_machine_proto_rawDesc = "" +
 	"\rrunsc_version\x18\v \x01(\tR\frunscVersion\x12\x1a\n" +
 	"\bapparmor\x18\f \x01(\bR\bapparmor\x12#\n" +
 	"\x04gpus\x18\r \x03(\v2\x0f.levers9.v1.GpuR\x04gpus\x129\n" +
-	"\x06labels\x18F \x03(\v2!.levers9.v1.Inventory.LabelsEntryR\x06labels\x1a9\n" +
+	"\x06labels\x18F \x03(\v2!.levers9.v1.Inventory.LabelsEntryR\x06labels\x12#\n" +
+	"\rcluster_nodes\x18P \x01(\x05R\fclusterNodes\x127\n" +
+	"\flargest_node\x18Q \x01(\v2\x14.levers9.v1.NodeSizeR\vlargestNode\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xd1\x05\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"t\n" +
+	"\bNodeSize\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1d\n" +
+	"\n" +
+	"cpu_millis\x18\x02 \x01(\x03R\tcpuMillis\x12!\n" +
+	"\fmemory_bytes\x18\x03 \x01(\x04R\vmemoryBytes\x12\x12\n" +
+	"\x04gpus\x18\x04 \x01(\x05R\x04gpus\"\xd1\x05\n" +
 	"\aMachine\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x12\n" +
@@ -1561,7 +1658,7 @@ func file_api_levers9_v1_machine_proto_rawDescGZIP() []byte {
 }
 
 var file_api_levers9_v1_machine_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_api_levers9_v1_machine_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
+var file_api_levers9_v1_machine_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
 var file_api_levers9_v1_machine_proto_goTypes = []any{
 	(MachineState)(0),             // 0: levers9.v1.MachineState
 	(*SecuritySettings)(nil),      // 1: levers9.v1.SecuritySettings
@@ -1570,61 +1667,63 @@ var file_api_levers9_v1_machine_proto_goTypes = []any{
 	(*ListPoolsResponse)(nil),     // 4: levers9.v1.ListPoolsResponse
 	(*Gpu)(nil),                   // 5: levers9.v1.Gpu
 	(*Inventory)(nil),             // 6: levers9.v1.Inventory
-	(*Machine)(nil),               // 7: levers9.v1.Machine
-	(*CreateMachineRequest)(nil),  // 8: levers9.v1.CreateMachineRequest
-	(*CreateMachineResponse)(nil), // 9: levers9.v1.CreateMachineResponse
-	(*ListMachinesRequest)(nil),   // 10: levers9.v1.ListMachinesRequest
-	(*ListMachinesResponse)(nil),  // 11: levers9.v1.ListMachinesResponse
-	(*GetMachineRequest)(nil),     // 12: levers9.v1.GetMachineRequest
-	(*GetMachineResponse)(nil),    // 13: levers9.v1.GetMachineResponse
-	(*DeleteMachineRequest)(nil),  // 14: levers9.v1.DeleteMachineRequest
-	(*DeleteMachineResponse)(nil), // 15: levers9.v1.DeleteMachineResponse
-	(*EnrollRequest)(nil),         // 16: levers9.v1.EnrollRequest
-	(*EnrollResponse)(nil),        // 17: levers9.v1.EnrollResponse
-	nil,                           // 18: levers9.v1.Pool.NodeSelectorEntry
-	nil,                           // 19: levers9.v1.Inventory.LabelsEntry
-	nil,                           // 20: levers9.v1.Machine.LabelsEntry
-	nil,                           // 21: levers9.v1.CreateMachineRequest.LabelsEntry
-	nil,                           // 22: levers9.v1.EnrollResponse.LabelsEntry
-	(*timestamppb.Timestamp)(nil), // 23: google.protobuf.Timestamp
+	(*NodeSize)(nil),              // 7: levers9.v1.NodeSize
+	(*Machine)(nil),               // 8: levers9.v1.Machine
+	(*CreateMachineRequest)(nil),  // 9: levers9.v1.CreateMachineRequest
+	(*CreateMachineResponse)(nil), // 10: levers9.v1.CreateMachineResponse
+	(*ListMachinesRequest)(nil),   // 11: levers9.v1.ListMachinesRequest
+	(*ListMachinesResponse)(nil),  // 12: levers9.v1.ListMachinesResponse
+	(*GetMachineRequest)(nil),     // 13: levers9.v1.GetMachineRequest
+	(*GetMachineResponse)(nil),    // 14: levers9.v1.GetMachineResponse
+	(*DeleteMachineRequest)(nil),  // 15: levers9.v1.DeleteMachineRequest
+	(*DeleteMachineResponse)(nil), // 16: levers9.v1.DeleteMachineResponse
+	(*EnrollRequest)(nil),         // 17: levers9.v1.EnrollRequest
+	(*EnrollResponse)(nil),        // 18: levers9.v1.EnrollResponse
+	nil,                           // 19: levers9.v1.Pool.NodeSelectorEntry
+	nil,                           // 20: levers9.v1.Inventory.LabelsEntry
+	nil,                           // 21: levers9.v1.Machine.LabelsEntry
+	nil,                           // 22: levers9.v1.CreateMachineRequest.LabelsEntry
+	nil,                           // 23: levers9.v1.EnrollResponse.LabelsEntry
+	(*timestamppb.Timestamp)(nil), // 24: google.protobuf.Timestamp
 }
 var file_api_levers9_v1_machine_proto_depIdxs = []int32{
-	18, // 0: levers9.v1.Pool.node_selector:type_name -> levers9.v1.Pool.NodeSelectorEntry
+	19, // 0: levers9.v1.Pool.node_selector:type_name -> levers9.v1.Pool.NodeSelectorEntry
 	1,  // 1: levers9.v1.Pool.security:type_name -> levers9.v1.SecuritySettings
 	2,  // 2: levers9.v1.ListPoolsResponse.pools:type_name -> levers9.v1.Pool
 	5,  // 3: levers9.v1.Inventory.gpus:type_name -> levers9.v1.Gpu
-	19, // 4: levers9.v1.Inventory.labels:type_name -> levers9.v1.Inventory.LabelsEntry
-	0,  // 5: levers9.v1.Machine.state:type_name -> levers9.v1.MachineState
-	23, // 6: levers9.v1.Machine.created_at:type_name -> google.protobuf.Timestamp
-	23, // 7: levers9.v1.Machine.enrolled_at:type_name -> google.protobuf.Timestamp
-	23, // 8: levers9.v1.Machine.last_heartbeat:type_name -> google.protobuf.Timestamp
-	6,  // 9: levers9.v1.Machine.inventory:type_name -> levers9.v1.Inventory
-	23, // 10: levers9.v1.Machine.join_expires_at:type_name -> google.protobuf.Timestamp
-	23, // 11: levers9.v1.Machine.certificate_expires_at:type_name -> google.protobuf.Timestamp
-	20, // 12: levers9.v1.Machine.labels:type_name -> levers9.v1.Machine.LabelsEntry
-	21, // 13: levers9.v1.CreateMachineRequest.labels:type_name -> levers9.v1.CreateMachineRequest.LabelsEntry
-	7,  // 14: levers9.v1.CreateMachineResponse.machine:type_name -> levers9.v1.Machine
-	7,  // 15: levers9.v1.ListMachinesResponse.machines:type_name -> levers9.v1.Machine
-	7,  // 16: levers9.v1.GetMachineResponse.machine:type_name -> levers9.v1.Machine
-	23, // 17: levers9.v1.EnrollResponse.expires_at:type_name -> google.protobuf.Timestamp
-	22, // 18: levers9.v1.EnrollResponse.labels:type_name -> levers9.v1.EnrollResponse.LabelsEntry
-	3,  // 19: levers9.v1.PoolService.ListPools:input_type -> levers9.v1.ListPoolsRequest
-	8,  // 20: levers9.v1.MachineService.CreateMachine:input_type -> levers9.v1.CreateMachineRequest
-	10, // 21: levers9.v1.MachineService.ListMachines:input_type -> levers9.v1.ListMachinesRequest
-	12, // 22: levers9.v1.MachineService.GetMachine:input_type -> levers9.v1.GetMachineRequest
-	14, // 23: levers9.v1.MachineService.DeleteMachine:input_type -> levers9.v1.DeleteMachineRequest
-	16, // 24: levers9.v1.EnrollService.Enroll:input_type -> levers9.v1.EnrollRequest
-	4,  // 25: levers9.v1.PoolService.ListPools:output_type -> levers9.v1.ListPoolsResponse
-	9,  // 26: levers9.v1.MachineService.CreateMachine:output_type -> levers9.v1.CreateMachineResponse
-	11, // 27: levers9.v1.MachineService.ListMachines:output_type -> levers9.v1.ListMachinesResponse
-	13, // 28: levers9.v1.MachineService.GetMachine:output_type -> levers9.v1.GetMachineResponse
-	15, // 29: levers9.v1.MachineService.DeleteMachine:output_type -> levers9.v1.DeleteMachineResponse
-	17, // 30: levers9.v1.EnrollService.Enroll:output_type -> levers9.v1.EnrollResponse
-	25, // [25:31] is the sub-list for method output_type
-	19, // [19:25] is the sub-list for method input_type
-	19, // [19:19] is the sub-list for extension type_name
-	19, // [19:19] is the sub-list for extension extendee
-	0,  // [0:19] is the sub-list for field type_name
+	20, // 4: levers9.v1.Inventory.labels:type_name -> levers9.v1.Inventory.LabelsEntry
+	7,  // 5: levers9.v1.Inventory.largest_node:type_name -> levers9.v1.NodeSize
+	0,  // 6: levers9.v1.Machine.state:type_name -> levers9.v1.MachineState
+	24, // 7: levers9.v1.Machine.created_at:type_name -> google.protobuf.Timestamp
+	24, // 8: levers9.v1.Machine.enrolled_at:type_name -> google.protobuf.Timestamp
+	24, // 9: levers9.v1.Machine.last_heartbeat:type_name -> google.protobuf.Timestamp
+	6,  // 10: levers9.v1.Machine.inventory:type_name -> levers9.v1.Inventory
+	24, // 11: levers9.v1.Machine.join_expires_at:type_name -> google.protobuf.Timestamp
+	24, // 12: levers9.v1.Machine.certificate_expires_at:type_name -> google.protobuf.Timestamp
+	21, // 13: levers9.v1.Machine.labels:type_name -> levers9.v1.Machine.LabelsEntry
+	22, // 14: levers9.v1.CreateMachineRequest.labels:type_name -> levers9.v1.CreateMachineRequest.LabelsEntry
+	8,  // 15: levers9.v1.CreateMachineResponse.machine:type_name -> levers9.v1.Machine
+	8,  // 16: levers9.v1.ListMachinesResponse.machines:type_name -> levers9.v1.Machine
+	8,  // 17: levers9.v1.GetMachineResponse.machine:type_name -> levers9.v1.Machine
+	24, // 18: levers9.v1.EnrollResponse.expires_at:type_name -> google.protobuf.Timestamp
+	23, // 19: levers9.v1.EnrollResponse.labels:type_name -> levers9.v1.EnrollResponse.LabelsEntry
+	3,  // 20: levers9.v1.PoolService.ListPools:input_type -> levers9.v1.ListPoolsRequest
+	9,  // 21: levers9.v1.MachineService.CreateMachine:input_type -> levers9.v1.CreateMachineRequest
+	11, // 22: levers9.v1.MachineService.ListMachines:input_type -> levers9.v1.ListMachinesRequest
+	13, // 23: levers9.v1.MachineService.GetMachine:input_type -> levers9.v1.GetMachineRequest
+	15, // 24: levers9.v1.MachineService.DeleteMachine:input_type -> levers9.v1.DeleteMachineRequest
+	17, // 25: levers9.v1.EnrollService.Enroll:input_type -> levers9.v1.EnrollRequest
+	4,  // 26: levers9.v1.PoolService.ListPools:output_type -> levers9.v1.ListPoolsResponse
+	10, // 27: levers9.v1.MachineService.CreateMachine:output_type -> levers9.v1.CreateMachineResponse
+	12, // 28: levers9.v1.MachineService.ListMachines:output_type -> levers9.v1.ListMachinesResponse
+	14, // 29: levers9.v1.MachineService.GetMachine:output_type -> levers9.v1.GetMachineResponse
+	16, // 30: levers9.v1.MachineService.DeleteMachine:output_type -> levers9.v1.DeleteMachineResponse
+	18, // 31: levers9.v1.EnrollService.Enroll:output_type -> levers9.v1.EnrollResponse
+	26, // [26:32] is the sub-list for method output_type
+	20, // [20:26] is the sub-list for method input_type
+	20, // [20:20] is the sub-list for extension type_name
+	20, // [20:20] is the sub-list for extension extendee
+	0,  // [0:20] is the sub-list for field type_name
 }
 
 func init() { file_api_levers9_v1_machine_proto_init() }
@@ -1638,7 +1737,7 @@ func file_api_levers9_v1_machine_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_levers9_v1_machine_proto_rawDesc), len(file_api_levers9_v1_machine_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   22,
+			NumMessages:   23,
 			NumExtensions: 0,
 			NumServices:   3,
 		},

@@ -24,6 +24,711 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// WorkerSpec is a worker Job as internal/kubeworkers.Spec describes it.
+type WorkerSpec struct {
+	state            protoimpl.MessageState `protogen:"open.v1"`
+	Pool             string                 `protobuf:"bytes,1,opt,name=pool,proto3" json:"pool,omitempty"`
+	MachineId        string                 `protobuf:"bytes,2,opt,name=machine_id,json=machineId,proto3" json:"machine_id,omitempty"`
+	Image            string                 `protobuf:"bytes,3,opt,name=image,proto3" json:"image,omitempty"`
+	Controlplane     string                 `protobuf:"bytes,4,opt,name=controlplane,proto3" json:"controlplane,omitempty"`
+	CpuMillis        int64                  `protobuf:"varint,5,opt,name=cpu_millis,json=cpuMillis,proto3" json:"cpu_millis,omitempty"`
+	MemoryBytes      int64                  `protobuf:"varint,6,opt,name=memory_bytes,json=memoryBytes,proto3" json:"memory_bytes,omitempty"`
+	Gpus             int32                  `protobuf:"varint,7,opt,name=gpus,proto3" json:"gpus,omitempty"`
+	Enforced         bool                   `protobuf:"varint,8,opt,name=enforced,proto3" json:"enforced,omitempty"`
+	NodeSelector     map[string]string      `protobuf:"bytes,9,rep,name=node_selector,json=nodeSelector,proto3" json:"node_selector,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Tolerations      []*Toleration          `protobuf:"bytes,10,rep,name=tolerations,proto3" json:"tolerations,omitempty"`
+	RuntimeClassName string                 `protobuf:"bytes,11,opt,name=runtime_class_name,json=runtimeClassName,proto3" json:"runtime_class_name,omitempty"`
+	IdleTimeout      *durationpb.Duration   `protobuf:"bytes,12,opt,name=idle_timeout,json=idleTimeout,proto3" json:"idle_timeout,omitempty"`
+	PodAnnotations   map[string]string      `protobuf:"bytes,13,rep,name=pod_annotations,json=podAnnotations,proto3" json:"pod_annotations,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	AgentArgs        []string               `protobuf:"bytes,14,rep,name=agent_args,json=agentArgs,proto3" json:"agent_args,omitempty"`
+	ImagePullSecrets []string               `protobuf:"bytes,15,rep,name=image_pull_secrets,json=imagePullSecrets,proto3" json:"image_pull_secrets,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *WorkerSpec) Reset() {
+	*x = WorkerSpec{}
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WorkerSpec) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WorkerSpec) ProtoMessage() {}
+
+func (x *WorkerSpec) ProtoReflect() protoreflect.Message {
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WorkerSpec.ProtoReflect.Descriptor instead.
+func (*WorkerSpec) Descriptor() ([]byte, []int) {
+	return file_api_levers9_agent_v1_agent_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *WorkerSpec) GetPool() string {
+	if x != nil {
+		return x.Pool
+	}
+	return ""
+}
+
+func (x *WorkerSpec) GetMachineId() string {
+	if x != nil {
+		return x.MachineId
+	}
+	return ""
+}
+
+func (x *WorkerSpec) GetImage() string {
+	if x != nil {
+		return x.Image
+	}
+	return ""
+}
+
+func (x *WorkerSpec) GetControlplane() string {
+	if x != nil {
+		return x.Controlplane
+	}
+	return ""
+}
+
+func (x *WorkerSpec) GetCpuMillis() int64 {
+	if x != nil {
+		return x.CpuMillis
+	}
+	return 0
+}
+
+func (x *WorkerSpec) GetMemoryBytes() int64 {
+	if x != nil {
+		return x.MemoryBytes
+	}
+	return 0
+}
+
+func (x *WorkerSpec) GetGpus() int32 {
+	if x != nil {
+		return x.Gpus
+	}
+	return 0
+}
+
+func (x *WorkerSpec) GetEnforced() bool {
+	if x != nil {
+		return x.Enforced
+	}
+	return false
+}
+
+func (x *WorkerSpec) GetNodeSelector() map[string]string {
+	if x != nil {
+		return x.NodeSelector
+	}
+	return nil
+}
+
+func (x *WorkerSpec) GetTolerations() []*Toleration {
+	if x != nil {
+		return x.Tolerations
+	}
+	return nil
+}
+
+func (x *WorkerSpec) GetRuntimeClassName() string {
+	if x != nil {
+		return x.RuntimeClassName
+	}
+	return ""
+}
+
+func (x *WorkerSpec) GetIdleTimeout() *durationpb.Duration {
+	if x != nil {
+		return x.IdleTimeout
+	}
+	return nil
+}
+
+func (x *WorkerSpec) GetPodAnnotations() map[string]string {
+	if x != nil {
+		return x.PodAnnotations
+	}
+	return nil
+}
+
+func (x *WorkerSpec) GetAgentArgs() []string {
+	if x != nil {
+		return x.AgentArgs
+	}
+	return nil
+}
+
+func (x *WorkerSpec) GetImagePullSecrets() []string {
+	if x != nil {
+		return x.ImagePullSecrets
+	}
+	return nil
+}
+
+type Toleration struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Key           string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	Operator      string                 `protobuf:"bytes,2,opt,name=operator,proto3" json:"operator,omitempty"`
+	Value         string                 `protobuf:"bytes,3,opt,name=value,proto3" json:"value,omitempty"`
+	Effect        string                 `protobuf:"bytes,4,opt,name=effect,proto3" json:"effect,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Toleration) Reset() {
+	*x = Toleration{}
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Toleration) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Toleration) ProtoMessage() {}
+
+func (x *Toleration) ProtoReflect() protoreflect.Message {
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Toleration.ProtoReflect.Descriptor instead.
+func (*Toleration) Descriptor() ([]byte, []int) {
+	return file_api_levers9_agent_v1_agent_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *Toleration) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *Toleration) GetOperator() string {
+	if x != nil {
+		return x.Operator
+	}
+	return ""
+}
+
+func (x *Toleration) GetValue() string {
+	if x != nil {
+		return x.Value
+	}
+	return ""
+}
+
+func (x *Toleration) GetEffect() string {
+	if x != nil {
+		return x.Effect
+	}
+	return ""
+}
+
+type MakeWorkerRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Spec  *WorkerSpec            `protobuf:"bytes,1,opt,name=spec,proto3" json:"spec,omitempty"`
+	// The worker's single-use join token. Never logged or echoed.
+	JoinToken string `protobuf:"bytes,50,opt,name=join_token,json=joinToken,proto3" json:"join_token,omitempty"`
+	// The controlplane's CA when it is private.
+	CaPem         []byte `protobuf:"bytes,51,opt,name=ca_pem,json=caPem,proto3" json:"ca_pem,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MakeWorkerRequest) Reset() {
+	*x = MakeWorkerRequest{}
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MakeWorkerRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MakeWorkerRequest) ProtoMessage() {}
+
+func (x *MakeWorkerRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MakeWorkerRequest.ProtoReflect.Descriptor instead.
+func (*MakeWorkerRequest) Descriptor() ([]byte, []int) {
+	return file_api_levers9_agent_v1_agent_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *MakeWorkerRequest) GetSpec() *WorkerSpec {
+	if x != nil {
+		return x.Spec
+	}
+	return nil
+}
+
+func (x *MakeWorkerRequest) GetJoinToken() string {
+	if x != nil {
+		return x.JoinToken
+	}
+	return ""
+}
+
+func (x *MakeWorkerRequest) GetCaPem() []byte {
+	if x != nil {
+		return x.CaPem
+	}
+	return nil
+}
+
+type MakeWorkerResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The Job's name.
+	Name          string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MakeWorkerResponse) Reset() {
+	*x = MakeWorkerResponse{}
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MakeWorkerResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MakeWorkerResponse) ProtoMessage() {}
+
+func (x *MakeWorkerResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MakeWorkerResponse.ProtoReflect.Descriptor instead.
+func (*MakeWorkerResponse) Descriptor() ([]byte, []int) {
+	return file_api_levers9_agent_v1_agent_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *MakeWorkerResponse) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+type RemoveWorkerRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RemoveWorkerRequest) Reset() {
+	*x = RemoveWorkerRequest{}
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RemoveWorkerRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RemoveWorkerRequest) ProtoMessage() {}
+
+func (x *RemoveWorkerRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RemoveWorkerRequest.ProtoReflect.Descriptor instead.
+func (*RemoveWorkerRequest) Descriptor() ([]byte, []int) {
+	return file_api_levers9_agent_v1_agent_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *RemoveWorkerRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+type RemoveWorkerResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RemoveWorkerResponse) Reset() {
+	*x = RemoveWorkerResponse{}
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RemoveWorkerResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RemoveWorkerResponse) ProtoMessage() {}
+
+func (x *RemoveWorkerResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RemoveWorkerResponse.ProtoReflect.Descriptor instead.
+func (*RemoveWorkerResponse) Descriptor() ([]byte, []int) {
+	return file_api_levers9_agent_v1_agent_proto_rawDescGZIP(), []int{5}
+}
+
+type ListWorkersRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Pool          string                 `protobuf:"bytes,1,opt,name=pool,proto3" json:"pool,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListWorkersRequest) Reset() {
+	*x = ListWorkersRequest{}
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListWorkersRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListWorkersRequest) ProtoMessage() {}
+
+func (x *ListWorkersRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListWorkersRequest.ProtoReflect.Descriptor instead.
+func (*ListWorkersRequest) Descriptor() ([]byte, []int) {
+	return file_api_levers9_agent_v1_agent_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *ListWorkersRequest) GetPool() string {
+	if x != nil {
+		return x.Pool
+	}
+	return ""
+}
+
+type Worker struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Name      string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Pool      string                 `protobuf:"bytes,2,opt,name=pool,proto3" json:"pool,omitempty"`
+	MachineId string                 `protobuf:"bytes,3,opt,name=machine_id,json=machineId,proto3" json:"machine_id,omitempty"`
+	// starting, waiting for nodes, running or finished.
+	State         string                 `protobuf:"bytes,4,opt,name=state,proto3" json:"state,omitempty"`
+	CpuMillis     int64                  `protobuf:"varint,5,opt,name=cpu_millis,json=cpuMillis,proto3" json:"cpu_millis,omitempty"`
+	MemoryBytes   int64                  `protobuf:"varint,6,opt,name=memory_bytes,json=memoryBytes,proto3" json:"memory_bytes,omitempty"`
+	Gpus          int32                  `protobuf:"varint,7,opt,name=gpus,proto3" json:"gpus,omitempty"`
+	Started       *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=started,proto3" json:"started,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Worker) Reset() {
+	*x = Worker{}
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Worker) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Worker) ProtoMessage() {}
+
+func (x *Worker) ProtoReflect() protoreflect.Message {
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Worker.ProtoReflect.Descriptor instead.
+func (*Worker) Descriptor() ([]byte, []int) {
+	return file_api_levers9_agent_v1_agent_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *Worker) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Worker) GetPool() string {
+	if x != nil {
+		return x.Pool
+	}
+	return ""
+}
+
+func (x *Worker) GetMachineId() string {
+	if x != nil {
+		return x.MachineId
+	}
+	return ""
+}
+
+func (x *Worker) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *Worker) GetCpuMillis() int64 {
+	if x != nil {
+		return x.CpuMillis
+	}
+	return 0
+}
+
+func (x *Worker) GetMemoryBytes() int64 {
+	if x != nil {
+		return x.MemoryBytes
+	}
+	return 0
+}
+
+func (x *Worker) GetGpus() int32 {
+	if x != nil {
+		return x.Gpus
+	}
+	return 0
+}
+
+func (x *Worker) GetStarted() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Started
+	}
+	return nil
+}
+
+type ListWorkersResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Workers       []*Worker              `protobuf:"bytes,1,rep,name=workers,proto3" json:"workers,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListWorkersResponse) Reset() {
+	*x = ListWorkersResponse{}
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListWorkersResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListWorkersResponse) ProtoMessage() {}
+
+func (x *ListWorkersResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListWorkersResponse.ProtoReflect.Descriptor instead.
+func (*ListWorkersResponse) Descriptor() ([]byte, []int) {
+	return file_api_levers9_agent_v1_agent_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *ListWorkersResponse) GetWorkers() []*Worker {
+	if x != nil {
+		return x.Workers
+	}
+	return nil
+}
+
+type WorkerGoneRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Pod           string                 `protobuf:"bytes,1,opt,name=pod,proto3" json:"pod,omitempty"`
+	Pool          string                 `protobuf:"bytes,2,opt,name=pool,proto3" json:"pool,omitempty"`
+	MachineId     string                 `protobuf:"bytes,3,opt,name=machine_id,json=machineId,proto3" json:"machine_id,omitempty"`
+	Why           string                 `protobuf:"bytes,4,opt,name=why,proto3" json:"why,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WorkerGoneRequest) Reset() {
+	*x = WorkerGoneRequest{}
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WorkerGoneRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WorkerGoneRequest) ProtoMessage() {}
+
+func (x *WorkerGoneRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WorkerGoneRequest.ProtoReflect.Descriptor instead.
+func (*WorkerGoneRequest) Descriptor() ([]byte, []int) {
+	return file_api_levers9_agent_v1_agent_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *WorkerGoneRequest) GetPod() string {
+	if x != nil {
+		return x.Pod
+	}
+	return ""
+}
+
+func (x *WorkerGoneRequest) GetPool() string {
+	if x != nil {
+		return x.Pool
+	}
+	return ""
+}
+
+func (x *WorkerGoneRequest) GetMachineId() string {
+	if x != nil {
+		return x.MachineId
+	}
+	return ""
+}
+
+func (x *WorkerGoneRequest) GetWhy() string {
+	if x != nil {
+		return x.Why
+	}
+	return ""
+}
+
+type WorkerGoneResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WorkerGoneResponse) Reset() {
+	*x = WorkerGoneResponse{}
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WorkerGoneResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WorkerGoneResponse) ProtoMessage() {}
+
+func (x *WorkerGoneResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WorkerGoneResponse.ProtoReflect.Descriptor instead.
+func (*WorkerGoneResponse) Descriptor() ([]byte, []int) {
+	return file_api_levers9_agent_v1_agent_proto_rawDescGZIP(), []int{10}
+}
+
 type HeartbeatRequest struct {
 	state        protoimpl.MessageState `protogen:"open.v1"`
 	AgentVersion string                 `protobuf:"bytes,1,opt,name=agent_version,json=agentVersion,proto3" json:"agent_version,omitempty"`
@@ -42,7 +747,7 @@ type HeartbeatRequest struct {
 
 func (x *HeartbeatRequest) Reset() {
 	*x = HeartbeatRequest{}
-	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[0]
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -54,7 +759,7 @@ func (x *HeartbeatRequest) String() string {
 func (*HeartbeatRequest) ProtoMessage() {}
 
 func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[0]
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -67,7 +772,7 @@ func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*HeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_api_levers9_agent_v1_agent_proto_rawDescGZIP(), []int{0}
+	return file_api_levers9_agent_v1_agent_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *HeartbeatRequest) GetAgentVersion() string {
@@ -128,7 +833,7 @@ type HeartbeatResponse struct {
 
 func (x *HeartbeatResponse) Reset() {
 	*x = HeartbeatResponse{}
-	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[1]
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -140,7 +845,7 @@ func (x *HeartbeatResponse) String() string {
 func (*HeartbeatResponse) ProtoMessage() {}
 
 func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[1]
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -153,7 +858,7 @@ func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*HeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_api_levers9_agent_v1_agent_proto_rawDescGZIP(), []int{1}
+	return file_api_levers9_agent_v1_agent_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *HeartbeatResponse) GetIntervalSeconds() int32 {
@@ -200,7 +905,7 @@ type RenewCertificateRequest struct {
 
 func (x *RenewCertificateRequest) Reset() {
 	*x = RenewCertificateRequest{}
-	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[2]
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -212,7 +917,7 @@ func (x *RenewCertificateRequest) String() string {
 func (*RenewCertificateRequest) ProtoMessage() {}
 
 func (x *RenewCertificateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[2]
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -225,7 +930,7 @@ func (x *RenewCertificateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewCertificateRequest.ProtoReflect.Descriptor instead.
 func (*RenewCertificateRequest) Descriptor() ([]byte, []int) {
-	return file_api_levers9_agent_v1_agent_proto_rawDescGZIP(), []int{2}
+	return file_api_levers9_agent_v1_agent_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *RenewCertificateRequest) GetCsrPem() string {
@@ -245,7 +950,7 @@ type RenewCertificateResponse struct {
 
 func (x *RenewCertificateResponse) Reset() {
 	*x = RenewCertificateResponse{}
-	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[3]
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -257,7 +962,7 @@ func (x *RenewCertificateResponse) String() string {
 func (*RenewCertificateResponse) ProtoMessage() {}
 
 func (x *RenewCertificateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[3]
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -270,7 +975,7 @@ func (x *RenewCertificateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewCertificateResponse.ProtoReflect.Descriptor instead.
 func (*RenewCertificateResponse) Descriptor() ([]byte, []int) {
-	return file_api_levers9_agent_v1_agent_proto_rawDescGZIP(), []int{3}
+	return file_api_levers9_agent_v1_agent_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *RenewCertificateResponse) GetCertificatePem() string {
@@ -296,7 +1001,7 @@ type PingRequest struct {
 
 func (x *PingRequest) Reset() {
 	*x = PingRequest{}
-	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[4]
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -308,7 +1013,7 @@ func (x *PingRequest) String() string {
 func (*PingRequest) ProtoMessage() {}
 
 func (x *PingRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[4]
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -321,7 +1026,7 @@ func (x *PingRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PingRequest.ProtoReflect.Descriptor instead.
 func (*PingRequest) Descriptor() ([]byte, []int) {
-	return file_api_levers9_agent_v1_agent_proto_rawDescGZIP(), []int{4}
+	return file_api_levers9_agent_v1_agent_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *PingRequest) GetPayload() []byte {
@@ -341,7 +1046,7 @@ type PingResponse struct {
 
 func (x *PingResponse) Reset() {
 	*x = PingResponse{}
-	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[5]
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -353,7 +1058,7 @@ func (x *PingResponse) String() string {
 func (*PingResponse) ProtoMessage() {}
 
 func (x *PingResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[5]
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -366,7 +1071,7 @@ func (x *PingResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PingResponse.ProtoReflect.Descriptor instead.
 func (*PingResponse) Descriptor() ([]byte, []int) {
-	return file_api_levers9_agent_v1_agent_proto_rawDescGZIP(), []int{5}
+	return file_api_levers9_agent_v1_agent_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *PingResponse) GetMachineId() string {
@@ -420,7 +1125,7 @@ type TaskAttempt struct {
 
 func (x *TaskAttempt) Reset() {
 	*x = TaskAttempt{}
-	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[6]
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -432,7 +1137,7 @@ func (x *TaskAttempt) String() string {
 func (*TaskAttempt) ProtoMessage() {}
 
 func (x *TaskAttempt) ProtoReflect() protoreflect.Message {
-	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[6]
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -445,7 +1150,7 @@ func (x *TaskAttempt) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskAttempt.ProtoReflect.Descriptor instead.
 func (*TaskAttempt) Descriptor() ([]byte, []int) {
-	return file_api_levers9_agent_v1_agent_proto_rawDescGZIP(), []int{6}
+	return file_api_levers9_agent_v1_agent_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *TaskAttempt) GetTaskId() string {
@@ -573,7 +1278,7 @@ type RegistryAuth struct {
 
 func (x *RegistryAuth) Reset() {
 	*x = RegistryAuth{}
-	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[7]
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -585,7 +1290,7 @@ func (x *RegistryAuth) String() string {
 func (*RegistryAuth) ProtoMessage() {}
 
 func (x *RegistryAuth) ProtoReflect() protoreflect.Message {
-	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[7]
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -598,7 +1303,7 @@ func (x *RegistryAuth) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegistryAuth.ProtoReflect.Descriptor instead.
 func (*RegistryAuth) Descriptor() ([]byte, []int) {
-	return file_api_levers9_agent_v1_agent_proto_rawDescGZIP(), []int{7}
+	return file_api_levers9_agent_v1_agent_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *RegistryAuth) GetHost() string {
@@ -632,7 +1337,7 @@ type RunningAttempt struct {
 
 func (x *RunningAttempt) Reset() {
 	*x = RunningAttempt{}
-	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[8]
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -644,7 +1349,7 @@ func (x *RunningAttempt) String() string {
 func (*RunningAttempt) ProtoMessage() {}
 
 func (x *RunningAttempt) ProtoReflect() protoreflect.Message {
-	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[8]
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -657,7 +1362,7 @@ func (x *RunningAttempt) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunningAttempt.ProtoReflect.Descriptor instead.
 func (*RunningAttempt) Descriptor() ([]byte, []int) {
-	return file_api_levers9_agent_v1_agent_proto_rawDescGZIP(), []int{8}
+	return file_api_levers9_agent_v1_agent_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *RunningAttempt) GetTaskId() string {
@@ -683,7 +1388,7 @@ type RunTaskRequest struct {
 
 func (x *RunTaskRequest) Reset() {
 	*x = RunTaskRequest{}
-	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[9]
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -695,7 +1400,7 @@ func (x *RunTaskRequest) String() string {
 func (*RunTaskRequest) ProtoMessage() {}
 
 func (x *RunTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[9]
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -708,7 +1413,7 @@ func (x *RunTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunTaskRequest.ProtoReflect.Descriptor instead.
 func (*RunTaskRequest) Descriptor() ([]byte, []int) {
-	return file_api_levers9_agent_v1_agent_proto_rawDescGZIP(), []int{9}
+	return file_api_levers9_agent_v1_agent_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *RunTaskRequest) GetAttempt() *TaskAttempt {
@@ -727,7 +1432,7 @@ type RunTaskResponse struct {
 
 func (x *RunTaskResponse) Reset() {
 	*x = RunTaskResponse{}
-	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[10]
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -739,7 +1444,7 @@ func (x *RunTaskResponse) String() string {
 func (*RunTaskResponse) ProtoMessage() {}
 
 func (x *RunTaskResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[10]
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -752,7 +1457,7 @@ func (x *RunTaskResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunTaskResponse.ProtoReflect.Descriptor instead.
 func (*RunTaskResponse) Descriptor() ([]byte, []int) {
-	return file_api_levers9_agent_v1_agent_proto_rawDescGZIP(), []int{10}
+	return file_api_levers9_agent_v1_agent_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *RunTaskResponse) GetAlreadyRunning() bool {
@@ -773,7 +1478,7 @@ type CancelTaskRequest struct {
 
 func (x *CancelTaskRequest) Reset() {
 	*x = CancelTaskRequest{}
-	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[11]
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -785,7 +1490,7 @@ func (x *CancelTaskRequest) String() string {
 func (*CancelTaskRequest) ProtoMessage() {}
 
 func (x *CancelTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[11]
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -798,7 +1503,7 @@ func (x *CancelTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelTaskRequest.ProtoReflect.Descriptor instead.
 func (*CancelTaskRequest) Descriptor() ([]byte, []int) {
-	return file_api_levers9_agent_v1_agent_proto_rawDescGZIP(), []int{11}
+	return file_api_levers9_agent_v1_agent_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *CancelTaskRequest) GetTaskId() string {
@@ -832,7 +1537,7 @@ type CancelTaskResponse struct {
 
 func (x *CancelTaskResponse) Reset() {
 	*x = CancelTaskResponse{}
-	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[12]
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -844,7 +1549,7 @@ func (x *CancelTaskResponse) String() string {
 func (*CancelTaskResponse) ProtoMessage() {}
 
 func (x *CancelTaskResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[12]
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -857,7 +1562,7 @@ func (x *CancelTaskResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelTaskResponse.ProtoReflect.Descriptor instead.
 func (*CancelTaskResponse) Descriptor() ([]byte, []int) {
-	return file_api_levers9_agent_v1_agent_proto_rawDescGZIP(), []int{12}
+	return file_api_levers9_agent_v1_agent_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *CancelTaskResponse) GetFound() bool {
@@ -875,7 +1580,7 @@ type ListTasksRequest struct {
 
 func (x *ListTasksRequest) Reset() {
 	*x = ListTasksRequest{}
-	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[13]
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -887,7 +1592,7 @@ func (x *ListTasksRequest) String() string {
 func (*ListTasksRequest) ProtoMessage() {}
 
 func (x *ListTasksRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[13]
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -900,7 +1605,7 @@ func (x *ListTasksRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTasksRequest.ProtoReflect.Descriptor instead.
 func (*ListTasksRequest) Descriptor() ([]byte, []int) {
-	return file_api_levers9_agent_v1_agent_proto_rawDescGZIP(), []int{13}
+	return file_api_levers9_agent_v1_agent_proto_rawDescGZIP(), []int{24}
 }
 
 type ListTasksResponse struct {
@@ -912,7 +1617,7 @@ type ListTasksResponse struct {
 
 func (x *ListTasksResponse) Reset() {
 	*x = ListTasksResponse{}
-	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[14]
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -924,7 +1629,7 @@ func (x *ListTasksResponse) String() string {
 func (*ListTasksResponse) ProtoMessage() {}
 
 func (x *ListTasksResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[14]
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -937,7 +1642,7 @@ func (x *ListTasksResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTasksResponse.ProtoReflect.Descriptor instead.
 func (*ListTasksResponse) Descriptor() ([]byte, []int) {
-	return file_api_levers9_agent_v1_agent_proto_rawDescGZIP(), []int{14}
+	return file_api_levers9_agent_v1_agent_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ListTasksResponse) GetAttempts() []*RunningAttempt {
@@ -972,7 +1677,7 @@ type AttemptUpdate struct {
 
 func (x *AttemptUpdate) Reset() {
 	*x = AttemptUpdate{}
-	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[15]
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -984,7 +1689,7 @@ func (x *AttemptUpdate) String() string {
 func (*AttemptUpdate) ProtoMessage() {}
 
 func (x *AttemptUpdate) ProtoReflect() protoreflect.Message {
-	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[15]
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -997,7 +1702,7 @@ func (x *AttemptUpdate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AttemptUpdate.ProtoReflect.Descriptor instead.
 func (*AttemptUpdate) Descriptor() ([]byte, []int) {
-	return file_api_levers9_agent_v1_agent_proto_rawDescGZIP(), []int{15}
+	return file_api_levers9_agent_v1_agent_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *AttemptUpdate) GetState() v1.AttemptState {
@@ -1071,7 +1776,7 @@ type AttemptRecord struct {
 
 func (x *AttemptRecord) Reset() {
 	*x = AttemptRecord{}
-	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[16]
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1083,7 +1788,7 @@ func (x *AttemptRecord) String() string {
 func (*AttemptRecord) ProtoMessage() {}
 
 func (x *AttemptRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[16]
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1096,7 +1801,7 @@ func (x *AttemptRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AttemptRecord.ProtoReflect.Descriptor instead.
 func (*AttemptRecord) Descriptor() ([]byte, []int) {
-	return file_api_levers9_agent_v1_agent_proto_rawDescGZIP(), []int{16}
+	return file_api_levers9_agent_v1_agent_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *AttemptRecord) GetTime() *timestamppb.Timestamp {
@@ -1178,7 +1883,7 @@ type ReportAttemptRequest struct {
 
 func (x *ReportAttemptRequest) Reset() {
 	*x = ReportAttemptRequest{}
-	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[17]
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1190,7 +1895,7 @@ func (x *ReportAttemptRequest) String() string {
 func (*ReportAttemptRequest) ProtoMessage() {}
 
 func (x *ReportAttemptRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[17]
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1203,7 +1908,7 @@ func (x *ReportAttemptRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportAttemptRequest.ProtoReflect.Descriptor instead.
 func (*ReportAttemptRequest) Descriptor() ([]byte, []int) {
-	return file_api_levers9_agent_v1_agent_proto_rawDescGZIP(), []int{17}
+	return file_api_levers9_agent_v1_agent_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ReportAttemptRequest) GetTaskId() string {
@@ -1247,7 +1952,7 @@ type ReportAttemptResponse struct {
 
 func (x *ReportAttemptResponse) Reset() {
 	*x = ReportAttemptResponse{}
-	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[18]
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1259,7 +1964,7 @@ func (x *ReportAttemptResponse) String() string {
 func (*ReportAttemptResponse) ProtoMessage() {}
 
 func (x *ReportAttemptResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[18]
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1272,7 +1977,7 @@ func (x *ReportAttemptResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportAttemptResponse.ProtoReflect.Descriptor instead.
 func (*ReportAttemptResponse) Descriptor() ([]byte, []int) {
-	return file_api_levers9_agent_v1_agent_proto_rawDescGZIP(), []int{18}
+	return file_api_levers9_agent_v1_agent_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ReportAttemptResponse) GetAckedSeq() uint64 {
@@ -1311,7 +2016,7 @@ type MetricsReportRequest struct {
 
 func (x *MetricsReportRequest) Reset() {
 	*x = MetricsReportRequest{}
-	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[19]
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1323,7 +2028,7 @@ func (x *MetricsReportRequest) String() string {
 func (*MetricsReportRequest) ProtoMessage() {}
 
 func (x *MetricsReportRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[19]
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1336,7 +2041,7 @@ func (x *MetricsReportRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetricsReportRequest.ProtoReflect.Descriptor instead.
 func (*MetricsReportRequest) Descriptor() ([]byte, []int) {
-	return file_api_levers9_agent_v1_agent_proto_rawDescGZIP(), []int{19}
+	return file_api_levers9_agent_v1_agent_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *MetricsReportRequest) GetGeneration() uint64 {
@@ -1387,7 +2092,7 @@ type MetricsReportResponse struct {
 
 func (x *MetricsReportResponse) Reset() {
 	*x = MetricsReportResponse{}
-	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[20]
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1399,7 +2104,7 @@ func (x *MetricsReportResponse) String() string {
 func (*MetricsReportResponse) ProtoMessage() {}
 
 func (x *MetricsReportResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[20]
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1412,7 +2117,7 @@ func (x *MetricsReportResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetricsReportResponse.ProtoReflect.Descriptor instead.
 func (*MetricsReportResponse) Descriptor() ([]byte, []int) {
-	return file_api_levers9_agent_v1_agent_proto_rawDescGZIP(), []int{20}
+	return file_api_levers9_agent_v1_agent_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *MetricsReportResponse) GetAckedSeq() uint64 {
@@ -1433,7 +2138,72 @@ var File_api_levers9_agent_v1_agent_proto protoreflect.FileDescriptor
 
 const file_api_levers9_agent_v1_agent_proto_rawDesc = "" +
 	"\n" +
-	" api/levers9/agent/v1/agent.proto\x12\x10levers9.agent.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1capi/levers9/v1/machine.proto\x1a\x1dapi/levers9/v1/security.proto\x1a\x19api/levers9/v1/task.proto\"\x9f\x02\n" +
+	" api/levers9/agent/v1/agent.proto\x12\x10levers9.agent.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1capi/levers9/v1/machine.proto\x1a\x1dapi/levers9/v1/security.proto\x1a\x19api/levers9/v1/task.proto\"\x98\x06\n" +
+	"\n" +
+	"WorkerSpec\x12\x12\n" +
+	"\x04pool\x18\x01 \x01(\tR\x04pool\x12\x1d\n" +
+	"\n" +
+	"machine_id\x18\x02 \x01(\tR\tmachineId\x12\x14\n" +
+	"\x05image\x18\x03 \x01(\tR\x05image\x12\"\n" +
+	"\fcontrolplane\x18\x04 \x01(\tR\fcontrolplane\x12\x1d\n" +
+	"\n" +
+	"cpu_millis\x18\x05 \x01(\x03R\tcpuMillis\x12!\n" +
+	"\fmemory_bytes\x18\x06 \x01(\x03R\vmemoryBytes\x12\x12\n" +
+	"\x04gpus\x18\a \x01(\x05R\x04gpus\x12\x1a\n" +
+	"\benforced\x18\b \x01(\bR\benforced\x12S\n" +
+	"\rnode_selector\x18\t \x03(\v2..levers9.agent.v1.WorkerSpec.NodeSelectorEntryR\fnodeSelector\x12>\n" +
+	"\vtolerations\x18\n" +
+	" \x03(\v2\x1c.levers9.agent.v1.TolerationR\vtolerations\x12,\n" +
+	"\x12runtime_class_name\x18\v \x01(\tR\x10runtimeClassName\x12<\n" +
+	"\fidle_timeout\x18\f \x01(\v2\x19.google.protobuf.DurationR\vidleTimeout\x12Y\n" +
+	"\x0fpod_annotations\x18\r \x03(\v20.levers9.agent.v1.WorkerSpec.PodAnnotationsEntryR\x0epodAnnotations\x12\x1d\n" +
+	"\n" +
+	"agent_args\x18\x0e \x03(\tR\tagentArgs\x12,\n" +
+	"\x12image_pull_secrets\x18\x0f \x03(\tR\x10imagePullSecrets\x1a?\n" +
+	"\x11NodeSelectorEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1aA\n" +
+	"\x13PodAnnotationsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"h\n" +
+	"\n" +
+	"Toleration\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x1a\n" +
+	"\boperator\x18\x02 \x01(\tR\boperator\x12\x14\n" +
+	"\x05value\x18\x03 \x01(\tR\x05value\x12\x16\n" +
+	"\x06effect\x18\x04 \x01(\tR\x06effect\"{\n" +
+	"\x11MakeWorkerRequest\x120\n" +
+	"\x04spec\x18\x01 \x01(\v2\x1c.levers9.agent.v1.WorkerSpecR\x04spec\x12\x1d\n" +
+	"\n" +
+	"join_token\x182 \x01(\tR\tjoinToken\x12\x15\n" +
+	"\x06ca_pem\x183 \x01(\fR\x05caPem\"(\n" +
+	"\x12MakeWorkerResponse\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\")\n" +
+	"\x13RemoveWorkerRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"\x16\n" +
+	"\x14RemoveWorkerResponse\"(\n" +
+	"\x12ListWorkersRequest\x12\x12\n" +
+	"\x04pool\x18\x01 \x01(\tR\x04pool\"\xf1\x01\n" +
+	"\x06Worker\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
+	"\x04pool\x18\x02 \x01(\tR\x04pool\x12\x1d\n" +
+	"\n" +
+	"machine_id\x18\x03 \x01(\tR\tmachineId\x12\x14\n" +
+	"\x05state\x18\x04 \x01(\tR\x05state\x12\x1d\n" +
+	"\n" +
+	"cpu_millis\x18\x05 \x01(\x03R\tcpuMillis\x12!\n" +
+	"\fmemory_bytes\x18\x06 \x01(\x03R\vmemoryBytes\x12\x12\n" +
+	"\x04gpus\x18\a \x01(\x05R\x04gpus\x124\n" +
+	"\astarted\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\astarted\"I\n" +
+	"\x13ListWorkersResponse\x122\n" +
+	"\aworkers\x18\x01 \x03(\v2\x18.levers9.agent.v1.WorkerR\aworkers\"j\n" +
+	"\x11WorkerGoneRequest\x12\x10\n" +
+	"\x03pod\x18\x01 \x01(\tR\x03pod\x12\x12\n" +
+	"\x04pool\x18\x02 \x01(\tR\x04pool\x12\x1d\n" +
+	"\n" +
+	"machine_id\x18\x03 \x01(\tR\tmachineId\x12\x10\n" +
+	"\x03why\x18\x04 \x01(\tR\x03why\"\x14\n" +
+	"\x12WorkerGoneResponse\"\x9f\x02\n" +
 	"\x10HeartbeatRequest\x12#\n" +
 	"\ragent_version\x18\x01 \x01(\tR\fagentVersion\x123\n" +
 	"\tinventory\x18\x02 \x01(\v2\x15.levers9.v1.InventoryR\tinventory\x123\n" +
@@ -1532,18 +2302,25 @@ const file_api_levers9_agent_v1_agent_proto_rawDesc = "" +
 	"\aremoved\x18\x05 \x03(\fR\aremoved\"Q\n" +
 	"\x15MetricsReportResponse\x12\x1b\n" +
 	"\tacked_seq\x18\x01 \x01(\x04R\backedSeq\x12\x1b\n" +
-	"\tneed_full\x18\x02 \x01(\bR\bneedFull2\x93\x03\n" +
+	"\tneed_full\x18\x02 \x01(\bR\bneedFull2\xec\x03\n" +
 	"\fControlplane\x12T\n" +
 	"\tHeartbeat\x12\".levers9.agent.v1.HeartbeatRequest\x1a#.levers9.agent.v1.HeartbeatResponse\x12i\n" +
 	"\x10RenewCertificate\x12).levers9.agent.v1.RenewCertificateRequest\x1a*.levers9.agent.v1.RenewCertificateResponse\x12`\n" +
 	"\rReportAttempt\x12&.levers9.agent.v1.ReportAttemptRequest\x1a'.levers9.agent.v1.ReportAttemptResponse\x12`\n" +
-	"\rReportMetrics\x12&.levers9.agent.v1.MetricsReportRequest\x1a'.levers9.agent.v1.MetricsReportResponse2\xcd\x02\n" +
+	"\rReportMetrics\x12&.levers9.agent.v1.MetricsReportRequest\x1a'.levers9.agent.v1.MetricsReportResponse\x12W\n" +
+	"\n" +
+	"WorkerGone\x12#.levers9.agent.v1.WorkerGoneRequest\x1a$.levers9.agent.v1.WorkerGoneResponse2\xcd\x02\n" +
 	"\x05Agent\x12E\n" +
 	"\x04Ping\x12\x1d.levers9.agent.v1.PingRequest\x1a\x1e.levers9.agent.v1.PingResponse\x12N\n" +
 	"\aRunTask\x12 .levers9.agent.v1.RunTaskRequest\x1a!.levers9.agent.v1.RunTaskResponse\x12W\n" +
 	"\n" +
 	"CancelTask\x12#.levers9.agent.v1.CancelTaskRequest\x1a$.levers9.agent.v1.CancelTaskResponse\x12T\n" +
-	"\tListTasks\x12\".levers9.agent.v1.ListTasksRequest\x1a#.levers9.agent.v1.ListTasksResponseB9Z7github.com/levers9/levers9/api/levers9/agent/v1;agentv1b\x06proto3"
+	"\tListTasks\x12\".levers9.agent.v1.ListTasksRequest\x1a#.levers9.agent.v1.ListTasksResponse2\xa2\x02\n" +
+	"\fClusterAgent\x12W\n" +
+	"\n" +
+	"MakeWorker\x12#.levers9.agent.v1.MakeWorkerRequest\x1a$.levers9.agent.v1.MakeWorkerResponse\x12]\n" +
+	"\fRemoveWorker\x12%.levers9.agent.v1.RemoveWorkerRequest\x1a&.levers9.agent.v1.RemoveWorkerResponse\x12Z\n" +
+	"\vListWorkers\x12$.levers9.agent.v1.ListWorkersRequest\x1a%.levers9.agent.v1.ListWorkersResponseB9Z7github.com/levers9/levers9/api/levers9/agent/v1;agentv1b\x06proto3"
 
 var (
 	file_api_levers9_agent_v1_agent_proto_rawDescOnce sync.Once
@@ -1557,81 +2334,109 @@ func file_api_levers9_agent_v1_agent_proto_rawDescGZIP() []byte {
 	return file_api_levers9_agent_v1_agent_proto_rawDescData
 }
 
-var file_api_levers9_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
+var file_api_levers9_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 34)
 var file_api_levers9_agent_v1_agent_proto_goTypes = []any{
-	(*HeartbeatRequest)(nil),         // 0: levers9.agent.v1.HeartbeatRequest
-	(*HeartbeatResponse)(nil),        // 1: levers9.agent.v1.HeartbeatResponse
-	(*RenewCertificateRequest)(nil),  // 2: levers9.agent.v1.RenewCertificateRequest
-	(*RenewCertificateResponse)(nil), // 3: levers9.agent.v1.RenewCertificateResponse
-	(*PingRequest)(nil),              // 4: levers9.agent.v1.PingRequest
-	(*PingResponse)(nil),             // 5: levers9.agent.v1.PingResponse
-	(*TaskAttempt)(nil),              // 6: levers9.agent.v1.TaskAttempt
-	(*RegistryAuth)(nil),             // 7: levers9.agent.v1.RegistryAuth
-	(*RunningAttempt)(nil),           // 8: levers9.agent.v1.RunningAttempt
-	(*RunTaskRequest)(nil),           // 9: levers9.agent.v1.RunTaskRequest
-	(*RunTaskResponse)(nil),          // 10: levers9.agent.v1.RunTaskResponse
-	(*CancelTaskRequest)(nil),        // 11: levers9.agent.v1.CancelTaskRequest
-	(*CancelTaskResponse)(nil),       // 12: levers9.agent.v1.CancelTaskResponse
-	(*ListTasksRequest)(nil),         // 13: levers9.agent.v1.ListTasksRequest
-	(*ListTasksResponse)(nil),        // 14: levers9.agent.v1.ListTasksResponse
-	(*AttemptUpdate)(nil),            // 15: levers9.agent.v1.AttemptUpdate
-	(*AttemptRecord)(nil),            // 16: levers9.agent.v1.AttemptRecord
-	(*ReportAttemptRequest)(nil),     // 17: levers9.agent.v1.ReportAttemptRequest
-	(*ReportAttemptResponse)(nil),    // 18: levers9.agent.v1.ReportAttemptResponse
-	(*MetricsReportRequest)(nil),     // 19: levers9.agent.v1.MetricsReportRequest
-	(*MetricsReportResponse)(nil),    // 20: levers9.agent.v1.MetricsReportResponse
-	(*v1.Inventory)(nil),             // 21: levers9.v1.Inventory
-	(*timestamppb.Timestamp)(nil),    // 22: google.protobuf.Timestamp
-	(*v1.ReadinessReport)(nil),       // 23: levers9.v1.ReadinessReport
-	(*durationpb.Duration)(nil),      // 24: google.protobuf.Duration
-	(*v1.SecuritySettings)(nil),      // 25: levers9.v1.SecuritySettings
-	(v1.AttemptState)(0),             // 26: levers9.v1.AttemptState
-	(v1.FailureReason)(0),            // 27: levers9.v1.FailureReason
-	(*v1.AppliedSecurity)(nil),       // 28: levers9.v1.AppliedSecurity
-	(*v1.LogLine)(nil),               // 29: levers9.v1.LogLine
-	(*v1.SeccompLogged)(nil),         // 30: levers9.v1.SeccompLogged
+	(*WorkerSpec)(nil),               // 0: levers9.agent.v1.WorkerSpec
+	(*Toleration)(nil),               // 1: levers9.agent.v1.Toleration
+	(*MakeWorkerRequest)(nil),        // 2: levers9.agent.v1.MakeWorkerRequest
+	(*MakeWorkerResponse)(nil),       // 3: levers9.agent.v1.MakeWorkerResponse
+	(*RemoveWorkerRequest)(nil),      // 4: levers9.agent.v1.RemoveWorkerRequest
+	(*RemoveWorkerResponse)(nil),     // 5: levers9.agent.v1.RemoveWorkerResponse
+	(*ListWorkersRequest)(nil),       // 6: levers9.agent.v1.ListWorkersRequest
+	(*Worker)(nil),                   // 7: levers9.agent.v1.Worker
+	(*ListWorkersResponse)(nil),      // 8: levers9.agent.v1.ListWorkersResponse
+	(*WorkerGoneRequest)(nil),        // 9: levers9.agent.v1.WorkerGoneRequest
+	(*WorkerGoneResponse)(nil),       // 10: levers9.agent.v1.WorkerGoneResponse
+	(*HeartbeatRequest)(nil),         // 11: levers9.agent.v1.HeartbeatRequest
+	(*HeartbeatResponse)(nil),        // 12: levers9.agent.v1.HeartbeatResponse
+	(*RenewCertificateRequest)(nil),  // 13: levers9.agent.v1.RenewCertificateRequest
+	(*RenewCertificateResponse)(nil), // 14: levers9.agent.v1.RenewCertificateResponse
+	(*PingRequest)(nil),              // 15: levers9.agent.v1.PingRequest
+	(*PingResponse)(nil),             // 16: levers9.agent.v1.PingResponse
+	(*TaskAttempt)(nil),              // 17: levers9.agent.v1.TaskAttempt
+	(*RegistryAuth)(nil),             // 18: levers9.agent.v1.RegistryAuth
+	(*RunningAttempt)(nil),           // 19: levers9.agent.v1.RunningAttempt
+	(*RunTaskRequest)(nil),           // 20: levers9.agent.v1.RunTaskRequest
+	(*RunTaskResponse)(nil),          // 21: levers9.agent.v1.RunTaskResponse
+	(*CancelTaskRequest)(nil),        // 22: levers9.agent.v1.CancelTaskRequest
+	(*CancelTaskResponse)(nil),       // 23: levers9.agent.v1.CancelTaskResponse
+	(*ListTasksRequest)(nil),         // 24: levers9.agent.v1.ListTasksRequest
+	(*ListTasksResponse)(nil),        // 25: levers9.agent.v1.ListTasksResponse
+	(*AttemptUpdate)(nil),            // 26: levers9.agent.v1.AttemptUpdate
+	(*AttemptRecord)(nil),            // 27: levers9.agent.v1.AttemptRecord
+	(*ReportAttemptRequest)(nil),     // 28: levers9.agent.v1.ReportAttemptRequest
+	(*ReportAttemptResponse)(nil),    // 29: levers9.agent.v1.ReportAttemptResponse
+	(*MetricsReportRequest)(nil),     // 30: levers9.agent.v1.MetricsReportRequest
+	(*MetricsReportResponse)(nil),    // 31: levers9.agent.v1.MetricsReportResponse
+	nil,                              // 32: levers9.agent.v1.WorkerSpec.NodeSelectorEntry
+	nil,                              // 33: levers9.agent.v1.WorkerSpec.PodAnnotationsEntry
+	(*durationpb.Duration)(nil),      // 34: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),    // 35: google.protobuf.Timestamp
+	(*v1.Inventory)(nil),             // 36: levers9.v1.Inventory
+	(*v1.ReadinessReport)(nil),       // 37: levers9.v1.ReadinessReport
+	(*v1.SecuritySettings)(nil),      // 38: levers9.v1.SecuritySettings
+	(v1.AttemptState)(0),             // 39: levers9.v1.AttemptState
+	(v1.FailureReason)(0),            // 40: levers9.v1.FailureReason
+	(*v1.AppliedSecurity)(nil),       // 41: levers9.v1.AppliedSecurity
+	(*v1.LogLine)(nil),               // 42: levers9.v1.LogLine
+	(*v1.SeccompLogged)(nil),         // 43: levers9.v1.SeccompLogged
 }
 var file_api_levers9_agent_v1_agent_proto_depIdxs = []int32{
-	21, // 0: levers9.agent.v1.HeartbeatRequest.inventory:type_name -> levers9.v1.Inventory
-	22, // 1: levers9.agent.v1.HeartbeatRequest.sent_at:type_name -> google.protobuf.Timestamp
-	23, // 2: levers9.agent.v1.HeartbeatRequest.egress_report:type_name -> levers9.v1.ReadinessReport
-	8,  // 3: levers9.agent.v1.HeartbeatRequest.running:type_name -> levers9.agent.v1.RunningAttempt
-	8,  // 4: levers9.agent.v1.HeartbeatResponse.stop:type_name -> levers9.agent.v1.RunningAttempt
-	22, // 5: levers9.agent.v1.RenewCertificateResponse.expires_at:type_name -> google.protobuf.Timestamp
-	24, // 6: levers9.agent.v1.TaskAttempt.timeout:type_name -> google.protobuf.Duration
-	25, // 7: levers9.agent.v1.TaskAttempt.security:type_name -> levers9.v1.SecuritySettings
-	7,  // 8: levers9.agent.v1.TaskAttempt.registry_auth:type_name -> levers9.agent.v1.RegistryAuth
-	6,  // 9: levers9.agent.v1.RunTaskRequest.attempt:type_name -> levers9.agent.v1.TaskAttempt
-	8,  // 10: levers9.agent.v1.ListTasksResponse.attempts:type_name -> levers9.agent.v1.RunningAttempt
-	26, // 11: levers9.agent.v1.AttemptUpdate.state:type_name -> levers9.v1.AttemptState
-	27, // 12: levers9.agent.v1.AttemptUpdate.reason:type_name -> levers9.v1.FailureReason
-	28, // 13: levers9.agent.v1.AttemptUpdate.applied_security:type_name -> levers9.v1.AppliedSecurity
-	22, // 14: levers9.agent.v1.AttemptRecord.time:type_name -> google.protobuf.Timestamp
-	29, // 15: levers9.agent.v1.AttemptRecord.log:type_name -> levers9.v1.LogLine
-	15, // 16: levers9.agent.v1.AttemptRecord.update:type_name -> levers9.agent.v1.AttemptUpdate
-	30, // 17: levers9.agent.v1.AttemptRecord.seccomp:type_name -> levers9.v1.SeccompLogged
-	16, // 18: levers9.agent.v1.ReportAttemptRequest.records:type_name -> levers9.agent.v1.AttemptRecord
-	0,  // 19: levers9.agent.v1.Controlplane.Heartbeat:input_type -> levers9.agent.v1.HeartbeatRequest
-	2,  // 20: levers9.agent.v1.Controlplane.RenewCertificate:input_type -> levers9.agent.v1.RenewCertificateRequest
-	17, // 21: levers9.agent.v1.Controlplane.ReportAttempt:input_type -> levers9.agent.v1.ReportAttemptRequest
-	19, // 22: levers9.agent.v1.Controlplane.ReportMetrics:input_type -> levers9.agent.v1.MetricsReportRequest
-	4,  // 23: levers9.agent.v1.Agent.Ping:input_type -> levers9.agent.v1.PingRequest
-	9,  // 24: levers9.agent.v1.Agent.RunTask:input_type -> levers9.agent.v1.RunTaskRequest
-	11, // 25: levers9.agent.v1.Agent.CancelTask:input_type -> levers9.agent.v1.CancelTaskRequest
-	13, // 26: levers9.agent.v1.Agent.ListTasks:input_type -> levers9.agent.v1.ListTasksRequest
-	1,  // 27: levers9.agent.v1.Controlplane.Heartbeat:output_type -> levers9.agent.v1.HeartbeatResponse
-	3,  // 28: levers9.agent.v1.Controlplane.RenewCertificate:output_type -> levers9.agent.v1.RenewCertificateResponse
-	18, // 29: levers9.agent.v1.Controlplane.ReportAttempt:output_type -> levers9.agent.v1.ReportAttemptResponse
-	20, // 30: levers9.agent.v1.Controlplane.ReportMetrics:output_type -> levers9.agent.v1.MetricsReportResponse
-	5,  // 31: levers9.agent.v1.Agent.Ping:output_type -> levers9.agent.v1.PingResponse
-	10, // 32: levers9.agent.v1.Agent.RunTask:output_type -> levers9.agent.v1.RunTaskResponse
-	12, // 33: levers9.agent.v1.Agent.CancelTask:output_type -> levers9.agent.v1.CancelTaskResponse
-	14, // 34: levers9.agent.v1.Agent.ListTasks:output_type -> levers9.agent.v1.ListTasksResponse
-	27, // [27:35] is the sub-list for method output_type
-	19, // [19:27] is the sub-list for method input_type
-	19, // [19:19] is the sub-list for extension type_name
-	19, // [19:19] is the sub-list for extension extendee
-	0,  // [0:19] is the sub-list for field type_name
+	32, // 0: levers9.agent.v1.WorkerSpec.node_selector:type_name -> levers9.agent.v1.WorkerSpec.NodeSelectorEntry
+	1,  // 1: levers9.agent.v1.WorkerSpec.tolerations:type_name -> levers9.agent.v1.Toleration
+	34, // 2: levers9.agent.v1.WorkerSpec.idle_timeout:type_name -> google.protobuf.Duration
+	33, // 3: levers9.agent.v1.WorkerSpec.pod_annotations:type_name -> levers9.agent.v1.WorkerSpec.PodAnnotationsEntry
+	0,  // 4: levers9.agent.v1.MakeWorkerRequest.spec:type_name -> levers9.agent.v1.WorkerSpec
+	35, // 5: levers9.agent.v1.Worker.started:type_name -> google.protobuf.Timestamp
+	7,  // 6: levers9.agent.v1.ListWorkersResponse.workers:type_name -> levers9.agent.v1.Worker
+	36, // 7: levers9.agent.v1.HeartbeatRequest.inventory:type_name -> levers9.v1.Inventory
+	35, // 8: levers9.agent.v1.HeartbeatRequest.sent_at:type_name -> google.protobuf.Timestamp
+	37, // 9: levers9.agent.v1.HeartbeatRequest.egress_report:type_name -> levers9.v1.ReadinessReport
+	19, // 10: levers9.agent.v1.HeartbeatRequest.running:type_name -> levers9.agent.v1.RunningAttempt
+	19, // 11: levers9.agent.v1.HeartbeatResponse.stop:type_name -> levers9.agent.v1.RunningAttempt
+	35, // 12: levers9.agent.v1.RenewCertificateResponse.expires_at:type_name -> google.protobuf.Timestamp
+	34, // 13: levers9.agent.v1.TaskAttempt.timeout:type_name -> google.protobuf.Duration
+	38, // 14: levers9.agent.v1.TaskAttempt.security:type_name -> levers9.v1.SecuritySettings
+	18, // 15: levers9.agent.v1.TaskAttempt.registry_auth:type_name -> levers9.agent.v1.RegistryAuth
+	17, // 16: levers9.agent.v1.RunTaskRequest.attempt:type_name -> levers9.agent.v1.TaskAttempt
+	19, // 17: levers9.agent.v1.ListTasksResponse.attempts:type_name -> levers9.agent.v1.RunningAttempt
+	39, // 18: levers9.agent.v1.AttemptUpdate.state:type_name -> levers9.v1.AttemptState
+	40, // 19: levers9.agent.v1.AttemptUpdate.reason:type_name -> levers9.v1.FailureReason
+	41, // 20: levers9.agent.v1.AttemptUpdate.applied_security:type_name -> levers9.v1.AppliedSecurity
+	35, // 21: levers9.agent.v1.AttemptRecord.time:type_name -> google.protobuf.Timestamp
+	42, // 22: levers9.agent.v1.AttemptRecord.log:type_name -> levers9.v1.LogLine
+	26, // 23: levers9.agent.v1.AttemptRecord.update:type_name -> levers9.agent.v1.AttemptUpdate
+	43, // 24: levers9.agent.v1.AttemptRecord.seccomp:type_name -> levers9.v1.SeccompLogged
+	27, // 25: levers9.agent.v1.ReportAttemptRequest.records:type_name -> levers9.agent.v1.AttemptRecord
+	11, // 26: levers9.agent.v1.Controlplane.Heartbeat:input_type -> levers9.agent.v1.HeartbeatRequest
+	13, // 27: levers9.agent.v1.Controlplane.RenewCertificate:input_type -> levers9.agent.v1.RenewCertificateRequest
+	28, // 28: levers9.agent.v1.Controlplane.ReportAttempt:input_type -> levers9.agent.v1.ReportAttemptRequest
+	30, // 29: levers9.agent.v1.Controlplane.ReportMetrics:input_type -> levers9.agent.v1.MetricsReportRequest
+	9,  // 30: levers9.agent.v1.Controlplane.WorkerGone:input_type -> levers9.agent.v1.WorkerGoneRequest
+	15, // 31: levers9.agent.v1.Agent.Ping:input_type -> levers9.agent.v1.PingRequest
+	20, // 32: levers9.agent.v1.Agent.RunTask:input_type -> levers9.agent.v1.RunTaskRequest
+	22, // 33: levers9.agent.v1.Agent.CancelTask:input_type -> levers9.agent.v1.CancelTaskRequest
+	24, // 34: levers9.agent.v1.Agent.ListTasks:input_type -> levers9.agent.v1.ListTasksRequest
+	2,  // 35: levers9.agent.v1.ClusterAgent.MakeWorker:input_type -> levers9.agent.v1.MakeWorkerRequest
+	4,  // 36: levers9.agent.v1.ClusterAgent.RemoveWorker:input_type -> levers9.agent.v1.RemoveWorkerRequest
+	6,  // 37: levers9.agent.v1.ClusterAgent.ListWorkers:input_type -> levers9.agent.v1.ListWorkersRequest
+	12, // 38: levers9.agent.v1.Controlplane.Heartbeat:output_type -> levers9.agent.v1.HeartbeatResponse
+	14, // 39: levers9.agent.v1.Controlplane.RenewCertificate:output_type -> levers9.agent.v1.RenewCertificateResponse
+	29, // 40: levers9.agent.v1.Controlplane.ReportAttempt:output_type -> levers9.agent.v1.ReportAttemptResponse
+	31, // 41: levers9.agent.v1.Controlplane.ReportMetrics:output_type -> levers9.agent.v1.MetricsReportResponse
+	10, // 42: levers9.agent.v1.Controlplane.WorkerGone:output_type -> levers9.agent.v1.WorkerGoneResponse
+	16, // 43: levers9.agent.v1.Agent.Ping:output_type -> levers9.agent.v1.PingResponse
+	21, // 44: levers9.agent.v1.Agent.RunTask:output_type -> levers9.agent.v1.RunTaskResponse
+	23, // 45: levers9.agent.v1.Agent.CancelTask:output_type -> levers9.agent.v1.CancelTaskResponse
+	25, // 46: levers9.agent.v1.Agent.ListTasks:output_type -> levers9.agent.v1.ListTasksResponse
+	3,  // 47: levers9.agent.v1.ClusterAgent.MakeWorker:output_type -> levers9.agent.v1.MakeWorkerResponse
+	5,  // 48: levers9.agent.v1.ClusterAgent.RemoveWorker:output_type -> levers9.agent.v1.RemoveWorkerResponse
+	8,  // 49: levers9.agent.v1.ClusterAgent.ListWorkers:output_type -> levers9.agent.v1.ListWorkersResponse
+	38, // [38:50] is the sub-list for method output_type
+	26, // [26:38] is the sub-list for method input_type
+	26, // [26:26] is the sub-list for extension type_name
+	26, // [26:26] is the sub-list for extension extendee
+	0,  // [0:26] is the sub-list for field type_name
 }
 
 func init() { file_api_levers9_agent_v1_agent_proto_init() }
@@ -1639,7 +2444,7 @@ func file_api_levers9_agent_v1_agent_proto_init() {
 	if File_api_levers9_agent_v1_agent_proto != nil {
 		return
 	}
-	file_api_levers9_agent_v1_agent_proto_msgTypes[16].OneofWrappers = []any{
+	file_api_levers9_agent_v1_agent_proto_msgTypes[27].OneofWrappers = []any{
 		(*AttemptRecord_Log)(nil),
 		(*AttemptRecord_Update)(nil),
 		(*AttemptRecord_Seccomp)(nil),
@@ -1650,9 +2455,9 @@ func file_api_levers9_agent_v1_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_levers9_agent_v1_agent_proto_rawDesc), len(file_api_levers9_agent_v1_agent_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   21,
+			NumMessages:   34,
 			NumExtensions: 0,
-			NumServices:   2,
+			NumServices:   3,
 		},
 		GoTypes:           file_api_levers9_agent_v1_agent_proto_goTypes,
 		DependencyIndexes: file_api_levers9_agent_v1_agent_proto_depIdxs,

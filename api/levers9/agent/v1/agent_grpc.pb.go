@@ -23,6 +23,7 @@ const (
 	Controlplane_RenewCertificate_FullMethodName = "/levers9.agent.v1.Controlplane/RenewCertificate"
 	Controlplane_ReportAttempt_FullMethodName    = "/levers9.agent.v1.Controlplane/ReportAttempt"
 	Controlplane_ReportMetrics_FullMethodName    = "/levers9.agent.v1.Controlplane/ReportMetrics"
+	Controlplane_WorkerGone_FullMethodName       = "/levers9.agent.v1.Controlplane/WorkerGone"
 )
 
 // ControlplaneClient is the client API for Controlplane service.
@@ -48,6 +49,10 @@ type ControlplaneClient interface {
 	// acknowledged (base_seq), or all of them (base_seq 0). The controlplane
 	// serves the latest per agent on its metrics endpoint.
 	ReportMetrics(ctx context.Context, in *MetricsReportRequest, opts ...grpc.CallOption) (*MetricsReportResponse, error)
+	// WorkerGone reports, from an attached cluster's agent, a worker pod
+	// deleted, evicted or failed, so its attempts become LOST at once. Only
+	// workers the calling agent made are acted on.
+	WorkerGone(ctx context.Context, in *WorkerGoneRequest, opts ...grpc.CallOption) (*WorkerGoneResponse, error)
 }
 
 type controlplaneClient struct {
@@ -98,6 +103,16 @@ func (c *controlplaneClient) ReportMetrics(ctx context.Context, in *MetricsRepor
 	return out, nil
 }
 
+func (c *controlplaneClient) WorkerGone(ctx context.Context, in *WorkerGoneRequest, opts ...grpc.CallOption) (*WorkerGoneResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(WorkerGoneResponse)
+	err := c.cc.Invoke(ctx, Controlplane_WorkerGone_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ControlplaneServer is the server API for Controlplane service.
 // All implementations must embed UnimplementedControlplaneServer
 // for forward compatibility.
@@ -121,6 +136,10 @@ type ControlplaneServer interface {
 	// acknowledged (base_seq), or all of them (base_seq 0). The controlplane
 	// serves the latest per agent on its metrics endpoint.
 	ReportMetrics(context.Context, *MetricsReportRequest) (*MetricsReportResponse, error)
+	// WorkerGone reports, from an attached cluster's agent, a worker pod
+	// deleted, evicted or failed, so its attempts become LOST at once. Only
+	// workers the calling agent made are acted on.
+	WorkerGone(context.Context, *WorkerGoneRequest) (*WorkerGoneResponse, error)
 	mustEmbedUnimplementedControlplaneServer()
 }
 
@@ -142,6 +161,9 @@ func (UnimplementedControlplaneServer) ReportAttempt(context.Context, *ReportAtt
 }
 func (UnimplementedControlplaneServer) ReportMetrics(context.Context, *MetricsReportRequest) (*MetricsReportResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ReportMetrics not implemented")
+}
+func (UnimplementedControlplaneServer) WorkerGone(context.Context, *WorkerGoneRequest) (*WorkerGoneResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method WorkerGone not implemented")
 }
 func (UnimplementedControlplaneServer) mustEmbedUnimplementedControlplaneServer() {}
 func (UnimplementedControlplaneServer) testEmbeddedByValue()                      {}
@@ -236,6 +258,24 @@ func _Controlplane_ReportMetrics_Handler(srv interface{}, ctx context.Context, d
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Controlplane_WorkerGone_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(WorkerGoneRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ControlplaneServer).WorkerGone(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Controlplane_WorkerGone_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ControlplaneServer).WorkerGone(ctx, req.(*WorkerGoneRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Controlplane_ServiceDesc is the grpc.ServiceDesc for Controlplane service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -258,6 +298,10 @@ var Controlplane_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ReportMetrics",
 			Handler:    _Controlplane_ReportMetrics_Handler,
+		},
+		{
+			MethodName: "WorkerGone",
+			Handler:    _Controlplane_WorkerGone_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
@@ -492,6 +536,206 @@ var Agent_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListTasks",
 			Handler:    _Agent_ListTasks_Handler,
+		},
+	},
+	Streams:  []grpc.StreamDesc{},
+	Metadata: "api/levers9/agent/v1/agent.proto",
+}
+
+const (
+	ClusterAgent_MakeWorker_FullMethodName   = "/levers9.agent.v1.ClusterAgent/MakeWorker"
+	ClusterAgent_RemoveWorker_FullMethodName = "/levers9.agent.v1.ClusterAgent/RemoveWorker"
+	ClusterAgent_ListWorkers_FullMethodName  = "/levers9.agent.v1.ClusterAgent/ListWorkers"
+)
+
+// ClusterAgentClient is the client API for ClusterAgent service.
+//
+// For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
+//
+// ClusterAgent is served by an attached cluster's agent (levers9-agent
+// cluster) to the controlplane, over the agent's own tunnel: it makes and
+// removes worker Jobs in the agent's namespace with the agent's own
+// service account, so the controlplane holds no credential for that
+// cluster.
+type ClusterAgentClient interface {
+	// MakeWorker creates a worker Job and its join Secret. The join token is
+	// only in this request's body: never logged or returned.
+	MakeWorker(ctx context.Context, in *MakeWorkerRequest, opts ...grpc.CallOption) (*MakeWorkerResponse, error)
+	// RemoveWorker removes a worker Job, its pod and its Secret; removing
+	// one already gone is not an error.
+	RemoveWorker(ctx context.Context, in *RemoveWorkerRequest, opts ...grpc.CallOption) (*RemoveWorkerResponse, error)
+	// ListWorkers lists the agent's worker Jobs of a pool ("" for all).
+	ListWorkers(ctx context.Context, in *ListWorkersRequest, opts ...grpc.CallOption) (*ListWorkersResponse, error)
+}
+
+type clusterAgentClient struct {
+	cc grpc.ClientConnInterface
+}
+
+func NewClusterAgentClient(cc grpc.ClientConnInterface) ClusterAgentClient {
+	return &clusterAgentClient{cc}
+}
+
+func (c *clusterAgentClient) MakeWorker(ctx context.Context, in *MakeWorkerRequest, opts ...grpc.CallOption) (*MakeWorkerResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(MakeWorkerResponse)
+	err := c.cc.Invoke(ctx, ClusterAgent_MakeWorker_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *clusterAgentClient) RemoveWorker(ctx context.Context, in *RemoveWorkerRequest, opts ...grpc.CallOption) (*RemoveWorkerResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RemoveWorkerResponse)
+	err := c.cc.Invoke(ctx, ClusterAgent_RemoveWorker_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *clusterAgentClient) ListWorkers(ctx context.Context, in *ListWorkersRequest, opts ...grpc.CallOption) (*ListWorkersResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListWorkersResponse)
+	err := c.cc.Invoke(ctx, ClusterAgent_ListWorkers_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// ClusterAgentServer is the server API for ClusterAgent service.
+// All implementations must embed UnimplementedClusterAgentServer
+// for forward compatibility.
+//
+// ClusterAgent is served by an attached cluster's agent (levers9-agent
+// cluster) to the controlplane, over the agent's own tunnel: it makes and
+// removes worker Jobs in the agent's namespace with the agent's own
+// service account, so the controlplane holds no credential for that
+// cluster.
+type ClusterAgentServer interface {
+	// MakeWorker creates a worker Job and its join Secret. The join token is
+	// only in this request's body: never logged or returned.
+	MakeWorker(context.Context, *MakeWorkerRequest) (*MakeWorkerResponse, error)
+	// RemoveWorker removes a worker Job, its pod and its Secret; removing
+	// one already gone is not an error.
+	RemoveWorker(context.Context, *RemoveWorkerRequest) (*RemoveWorkerResponse, error)
+	// ListWorkers lists the agent's worker Jobs of a pool ("" for all).
+	ListWorkers(context.Context, *ListWorkersRequest) (*ListWorkersResponse, error)
+	mustEmbedUnimplementedClusterAgentServer()
+}
+
+// UnimplementedClusterAgentServer must be embedded to have
+// forward compatible implementations.
+//
+// NOTE: this should be embedded by value instead of pointer to avoid a nil
+// pointer dereference when methods are called.
+type UnimplementedClusterAgentServer struct{}
+
+func (UnimplementedClusterAgentServer) MakeWorker(context.Context, *MakeWorkerRequest) (*MakeWorkerResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method MakeWorker not implemented")
+}
+func (UnimplementedClusterAgentServer) RemoveWorker(context.Context, *RemoveWorkerRequest) (*RemoveWorkerResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RemoveWorker not implemented")
+}
+func (UnimplementedClusterAgentServer) ListWorkers(context.Context, *ListWorkersRequest) (*ListWorkersResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListWorkers not implemented")
+}
+func (UnimplementedClusterAgentServer) mustEmbedUnimplementedClusterAgentServer() {}
+func (UnimplementedClusterAgentServer) testEmbeddedByValue()                      {}
+
+// UnsafeClusterAgentServer may be embedded to opt out of forward compatibility for this service.
+// Use of this interface is not recommended, as added methods to ClusterAgentServer will
+// result in compilation errors.
+type UnsafeClusterAgentServer interface {
+	mustEmbedUnimplementedClusterAgentServer()
+}
+
+func RegisterClusterAgentServer(s grpc.ServiceRegistrar, srv ClusterAgentServer) {
+	// If the following call panics, it indicates UnimplementedClusterAgentServer was
+	// embedded by pointer and is nil.  This will cause panics if an
+	// unimplemented method is ever invoked, so we test this at initialization
+	// time to prevent it from happening at runtime later due to I/O.
+	if t, ok := srv.(interface{ testEmbeddedByValue() }); ok {
+		t.testEmbeddedByValue()
+	}
+	s.RegisterService(&ClusterAgent_ServiceDesc, srv)
+}
+
+func _ClusterAgent_MakeWorker_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(MakeWorkerRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ClusterAgentServer).MakeWorker(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ClusterAgent_MakeWorker_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ClusterAgentServer).MakeWorker(ctx, req.(*MakeWorkerRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ClusterAgent_RemoveWorker_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RemoveWorkerRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ClusterAgentServer).RemoveWorker(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ClusterAgent_RemoveWorker_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ClusterAgentServer).RemoveWorker(ctx, req.(*RemoveWorkerRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ClusterAgent_ListWorkers_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListWorkersRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ClusterAgentServer).ListWorkers(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ClusterAgent_ListWorkers_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ClusterAgentServer).ListWorkers(ctx, req.(*ListWorkersRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+// ClusterAgent_ServiceDesc is the grpc.ServiceDesc for ClusterAgent service.
+// It's only intended for direct use with grpc.RegisterService,
+// and not to be introspected or modified (even as a copy)
+var ClusterAgent_ServiceDesc = grpc.ServiceDesc{
+	ServiceName: "levers9.agent.v1.ClusterAgent",
+	HandlerType: (*ClusterAgentServer)(nil),
+	Methods: []grpc.MethodDesc{
+		{
+			MethodName: "MakeWorker",
+			Handler:    _ClusterAgent_MakeWorker_Handler,
+		},
+		{
+			MethodName: "RemoveWorker",
+			Handler:    _ClusterAgent_RemoveWorker_Handler,
+		},
+		{
+			MethodName: "ListWorkers",
+			Handler:    _ClusterAgent_ListWorkers_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
