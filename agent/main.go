@@ -79,3 +79,7 @@ func joinCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	fmt.Fprintf(stdout, "joined as machine %s in pool %s\n", st.MachineID, st.Pool)
 	return nil
 }
+
+// ReportedVersion is the version the agent reports (see reportedVersion),
+// for the cluster agent, which runs the same join, session and heartbeat.
+func ReportedVersion() string { return reportedVersion() }

@@ -84,6 +84,15 @@ type RunOptions struct {
 	// machine runs. Settings left empty keep the floor saved in the state
 	// directory (none at first).
 	Floor enroll.Floor
+	// Collect, when set, is the inventory each heartbeat reports instead
+	// of this machine's (Inventory is then unused): an attached cluster's
+	// agent reports its nodes. The agent adds the machine's labels. It is
+	// called from the session loop only, never concurrently.
+	Collect func(ctx context.Context) (*v1.Inventory, error)
+	// Register, when set, registers further services the controlplane
+	// calls on this agent's tunnel, beside the Agent service (an attached
+	// cluster's ClusterAgent). Called once, from NewAgent.
+	Register func(*grpc.Server)
 }
 
 // ReadinessSource is what the agent needs of the egress node.
@@ -169,7 +178,7 @@ func NewAgent(o RunOptions) (*Agent, error) {
 		return nil, errors.New("agent-ca.pem holds no certificate")
 	}
 	a.inv = o.Inventory
-	if a.inv == nil {
+	if a.inv == nil && o.Collect == nil {
 		if a.inv, err = inventory.NewCollector(inventory.Config{StateDir: o.State.Dir, RunscPath: o.RunscPath, Logger: o.Log}); err != nil {
 			return nil, err
 		}
@@ -211,11 +220,21 @@ func NewAgent(o RunOptions) (*Agent, error) {
 	}
 	a.srv = grpc.NewServer(tunnel.ServerOptions(tunnel.Limits{})...)
 	agentv1.RegisterAgentServer(a.srv, &agentService{machineID: st.MachineID, tasks: a.tasks})
+	if o.Register != nil {
+		o.Register(a.srv)
+	}
 	return a, nil
 }
 
 // MachineID is the machine this agent is.
 func (a *Agent) MachineID() string { return a.settings.MachineID }
+
+// Settings are what the agent learnt at join.
+func (a *Agent) Settings() Settings { return a.settings }
+
+// Controlplane calls the controlplane on whatever session is up (a call
+// with grpc.WaitForReady waits for one); it lives until Stop.
+func (a *Agent) Controlplane() agentv1.ControlplaneClient { return agentv1.NewControlplaneClient(a.cp) }
 
 // Start goes on with the attempts an earlier agent left running (their
 // containers outlive it: it reattaches their output and reports them
@@ -407,6 +426,17 @@ func (a *Agent) watchLease() {
 }
 
 func (a *Agent) collect(ctx context.Context) *v1.Inventory {
+	if a.o.Collect != nil {
+		pb, err := a.o.Collect(ctx)
+		if err != nil && ctx.Err() == nil {
+			a.o.Log.Warn("inventory incomplete", "err", err)
+		}
+		if pb == nil {
+			pb = &v1.Inventory{}
+		}
+		pb.Labels = a.settings.Labels
+		return pb
+	}
 	inv, err := a.inv.Collect(ctx)
 	if err != nil && ctx.Err() == nil {
 		a.o.Log.Debug("inventory incomplete", "err", err)

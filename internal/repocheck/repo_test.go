@@ -20,6 +20,7 @@ type pkg struct {
 	Name       string
 	GoFiles    []string
 	Imports    []string
+	Deps       []string
 }
 
 func listPackages(t *testing.T) []pkg {
@@ -159,4 +160,26 @@ func contains(list []string, s string) bool {
 		}
 	}
 	return false
+}
+
+// TestMachineAgentWithoutClientGo: client-go is the cluster agent's alone
+// (agent/clusteragent); the machine agent's packages do not link it, even
+// indirectly (enroll keeps the shared Kubernetes names, not the client).
+func TestMachineAgentWithoutClientGo(t *testing.T) {
+	checked := 0
+	for _, p := range listPackages(t) {
+		if part(p.ImportPath) != "agent" || strings.HasPrefix(p.ImportPath, module+"/agent/clusteragent") {
+			continue
+		}
+		checked++
+		for _, d := range p.Deps {
+			if strings.HasPrefix(d, "k8s.io/client-go") {
+				t.Errorf("%s depends on %s: only agent/clusteragent may use client-go", p.ImportPath, d)
+				break
+			}
+		}
+	}
+	if checked < 3 {
+		t.Fatalf("checked only %d agent packages", checked)
+	}
 }
