@@ -15,11 +15,6 @@ import (
 	"github.com/levers9/levers9/internal/version"
 )
 
-// clusterNamespaceLabel is put on a cluster agent's machine by `cluster
-// join` (beside enroll.ClusterAgentLabel, which `cluster list` selects
-// by): `cluster delete` finds the namespace to clean up by it.
-const clusterNamespaceLabel = "levers9.dev/cluster-namespace"
-
 func (a *app) clusterCmd() *cobra.Command {
 	cmd := &cobra.Command{Use: "cluster", Short: "Attach Kubernetes clusters you run: an agent there dials out and makes worker Jobs"}
 	cmd.AddCommand(a.clusterJoinCmd(), a.clusterListCmd(), a.clusterShowCmd(), a.clusterDeleteCmd())
@@ -75,7 +70,7 @@ Deployment does not run until it is; the manifest, its RBAC and cluster list|sho
 			if namespace == "" {
 				namespace = "levers9"
 			}
-			labels := map[string]string{clusterNamespaceLabel: namespace}
+			labels := map[string]string{enroll.ClusterNamespaceLabel: namespace}
 			resp, err := rpc(a, func(ctx context.Context, conn *grpc.ClientConn) (*v1.CreateMachineResponse, error) {
 				return v1.NewMachineServiceClient(conn).CreateMachine(ctx, &v1.CreateMachineRequest{
 					Pool: pool, Name: name, JoinTtlSeconds: int64(joinTTL / time.Second), Labels: labels, ClusterAgent: true})
@@ -158,7 +153,7 @@ func (a *app) clusterListCmd() *cobra.Command {
 			fmt.Fprintln(w, "ID\tNAME\tPOOL\tNAMESPACE\tSTATE\tLAST HEARTBEAT\tAGENT\tCPUS\tGPUS")
 			for _, m := range clusters.Machines {
 				inv := m.GetInventory()
-				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\n", m.Id, m.Name, m.Pool, dash(m.Labels[clusterNamespaceLabel]),
+				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\n", m.Id, m.Name, m.Pool, dash(m.Labels[enroll.ClusterNamespaceLabel]),
 					machineState(m.State), ago(m), dash(m.AgentVersion), inv.GetCpus(), len(inv.GetGpus()))
 			}
 			return w.Flush()
@@ -199,7 +194,7 @@ func (a *app) clusterShowCmd() *cobra.Command {
 			inv := m.GetInventory()
 			w := newTab(a)
 			for _, kv := range [][2]string{
-				{"ID", m.Id}, {"Name", m.Name}, {"Pool", m.Pool}, {"Namespace", dash(m.Labels[clusterNamespaceLabel])},
+				{"ID", m.Id}, {"Name", m.Name}, {"Pool", m.Pool}, {"Namespace", dash(m.Labels[enroll.ClusterNamespaceLabel])},
 				{"State", machineState(m.State)}, {"Transport", dash(m.Transport)}, {"Last heartbeat", ago(m)},
 				{"Agent", dash(m.AgentVersion)}, {"Enrolled", when(m.EnrolledAt)}, {"Certificate expires", when(m.CertificateExpiresAt)},
 				{"CPUs", fmt.Sprint(inv.GetCpus())},
@@ -242,9 +237,9 @@ func (a *app) clusterDeleteCmd() *cobra.Command {
 			if !uninstall {
 				return nil
 			}
-			ns := m.Labels[clusterNamespaceLabel]
+			ns := m.Labels[enroll.ClusterNamespaceLabel]
 			if ns == "" {
-				return fmt.Errorf("cluster agent %s has no %s label: remove its objects by hand", m.Id, clusterNamespaceLabel)
+				return fmt.Errorf("cluster agent %s has no %s label: remove its objects by hand", m.Id, enroll.ClusterNamespaceLabel)
 			}
 			ctx, cancel := context.WithTimeout(cmd.Context(), 2*a.timeout)
 			defer cancel()

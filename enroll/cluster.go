@@ -51,6 +51,14 @@ const (
 	// ClusterAgentLabel marks the machine of an attached cluster's agent
 	// (set by the controlplane when cluster_agent is asked).
 	ClusterAgentLabel = "levers9.dev/cluster-agent"
+	// ClusterNamespaceLabel is the namespace `cluster join` put the
+	// agent in, on its machine.
+	ClusterNamespaceLabel = "levers9.dev/cluster-namespace"
+	// ClusterWorkerLabel marks the machine of a worker Job an attached
+	// cluster's agent made; its value is that agent's machine ID. Set by
+	// the controlplane only: it decides whose pod reports count and which
+	// security the worker's tasks get.
+	ClusterWorkerLabel = "levers9.dev/cluster-worker-of"
 )
 
 // clusterScript is the cluster agent's shell. The token is copied out of
@@ -139,7 +147,8 @@ func ClusterManifest(p ClusterParams) ([]runtime.Object, error) {
 						Image:           p.Image,
 						ImagePullPolicy: corev1.PullIfNotPresent,
 						Command:         []string{"/bin/sh", "-ec", clusterScript, "levers9-cluster-agent"},
-						Args:            []string{"--namespace", ns, "--pool", p.Pool},
+						// Its workers run the image it runs.
+						Args: []string{"--namespace", ns, "--pool", p.Pool, "--worker-image", p.Image},
 						Env: []corev1.EnvVar{{Name: "LEVERS9_CONTROLPLANE", Value: p.ControlplaneGRPC},
 							{Name: "LEVERS9_POOL", Value: p.Pool}},
 						// Unlike the workers it makes, the agent itself only

@@ -71,8 +71,16 @@ const (
 	proofTimeout = 2 * time.Second
 )
 
-// agentMethods is the only service a forwarded call may invoke.
-var agentMethods = "/" + agentv1.Agent_ServiceDesc.ServiceName + "/"
+// agentMethods and clusterAgentMethods are the only services a forwarded
+// call may invoke: what the controlplane pushes to agents.
+var (
+	agentMethods        = "/" + agentv1.Agent_ServiceDesc.ServiceName + "/"
+	clusterAgentMethods = "/" + agentv1.ClusterAgent_ServiceDesc.ServiceName + "/"
+)
+
+func forwardable(method string) bool {
+	return strings.HasPrefix(method, agentMethods) || strings.HasPrefix(method, clusterAgentMethods)
+}
 
 // header is the message's fields but the body and the stamp, with the
 // addressee: the associated data of the sealed body.
@@ -213,8 +221,8 @@ func (f *forwarder) publish(ctx context.Context, replica string, msg forwardMsg)
 func (f *forwarder) serveCall(ctx context.Context, msg forwardMsg) {
 	reply := forwardMsg{Kind: kindReply, ID: msg.ID, From: f.r.replica}
 	var err error
-	if !strings.HasPrefix(msg.Method, agentMethods) {
-		err = status.Errorf(codes.PermissionDenied, "only %s* calls are forwarded, not %s", agentMethods, msg.Method)
+	if !forwardable(msg.Method) {
+		err = status.Errorf(codes.PermissionDenied, "only %s* and %s* calls are forwarded, not %s", agentMethods, clusterAgentMethods, msg.Method)
 	}
 	var conn grpc.ClientConnInterface
 	if err == nil {

@@ -103,6 +103,9 @@ type Tasks interface {
 	// Running reconciles the attempts an agent holds and returns those it
 	// must stop.
 	Running(ctx context.Context, machineID string, running []*agentv1.RunningAttempt) ([]*agentv1.RunningAttempt, error)
+	// WorkerGone takes an attached cluster's agent's report of one of its
+	// worker pods gone (it refuses workers the agent did not make).
+	WorkerGone(ctx context.Context, agentID string, req *agentv1.WorkerGoneRequest) error
 }
 
 // Registry is one replica's view of connected agents. Start/Stop follow the

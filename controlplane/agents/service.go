@@ -122,6 +122,25 @@ func (s *controlplaneService) ReportAttempt(ctx context.Context, req *agentv1.Re
 	return resp, nil
 }
 
+// WorkerGone hands an attached cluster's agent's report of a worker pod
+// gone to the tasks service, which checks the worker is the caller's.
+func (s *controlplaneService) WorkerGone(ctx context.Context, req *agentv1.WorkerGoneRequest) (*agentv1.WorkerGoneResponse, error) {
+	a, err := caller(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if s.r.cfg.Tasks == nil {
+		return nil, errdefs.ToGRPC(fmt.Errorf("this controlplane takes no worker reports yet: %w", errdefs.ErrUnavailable))
+	}
+	if err := s.r.cfg.Tasks.WorkerGone(ctx, a.Identity, req); err != nil {
+		if errdefs.IsPermissionDenied(err) {
+			s.r.cfg.Log.Warn("worker report refused", "machine_id", a.Identity, "worker_machine_id", req.GetMachineId(), "err", err, "audit", true)
+		}
+		return nil, errdefs.ToGRPC(err)
+	}
+	return &agentv1.WorkerGoneResponse{}, nil
+}
+
 // ReportMetrics keeps the caller's metrics snapshot for this replica's
 // metrics endpoint (workermetrics.go), labelled with the pool the
 // controlplane knows for the machine.

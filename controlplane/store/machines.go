@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/levers9/levers9/enroll"
 	"github.com/levers9/levers9/internal/errdefs"
 )
 
@@ -265,4 +266,17 @@ func (s *Store) Heartbeat(ctx context.Context, machineID, transport, agentVersio
 		inventory = coalesce($4, inventory) WHERE id = $1 AND deleted_at IS NULL RETURNING cert_not_after`,
 		machineID, transport, agentVersion, inventoryJSON).Scan(&certNotAfter)
 	return certNotAfter, wrap("heartbeat of "+machineID, err)
+}
+
+// ClusterAgents lists the enrolled, undeleted agents of attached clusters
+// (machines labelled enroll.ClusterAgentLabel) in every workspace and
+// pool, by ID.
+func (s *Store) ClusterAgents(ctx context.Context) ([]Machine, error) {
+	rows, err := s.pool.Query(ctx, `SELECT `+machineColumns+` FROM machines m
+		WHERE m.labels ->> $1 = 'true' AND m.enrolled_at IS NOT NULL AND m.deleted_at IS NULL ORDER BY m.id`, enroll.ClusterAgentLabel)
+	if err != nil {
+		return nil, wrap("list cluster agents", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Machine, error) { return scanMachine(r) })
+	return out, wrap("list cluster agents", err)
 }

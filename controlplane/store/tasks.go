@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/levers9/levers9/enroll"
 	"github.com/levers9/levers9/internal/errdefs"
 )
 
@@ -225,7 +226,8 @@ type PoolMachine struct {
 }
 
 // PoolMachines lists the enrolled, undeleted machines of pool in every
-// workspace, with the resources their active attempts hold. Which of them
+// workspace but attached clusters' agents (they run no task: their
+// workers do; see ClusterAgents), with the resources their active attempts hold. Which of them
 // may serve a task is the caller's to decide (PoolMachine.WorkspaceID);
 // PlaceAttempt checks it again.
 func (s *Store) PoolMachines(ctx context.Context, pool string) ([]PoolMachine, error) {
@@ -235,8 +237,8 @@ func (s *Store) PoolMachines(ctx context.Context, pool string) ([]PoolMachine, e
 		FROM machines m
 		LEFT JOIN task_attempts a ON a.machine_id = m.id AND a.state IN `+sqlActiveAttempts+`
 		LEFT JOIN LATERAL unnest(a.gpu_devices) g ON true
-		WHERE m.pool = $1 AND m.enrolled_at IS NOT NULL AND m.deleted_at IS NULL
-		GROUP BY m.id, m.workspace_id, m.inventory ORDER BY m.id`, pool)
+		WHERE m.pool = $1 AND m.enrolled_at IS NOT NULL AND m.deleted_at IS NULL AND NOT m.labels ? $2
+		GROUP BY m.id, m.workspace_id, m.inventory ORDER BY m.id`, pool, enroll.ClusterAgentLabel)
 	if err != nil {
 		return nil, wrap("list machines of pool "+pool, err)
 	}

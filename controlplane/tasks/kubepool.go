@@ -8,7 +8,10 @@ import (
 	"strconv"
 	"time"
 
+	"google.golang.org/protobuf/encoding/protojson"
 	corev1 "k8s.io/api/core/v1"
+
+	v1 "github.com/levers9/levers9/api/levers9/v1"
 
 	"github.com/levers9/levers9/controlplane/bus"
 	"github.com/levers9/levers9/controlplane/config"
@@ -67,7 +70,8 @@ func (w *Workers) pools() []string {
 
 // Start runs the reconcile loop and one pod watch per Kubernetes pool
 // until Stop; it never waits for a cluster (one that cannot be reached is
-// retried and logged). Without Kubernetes pools it does nothing.
+// retried and logged). The loop runs even without Kubernetes pools: an
+// attached cluster's agent may enroll at any time.
 func (w *Workers) Start(ctx context.Context) error {
 	pools := w.pools()
 	if len(pools) > 0 && (w.kube == nil || w.join == nil) {
@@ -76,9 +80,6 @@ func (w *Workers) Start(ctx context.Context) error {
 	}
 	if _, err := w.life.begin(ctx); err != nil {
 		return err
-	}
-	if len(pools) == 0 {
-		return nil
 	}
 	for _, pool := range pools {
 		pool := pool
@@ -124,9 +125,9 @@ func (w *Workers) loop(ctx context.Context) {
 	t := w.d.clock.NewTicker(w.d.tick)
 	defer t.Stop()
 	for {
-		for _, pool := range w.pools() {
-			if err := w.reconcile(ctx, pool); err != nil && !stopping(ctx) {
-				w.d.log.Warn("kubernetes pool reconcile failed", "pool", pool, "err", err)
+		for _, tg := range w.targets(ctx) {
+			if err := w.reconcile(ctx, tg); err != nil && !stopping(ctx) {
+				w.d.log.Warn("kubernetes pool reconcile failed", "pool", tg.pool, "cluster_agent", tg.agentID, "err", err)
 			}
 		}
 		select {
@@ -135,6 +136,70 @@ func (w *Workers) loop(ctx context.Context) {
 		case <-t.C():
 		}
 	}
+}
+
+// target is one set of worker Jobs a reconcile pass keeps: a pool with
+// provider kubernetes, or an attached cluster's pool as its agent serves
+// it.
+type target struct {
+	pool string
+	cfg  config.Pool
+	jobs WorkerJobs
+	// shape is the most one worker may take: the pool's declared shape, or
+	// an attached cluster's largest node.
+	shape      bin
+	maxWorkers int
+	// agentID is the attached cluster's agent ("" for provider
+	// kubernetes); ws the workspace that joined it, the only one its
+	// workers serve.
+	agentID, ws string
+}
+
+// attachedMaxWorkers caps the worker Jobs one attached cluster's agent
+// keeps at once (the cluster's own quotas and autoscaler bound the rest).
+const attachedMaxWorkers = 4
+
+// targets is what this pass reconciles: every Kubernetes pool with a
+// client, and every online attached cluster's agent that reported its
+// nodes.
+func (w *Workers) targets(ctx context.Context) []target {
+	var out []target
+	if w.kube != nil && w.join != nil {
+		for _, pool := range w.pools() {
+			c, err := w.kube(pool)
+			if err != nil {
+				w.d.log.Warn("kubernetes pool has no client", "pool", pool, "err", err)
+				continue
+			}
+			cfg := w.d.config.Worker.Pools[pool]
+			out = append(out, target{pool: pool, cfg: cfg, jobs: directJobs{c}, maxWorkers: cfg.MaxWorkers,
+				shape: bin{cpu: cfg.Shape.Millis(), mem: cfg.Shape.Bytes(), gpus: cfg.Shape.GPUs}})
+		}
+	}
+	agents, err := w.d.store.ClusterAgents(ctx)
+	if err != nil {
+		if !stopping(ctx) {
+			w.d.log.Warn("could not list attached clusters", "err", err)
+		}
+		return out
+	}
+	ag, _ := w.d.agents()
+	for _, m := range agents {
+		if ag == nil {
+			break
+		}
+		if _, on := ag.Online(m.ID); !on {
+			continue // its Jobs stay; the pool's work waits for it
+		}
+		largest := largestNode(m.Inventory)
+		if largest == nil {
+			continue // no inventory yet
+		}
+		out = append(out, target{pool: m.Pool, cfg: w.d.config.Worker.Pools[m.Pool], jobs: remoteJobs{d: w.d, agentID: m.ID},
+			maxWorkers: attachedMaxWorkers, agentID: m.ID, ws: m.WorkspaceID,
+			shape: bin{cpu: largest.CpuMillis, mem: int64(largest.MemoryBytes), gpus: int(largest.Gpus)}})
+	}
+	return out
 }
 
 // podGone gives up what a vanished worker pod was running, at once.
@@ -191,20 +256,20 @@ func (b *bin) take(t store.Task) {
 	b.n++
 }
 
-// reconcile does one pass over a Kubernetes pool (see Workers).
-func (w *Workers) reconcile(ctx context.Context, pool string) error {
+// reconcile does one pass over a target (see Workers).
+func (w *Workers) reconcile(ctx context.Context, tg target) error {
+	pool := tg.pool
 	lock := bus.KubePoolLockKey(pool)
+	if tg.agentID != "" {
+		lock = bus.KubePoolLockKey(pool + "@" + tg.agentID)
+	}
 	me := ids.Random(8)
 	ok, err := w.d.redis.SetNX(ctx, lock, me, bus.SchedulerLockTTL).Result()
 	if err != nil || !ok {
 		return err
 	}
 	defer unlockScript.Run(context.WithoutCancel(ctx), w.d.redis, []string{lock}, me)
-	cfg := w.d.config.Worker.Pools[pool]
-	c, err := w.kube(pool)
-	if err != nil {
-		return err
-	}
+	c := tg.jobs
 	workers, err := c.List(ctx, pool)
 	if err != nil {
 		return err
@@ -249,15 +314,22 @@ func (w *Workers) reconcile(ctx context.Context, pool string) error {
 	if err != nil {
 		return err
 	}
+	if tg.ws != "" {
+		// An attached cluster's workers serve the workspace that joined it.
+		pending = slices.DeleteFunc(pending, func(t store.Task) bool { return t.WorkspaceID != tg.ws })
+	}
 	machineRooms, err := w.d.rooms(ctx, pool)
 	if err != nil {
 		return err
 	}
 	var rooms []*bin
 	for _, r := range machineRooms {
+		if tg.ws != "" && r.workspace != tg.ws {
+			continue // counted only where its tasks may go
+		}
 		rooms = append(rooms, &bin{cpu: r.cpu, mem: r.mem, gpus: len(r.gpus)})
 	}
-	shape := bin{cpu: cfg.Shape.Millis(), mem: cfg.Shape.Bytes(), gpus: cfg.Shape.GPUs}
+	shape := tg.shape
 	// New workers are sized for the work they are made for, packed
 	// first-fit into the shape.
 	var fresh []*bin
@@ -265,7 +337,7 @@ func (w *Workers) reconcile(ctx context.Context, pool string) error {
 		if placeIn(rooms, t) || placeIn(starting, t) || placeIn(fresh, t) {
 			continue
 		}
-		if live+len(fresh) >= cfg.MaxWorkers {
+		if live+len(fresh) >= tg.maxWorkers {
 			continue
 		}
 		b := shape
@@ -292,17 +364,19 @@ func (w *Workers) reconcile(ctx context.Context, pool string) error {
 		}
 	}
 	for _, b := range fresh {
-		if err := w.create(ctx, c, pool, cfg, b.ws, store.Task{CPUMillis: shape.cpu - b.cpu, MemoryBytes: shape.mem - b.mem, GPUs: shape.gpus - b.gpus}); err != nil {
+		if err := w.create(ctx, tg, b.ws, store.Task{CPUMillis: shape.cpu - b.cpu, MemoryBytes: shape.mem - b.mem, GPUs: shape.gpus - b.gpus}); err != nil {
 			errs = append(errs, err)
 			continue
 		}
 		live++
 	}
-	status := strconv.Itoa(live) + " workers"
-	if waiting {
-		status = "waiting for nodes"
+	if tg.agentID == "" {
+		status := strconv.Itoa(live) + " workers"
+		if waiting {
+			status = "waiting for nodes"
+		}
+		_ = w.d.redis.Set(ctx, bus.KubePoolStatusKey(pool), strconv.Itoa(live)+"|"+status, bus.KubePoolStatusTTL).Err()
 	}
-	_ = w.d.redis.Set(ctx, bus.KubePoolStatusKey(pool), strconv.Itoa(live)+"|"+status, bus.KubePoolStatusTTL).Err()
 	return errors.Join(errs...)
 }
 
@@ -319,7 +393,8 @@ func placeIn(bins []*bin, t store.Task) bool {
 // create makes a worker: a machine with a single-use join token, then its
 // Job and the Secret carrying the token. A Job that cannot be made takes
 // its machine with it.
-func (w *Workers) create(ctx context.Context, c *kubeworkers.Client, pool string, cfg config.Pool, ws string, size store.Task) error {
+func (w *Workers) create(ctx context.Context, tg target, ws string, size store.Task) error {
+	pool, cfg := tg.pool, tg.cfg
 	now := w.d.now()
 	machineID := ids.New("m")
 	jtID, token, hash := enroll.MintJoinToken()
@@ -327,27 +402,53 @@ func (w *Workers) create(ctx context.Context, c *kubeworkers.Client, pool string
 	for k, v := range cfg.NodeSelector {
 		labels[k] = v // a pool's selector is checked against its machines' labels at enroll
 	}
+	if tg.agentID != "" {
+		// Whose reports about this worker count, and which security its
+		// tasks get (dispatch).
+		labels[enroll.ClusterWorkerLabel] = tg.agentID
+	}
 	m := store.Machine{ID: machineID, WorkspaceID: ws, Name: "k8s-" + pool + "-" + machineID[2:10], Pool: pool, CreatedAt: now, Labels: labels}
 	if err := w.d.store.CreateMachine(ctx, m, store.JoinTokenRow{ID: jtID, MachineID: m.ID, Hash: hash, ExpiresAt: now.Add(w.d.config.Controlplane.JoinTokenTTL())}); err != nil {
 		return fmt.Errorf("creating the machine of a worker Job in pool %s: %w", pool, err)
 	}
-	var tol []corev1.Toleration
-	for _, t := range cfg.Tolerations {
-		tol = append(tol, corev1.Toleration{Key: t.Key, Operator: corev1.TolerationOperator(t.Operator), Value: t.Value, Effect: corev1.TaintEffect(t.Effect)})
+	var join WorkerJoin
+	if w.join != nil {
+		join = w.join()
 	}
-	join := w.join()
 	spec := kubeworkers.Spec{Pool: pool, MachineID: machineID, Image: w.d.config.Worker.WorkerImage(), Controlplane: join.Controlplane,
 		CPUMillis: max(size.CPUMillis, 100), MemoryBytes: max(size.MemoryBytes, 64<<20), GPUs: size.GPUs, Enforced: *w.d.config.Worker.JobResourcesEnforced,
-		NodeSelector: cfg.NodeSelector, Tolerations: tol, RuntimeClassName: cfg.RuntimeClassName, IdleTimeout: cfg.Idle(),
-		PodAnnotations: cfg.PodAnnotations, AgentArgs: join.AgentArgs, ImagePullSecrets: w.d.config.Worker.Kubernetes.ImagePullSecrets}
-	job, err := c.Create(ctx, spec, token, join.CAPEM)
+		IdleTimeout: cfg.Idle(), AgentArgs: join.AgentArgs}
+	if tg.agentID == "" {
+		// The scheduling keys are provider kubernetes' only: an attached
+		// cluster's pool selects machines, not nodes, with its nodeSelector.
+		var tol []corev1.Toleration
+		for _, t := range cfg.Tolerations {
+			tol = append(tol, corev1.Toleration{Key: t.Key, Operator: corev1.TolerationOperator(t.Operator), Value: t.Value, Effect: corev1.TaintEffect(t.Effect)})
+		}
+		spec.NodeSelector, spec.Tolerations, spec.RuntimeClassName = cfg.NodeSelector, tol, cfg.RuntimeClassName
+		spec.PodAnnotations, spec.ImagePullSecrets = cfg.PodAnnotations, w.d.config.Worker.Kubernetes.ImagePullSecrets
+	}
+	name, err := tg.jobs.Create(ctx, spec, token, join.CAPEM)
 	if err != nil {
 		if _, derr := w.d.store.DeleteMachine(context.WithoutCancel(ctx), ws, machineID); derr != nil {
 			w.d.log.Warn("could not delete the machine of a worker Job that failed", "machine_id", machineID, "err", derr)
 		}
 		return err
 	}
-	w.d.log.Info("worker Job created", "pool", pool, "job", job.Name, "machine_id", machineID, "workspace_id", ws,
+	w.d.log.Info("worker Job created", "pool", pool, "job", name, "machine_id", machineID, "workspace_id", ws, "cluster_agent", tg.agentID,
 		"cpu_millis", spec.CPUMillis, "memory_bytes", spec.MemoryBytes, "gpus", spec.GPUs, "join_token_id", jtID)
 	return nil
+}
+
+// largestNode is an attached cluster's largest node from its agent's
+// inventory (nil before it reported one).
+func largestNode(inventory []byte) *v1.NodeSize {
+	if len(inventory) == 0 {
+		return nil
+	}
+	inv := &v1.Inventory{}
+	if err := protojson.Unmarshal(inventory, inv); err != nil {
+		return nil
+	}
+	return inv.GetLargestNode()
 }

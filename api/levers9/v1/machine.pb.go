@@ -1285,9 +1285,13 @@ func (x *DeleteMachineRequest) GetId() string {
 }
 
 type DeleteMachineResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// For an attached cluster's agent: the worker Jobs it removed before its
+	// certificate was revoked, and whether it was online to be asked.
+	ClusterWorkersRemoved int32 `protobuf:"varint,1,opt,name=cluster_workers_removed,json=clusterWorkersRemoved,proto3" json:"cluster_workers_removed,omitempty"`
+	ClusterAgentOffline   bool  `protobuf:"varint,2,opt,name=cluster_agent_offline,json=clusterAgentOffline,proto3" json:"cluster_agent_offline,omitempty"`
+	unknownFields         protoimpl.UnknownFields
+	sizeCache             protoimpl.SizeCache
 }
 
 func (x *DeleteMachineResponse) Reset() {
@@ -1318,6 +1322,20 @@ func (x *DeleteMachineResponse) ProtoReflect() protoreflect.Message {
 // Deprecated: Use DeleteMachineResponse.ProtoReflect.Descriptor instead.
 func (*DeleteMachineResponse) Descriptor() ([]byte, []int) {
 	return file_api_levers9_v1_machine_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *DeleteMachineResponse) GetClusterWorkersRemoved() int32 {
+	if x != nil {
+		return x.ClusterWorkersRemoved
+	}
+	return 0
+}
+
+func (x *DeleteMachineResponse) GetClusterAgentOffline() bool {
+	if x != nil {
+		return x.ClusterAgentOffline
+	}
+	return false
 }
 
 type EnrollRequest struct {
@@ -1608,8 +1626,10 @@ const file_api_levers9_v1_machine_proto_rawDesc = "" +
 	"\x12GetMachineResponse\x12-\n" +
 	"\amachine\x18\x01 \x01(\v2\x13.levers9.v1.MachineR\amachine\"&\n" +
 	"\x14DeleteMachineRequest\x12\x0e\n" +
-	"\x02id\x18\x01 \x01(\tR\x02id\"\x17\n" +
-	"\x15DeleteMachineResponse\"\x88\x01\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\"\x83\x01\n" +
+	"\x15DeleteMachineResponse\x126\n" +
+	"\x17cluster_workers_removed\x18\x01 \x01(\x05R\x15clusterWorkersRemoved\x122\n" +
+	"\x15cluster_agent_offline\x18\x02 \x01(\bR\x13clusterAgentOffline\"\x88\x01\n" +
 	"\rEnrollRequest\x12\x1d\n" +
 	"\n" +
 	"join_token\x18\x01 \x01(\tR\tjoinToken\x12\x17\n" +
