@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -55,8 +56,10 @@ credential for the cluster.
 The printed manifest carries the token (base64, in the Secret): pipe it to kubectl apply -f -
 or keep it private. The token works once and expires with --join-ttl (default 1h).
 
-Preview: the cluster agent itself (levers9-agent cluster) is not in this release yet, so the
-Deployment does not run until it is; the manifest, its RBAC and cluster list|show|delete are.`,
+Once online, the agent reports the cluster's Ready nodes (their allocatable CPU, memory and
+nvidia.com/gpu, and the largest node) and, when tasks of the pool wait, makes worker Jobs in
+its namespace for them; the workers serve the workspace that joined the cluster, with the
+worker-wide security (worker.containerSecurity).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			switch a.output {
@@ -79,7 +82,6 @@ Deployment does not run until it is; the manifest, its RBAC and cluster list|sho
 				return err
 			}
 			m := resp.Machine
-			fmt.Fprintln(a.io.Err, "levers9: preview: the cluster agent (levers9-agent cluster) is not in this release yet; its Deployment will not run until it is")
 			objs, err := enroll.ClusterManifest(enroll.ClusterParams{MachineID: m.Id, Pool: m.Pool, Namespace: namespace,
 				Image: image, ControlplaneGRPC: resp.ControlplaneGrpc, CAPEM: resp.CaPem, Token: resp.JoinToken,
 				ExpiresAt: m.GetJoinExpiresAt().AsTime()})
@@ -200,8 +202,13 @@ func (a *app) clusterShowCmd() *cobra.Command {
 				{"CPUs", fmt.Sprint(inv.GetCpus())},
 				{"Memory", fmt.Sprintf("%.1f GiB", float64(inv.GetMemoryBytes())/(1<<30))},
 				{"GPUs", fmt.Sprint(len(inv.GetGpus()))},
+				{"Nodes", fmt.Sprint(inv.GetClusterNodes())},
 			} {
 				fmt.Fprintf(w, "%s:\t%s\n", kv[0], kv[1])
+			}
+			if n := inv.GetLargestNode(); n != nil {
+				fmt.Fprintf(w, "Largest node:\t%s: %s CPUs, %.1f GiB, %d GPUs\n", n.Name, strconv.FormatFloat(float64(n.CpuMillis)/1000, 'f', -1, 64),
+					float64(n.MemoryBytes)/(1<<30), n.Gpus)
 			}
 			if m.State == v1.MachineState_MACHINE_STATE_PENDING {
 				fmt.Fprintf(w, "Join token expires:\t%s\n", when(m.JoinExpiresAt))
@@ -221,17 +228,23 @@ func (a *app) clusterDeleteCmd() *cobra.Command {
 	)
 	del := &cobra.Command{
 		Use:   "delete ID [--uninstall [--kubeconfig PATH] [--kube-context CTX]]",
-		Short: "Detach a cluster: revoke its agent's certificate (and with --uninstall remove the agent and its worker Jobs)",
+		Short: "Detach a cluster: its agent removes its worker Jobs, then its certificate is revoked (--uninstall also removes the agent)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			m, err := a.getCluster(args[0])
 			if err != nil {
 				return err
 			}
-			if _, err := rpc(a, func(ctx context.Context, conn *grpc.ClientConn) (*v1.DeleteMachineResponse, error) {
+			resp, err := rpc(a, func(ctx context.Context, conn *grpc.ClientConn) (*v1.DeleteMachineResponse, error) {
 				return v1.NewMachineServiceClient(conn).DeleteMachine(ctx, &v1.DeleteMachineRequest{Id: m.Id})
-			}); err != nil {
+			})
+			if err != nil {
 				return err
+			}
+			if resp.ClusterAgentOffline {
+				fmt.Fprintf(a.io.Out, "cluster agent %s was offline: its worker Jobs were not removed (their machines are; --uninstall removes the Jobs)\n", m.Id)
+			} else {
+				fmt.Fprintf(a.io.Out, "cluster agent %s removed %d worker Jobs\n", m.Id, resp.ClusterWorkersRemoved)
 			}
 			fmt.Fprintf(a.io.Out, "cluster agent %s deleted: its certificate is revoked and its tunnel dropped\n", m.Id)
 			if !uninstall {

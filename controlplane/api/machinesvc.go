@@ -93,6 +93,9 @@ func (s *MachineService) createMachine(ctx context.Context, req *v1.CreateMachin
 	if _, ok := labels[enroll.ClusterAgentLabel]; ok {
 		return nil, fmt.Errorf("labels: %s is set by `levers9 cluster join` only: %w", enroll.ClusterAgentLabel, errdefs.ErrInvalidArgument)
 	}
+	if _, ok := labels[enroll.ClusterWorkerLabel]; ok {
+		return nil, fmt.Errorf("labels: %s is set by the controlplane on an attached cluster's workers only: %w", enroll.ClusterWorkerLabel, errdefs.ErrInvalidArgument)
+	}
 	if req.GetClusterAgent() {
 		// A cluster agent makes workers for the whole workspace: joining a
 		// cluster is an admin's call, not a machine-join token's.
@@ -180,6 +183,16 @@ func (s *MachineService) DeleteMachine(ctx context.Context, req *v1.DeleteMachin
 	if err != nil {
 		return nil, errdefs.ToGRPC(err)
 	}
+	resp := &v1.DeleteMachineResponse{}
+	if cur, err := s.Store.GetMachine(ctx, p.WorkspaceID, req.GetId()); err == nil && cur.Labels[enroll.ClusterAgentLabel] == "true" && cur.DeletedAt == nil && s.Tasks != nil {
+		// Its worker Jobs go first, while its tunnel still works: once its
+		// certificate is revoked nothing can reach that cluster.
+		n, offline, err := s.Tasks.RemoveClusterWorkers(ctx, cur)
+		if err != nil {
+			return nil, errdefs.ToGRPC(fmt.Errorf("removing the worker Jobs of cluster agent %s (it is not deleted; retry, or delete it while it is offline): %w", cur.ID, err))
+		}
+		resp.ClusterWorkersRemoved, resp.ClusterAgentOffline = int32(n), offline
+	}
 	m, err := s.Store.DeleteMachine(ctx, p.WorkspaceID, req.GetId())
 	if err != nil {
 		return nil, errdefs.ToGRPC(err)
@@ -187,5 +200,5 @@ func (s *MachineService) DeleteMachine(ctx context.Context, req *v1.DeleteMachin
 	s.Presence.Drop(m.ID)
 	s.Log.Info("machine deleted; its certificate is refused from now on", "workspace_id", p.WorkspaceID, "machine_id", m.ID, "pool", m.Pool)
 	s.publish(ctx, bus.Event{Workspace: p.WorkspaceID, Kind: "machine.deleted", Object: m.ID})
-	return &v1.DeleteMachineResponse{}, nil
+	return resp, nil
 }

@@ -135,6 +135,17 @@ func envList(env map[string]string) []string {
 	return out
 }
 
+// WorkerWideSecurity is the security the workers of an attached cluster
+// apply: worker.containerSecurity without the pool's overrides (the
+// pool's runtime stays, since it is not a security key).
+func WorkerWideSecurity(c *config.Config, pool string) *v1.SecuritySettings {
+	sec := c.Worker.ContainerSecurity
+	return &v1.SecuritySettings{Profile: sec.Profile, Seccomp: sec.Seccomp, DropNetRaw: *sec.DropNetRaw,
+		BridgePortIsolation: *sec.BridgePortIsolation, EgressMode: sec.Egress.Mode, EgressAllow: sec.Egress.Allow,
+		Runtime: c.Worker.Pools[pool].Runtime, VolumeMountValidation: c.Worker.VolumeMountValidation,
+		ApparmorProfile: sec.ApparmorProfile}
+}
+
 // SecuritySettings is a pool's effective security as the API shows it and
 // agents apply it.
 func SecuritySettings(c *config.Config, pool string) *v1.SecuritySettings {

@@ -3,6 +3,7 @@ package tasks
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -11,6 +12,7 @@ import (
 	agentv1 "github.com/levers9/levers9/api/levers9/agent/v1"
 	v1 "github.com/levers9/levers9/api/levers9/v1"
 	"github.com/levers9/levers9/controlplane/store"
+	"github.com/levers9/levers9/enroll"
 	"github.com/levers9/levers9/internal/errdefs"
 )
 
@@ -32,6 +34,9 @@ const resendBackoff = 250 * time.Millisecond
 // would refuse it too).
 func (s *Scheduler) dispatch(ctx context.Context, t store.Task, a store.Attempt) {
 	ta, err := attemptFor(s.d.config, t, a)
+	if err == nil {
+		err = s.clusterWorkerSecurity(ctx, a.MachineID, ta)
+	}
 	if err == nil {
 		err = s.attachRegistryAuth(ctx, t, ta)
 	}
@@ -140,4 +145,18 @@ func (s *Scheduler) push(ctx context.Context, machineID string, ta *agentv1.Task
 // was gone or went away under it, so the agent may not have seen it.
 func sessionLost(err error) bool {
 	return status.Code(err) == codes.Unavailable || errdefs.IsUnavailable(err)
+}
+
+// clusterWorkerSecurity gives an attempt placed on an attached cluster's
+// worker the worker-wide security instead of the pool's. It fails rather
+// than push with a security it could not decide.
+func (s *Scheduler) clusterWorkerSecurity(ctx context.Context, machineID string, ta *agentv1.TaskAttempt) error {
+	m, err := s.d.store.MachineByID(ctx, machineID)
+	if err != nil {
+		return fmt.Errorf("reading machine %s to choose its security: %w", machineID, err)
+	}
+	if m.Labels[enroll.ClusterWorkerLabel] != "" {
+		ta.Security = WorkerWideSecurity(s.d.config, ta.Pool)
+	}
+	return nil
 }

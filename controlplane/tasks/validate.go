@@ -163,6 +163,12 @@ func (s *Submitter) checkFits(ctx context.Context, workspaceID string, spec *v1.
 			machines = append(machines, pm)
 		}
 	}
+	if fits, msg, err := s.fitsAttached(ctx, spec, ten, machines); err != nil || fits || msg != "" {
+		if msg != "" {
+			return "", fmt.Errorf("%s: %w", msg, errdefs.ErrFailedPrecondition)
+		}
+		return "", err
+	}
 	note, others := "", ""
 	if len(machines) < len(all) {
 		others = fmt.Sprintf(" (counting only this workspace's machines: the pool is not shared with it, see worker.pools.%s.shared)", spec.Pool)
@@ -233,4 +239,41 @@ func (s *Submitter) checkShape(spec *v1.TaskSpec, p config.Pool) error {
 		return fmt.Errorf("pool %q: the task asks for more than one worker pod may take: %s: %w", spec.Pool, strings.Join(big, ", "), errdefs.ErrFailedPrecondition)
 	}
 	return nil
+}
+
+// fitsAttached checks a task against the attached clusters of its pool
+// that serve the workspace: it fits when the largest node of one of them
+// could hold a worker for it (true), and is refused (msg) when it is
+// bigger than every such node and no machine of the pool holds it either.
+// Without attached clusters it says nothing (false, "").
+func (s *Submitter) fitsAttached(ctx context.Context, spec *v1.TaskSpec, ten tenancy, machines []store.PoolMachine) (bool, string, error) {
+	agents, err := s.d.store.ClusterAgents(ctx)
+	if err != nil {
+		return false, "", err
+	}
+	var largest []string
+	for _, m := range agents {
+		if m.Pool != spec.Pool || m.WorkspaceID != ten.workspaceID {
+			continue // its workers serve the workspace that joined it only
+		}
+		n := largestNode(m.Inventory)
+		if n == nil {
+			return true, "", nil // not reported yet: its size is unknown
+		}
+		if n.CpuMillis >= spec.CpuMillis && n.MemoryBytes >= spec.MemoryBytes && n.Gpus >= spec.Gpus {
+			return true, "", nil
+		}
+		largest = append(largest, fmt.Sprintf("%s's largest node %s has %d mCPU, %d bytes, %d GPUs", m.ID, n.Name, n.CpuMillis, n.MemoryBytes, n.Gpus))
+	}
+	if len(largest) == 0 {
+		return false, "", nil
+	}
+	for _, pm := range machines {
+		c := capacityOf(pm)
+		if c.cpu >= spec.CpuMillis && c.mem >= int64(spec.MemoryBytes) && len(c.matchingGPUs(spec.GpuType)) >= int(spec.Gpus) {
+			return true, "", nil
+		}
+	}
+	return false, fmt.Sprintf("pool %q: the task (%d mCPU, %d bytes, %d GPUs) is bigger than any node of the attached cluster serving it (%s), and no machine of the pool holds it",
+		spec.Pool, spec.CpuMillis, spec.MemoryBytes, spec.Gpus, strings.Join(largest, "; ")), nil
 }
