@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"google.golang.org/grpc"
@@ -40,6 +41,11 @@ type Config struct {
 	// CAFile is the controlplane's CA the workers join with (the mounted
 	// join Secret's ca.crt); empty uses the one the controlplane sends.
 	CAFile string
+	// WorkerNodeSelector and WorkerPodAnnotations go on every worker pod
+	// (added to what the controlplane sends): where workers run in this
+	// cluster is its operator's choice, which the controlplane cannot
+	// know (a GPU node group, a scheduler's annotations).
+	WorkerNodeSelector, WorkerPodAnnotations map[string]string
 	// TunnelAddrs override the tunnel addresses learnt at join.
 	TunnelAddrs []string
 	Log         *slog.Logger
@@ -78,6 +84,7 @@ func New(cfg Config) (*Agent, error) {
 	}
 	a := &Agent{cfg: cfg, jobs: kubeworkers.New(cfg.Kube, cfg.Namespace)}
 	svc := &service{jobs: a.jobs, pool: cfg.Pool, image: cfg.WorkerImage, controlplane: st.Controlplane, caFile: cfg.CAFile,
+		nodeSelector: cfg.WorkerNodeSelector, podAnnotations: cfg.WorkerPodAnnotations,
 		log: cfg.Log.With("component", "cluster", "machine_id", st.MachineID)}
 	o := cfg.Agent
 	o.State, o.Log, o.TunnelAddrs = agent.State{Dir: cfg.StateDir}, cfg.Log, cfg.TunnelAddrs
@@ -184,7 +191,10 @@ func Main(ctx context.Context, args []string, _, stderr io.Writer) error {
 	fs.StringVar(&cfg.StateDir, "state-dir", enroll.ClusterStateDir, "the agent's state directory (from join)")
 	fs.StringVar(&cfg.Namespace, "namespace", "", "namespace of the agent and its worker Jobs")
 	fs.StringVar(&cfg.Pool, "pool", "", "the pool this cluster serves (the one it joined)")
-	kubeconfig := fs.String("kubeconfig", "", "kubeconfig of the cluster (default: the pod's service account, in-cluster)")
+	kubeconfig := fs.String("kubeconfig", os.Getenv("KUBECONFIG"), "kubeconfig of the cluster (default: $KUBECONFIG when set, else the pod's service account, in-cluster)")
+	cfg.WorkerNodeSelector, cfg.WorkerPodAnnotations = map[string]string{}, map[string]string{}
+	fs.Func("worker-node-selector", "KEY=VALUE added to every worker pod's nodeSelector (repeatable)", keyValue(cfg.WorkerNodeSelector))
+	fs.Func("worker-pod-annotation", "KEY=VALUE added to every worker pod's annotations (repeatable)", keyValue(cfg.WorkerPodAnnotations))
 	fs.StringVar(&cfg.WorkerImage, "worker-image", "", "image of the worker Jobs (default: the controlplane's worker image)")
 	fs.StringVar(&cfg.CAFile, "ca-file", "", "controlplane CA the workers join with (default: "+enroll.ClusterJoinDir+"/"+enroll.ClusterCAKey+" when present, else the controlplane's)")
 	tunnelAddr := fs.String("tunnel", "", "controlplane tunnel HOST:PORT (default: learnt at join)")
@@ -240,6 +250,18 @@ func restConfig(kubeconfig string) (*rest.Config, error) {
 		return nil, fmt.Errorf("in-cluster Kubernetes config: %w", err)
 	}
 	return rc, nil
+}
+
+// keyValue parses KEY=VALUE flags into m.
+func keyValue(m map[string]string) func(string) error {
+	return func(v string) error {
+		k, val, ok := strings.Cut(v, "=")
+		if !ok || k == "" {
+			return fmt.Errorf("%q is not KEY=VALUE", v)
+		}
+		m[k] = val
+		return nil
+	}
 }
 
 func fileExists(p string) bool {

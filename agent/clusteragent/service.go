@@ -25,7 +25,9 @@ type service struct {
 	// address its own Kubernetes pools' workers dial, which may not be
 	// reachable from this cluster), since this agent reached it with them.
 	image, controlplane, caFile string
-	log                         *slog.Logger
+	// nodeSelector and podAnnotations are added to every worker pod's.
+	nodeSelector, podAnnotations map[string]string
+	log                          *slog.Logger
 }
 
 func (s *service) MakeWorker(ctx context.Context, req *agentv1.MakeWorkerRequest) (*agentv1.MakeWorkerResponse, error) {
@@ -47,6 +49,8 @@ func (s *service) MakeWorker(ctx context.Context, req *agentv1.MakeWorkerRequest
 	if s.image != "" {
 		spec.Image = s.image
 	}
+	spec.NodeSelector = merged(spec.NodeSelector, s.nodeSelector)
+	spec.PodAnnotations = merged(spec.PodAnnotations, s.podAnnotations)
 	if s.controlplane != "" {
 		spec.Controlplane = s.controlplane
 	}
@@ -109,4 +113,19 @@ func (s *service) ListWorkers(ctx context.Context, req *agentv1.ListWorkersReque
 		resp.Workers = append(resp.Workers, pb)
 	}
 	return resp, nil
+}
+
+// merged is a with b's keys set over it (nil when both are empty).
+func merged(a, b map[string]string) map[string]string {
+	if len(a)+len(b) == 0 {
+		return nil
+	}
+	out := make(map[string]string, len(a)+len(b))
+	for k, v := range a {
+		out[k] = v
+	}
+	for k, v := range b {
+		out[k] = v
+	}
+	return out
 }
