@@ -9,7 +9,6 @@ import (
 	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/yaml"
 
 	"github.com/levers9/levers9/enroll"
@@ -185,7 +184,7 @@ func TestClusterJoinApplyAndRBAC(t *testing.T) {
 		{"update", "", "nodes", "", "", false},
 		{"create", "rbac.authorization.k8s.io", "rolebindings", "", "l9cj", false},
 	} {
-		if got := can(t, cs, "l9cj", authorizationv1.ResourceAttributes{Verb: tc.verb, Group: tc.group,
+		if got := kubetest.ServiceAccountCan(t, cs, "l9cj", enroll.ClusterAgentName, authorizationv1.ResourceAttributes{Verb: tc.verb, Group: tc.group,
 			Resource: tc.resource, Subresource: tc.sub, Namespace: tc.ns}); got != tc.want {
 			t.Errorf("service account may %s %s/%s in %q: %v, want %v", tc.verb, tc.resource, tc.sub, tc.ns, got, tc.want)
 		}
@@ -215,20 +214,4 @@ func TestClusterJoinApplyAndRBAC(t *testing.T) {
 			t.Errorf("worker Job %s survived the uninstall", j.Name)
 		}
 	}
-}
-
-// can asks the API server whether the cluster agent's service account in
-// ns may do a.
-func can(t *testing.T, cs kubernetes.Interface, ns string, a authorizationv1.ResourceAttributes) bool {
-	t.Helper()
-	sar := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
-		User:               "system:serviceaccount:" + ns + ":" + enroll.ClusterAgentName,
-		Groups:             []string{"system:serviceaccounts", "system:serviceaccounts:" + ns, "system:authenticated"},
-		ResourceAttributes: &a,
-	}}
-	got, err := cs.AuthorizationV1().SubjectAccessReviews().Create(t.Context(), sar, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatalf("SubjectAccessReview: %v", err)
-	}
-	return got.Status.Allowed
 }

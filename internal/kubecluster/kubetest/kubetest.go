@@ -12,6 +12,10 @@ import (
 	"testing"
 	"time"
 
+	authorizationv1 "k8s.io/api/authorization/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
 	"github.com/levers9/levers9/internal/kubecluster"
 	"github.com/levers9/levers9/internal/testenv"
 )
@@ -75,4 +79,20 @@ func lastBytes(b []byte, n int) []byte {
 		return b[len(b)-n:]
 	}
 	return b
+}
+
+// ServiceAccountCan asks the API server (a SubjectAccessReview) whether
+// service account ns/name may do a.
+func ServiceAccountCan(t testing.TB, cs kubernetes.Interface, ns, name string, a authorizationv1.ResourceAttributes) bool {
+	t.Helper()
+	sar := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+		User:               "system:serviceaccount:" + ns + ":" + name,
+		Groups:             []string{"system:serviceaccounts", "system:serviceaccounts:" + ns, "system:authenticated"},
+		ResourceAttributes: &a,
+	}}
+	got, err := cs.AuthorizationV1().SubjectAccessReviews().Create(context.Background(), sar, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("SubjectAccessReview: %v", err)
+	}
+	return got.Status.Allowed
 }
