@@ -52,6 +52,8 @@ type ScriptedMachine struct {
 	running  int
 	peak     int
 	stopped  bool
+	// cluster is set on a scripted attached cluster's agent.
+	cluster *scriptedCluster
 }
 
 // StartScriptedMachine creates a machine in pool with the admin context,
@@ -59,16 +61,42 @@ type ScriptedMachine struct {
 // inventory (cpus cores, 8 GiB, gpus GPUs named "NVIDIA L40S").
 func StartScriptedMachine(t testing.TB, in *Instance, admin context.Context, pool string, cpus int32, gpus int) *ScriptedMachine {
 	t.Helper()
+	return startScripted(t, in, admin, pool, cpus, gpus, nil, "")
+}
+
+// StartScriptedWorker enrolls a scripted machine with a join token the
+// controlplane made (a worker's, from MakeWorker), as the worker pod's
+// agent would.
+func StartScriptedWorker(t testing.TB, in *Instance, admin context.Context, token string, cpus int32) *ScriptedMachine {
+	t.Helper()
+	return startScripted(t, in, admin, "", cpus, 0, nil, token)
+}
+
+// StartScriptedClusterAgent is an attached cluster's agent at the tunnel
+// boundary: created by an admin as `cluster join` does, reporting one node
+// of cpus cores and 8 GiB (the sum and the largest), and serving
+// ClusterAgent by recording the workers it is asked for (listed as
+// starting until removed) instead of making Jobs.
+func StartScriptedClusterAgent(t testing.TB, in *Instance, admin context.Context, pool string, cpus int32) *ScriptedMachine {
+	t.Helper()
+	return startScripted(t, in, admin, pool, cpus, 0, &scriptedCluster{workers: map[string]*agentv1.MakeWorkerRequest{}}, "")
+}
+
+func startScripted(t testing.TB, in *Instance, admin context.Context, pool string, cpus int32, gpus int, cluster *scriptedCluster, token string) *ScriptedMachine {
+	t.Helper()
 	machines := v1.NewMachineServiceClient(in.Conn)
-	created, err := machines.CreateMachine(admin, &v1.CreateMachineRequest{Pool: pool})
-	if err != nil {
-		t.Fatal(err)
+	if token == "" {
+		created, err := machines.CreateMachine(admin, &v1.CreateMachineRequest{Pool: pool, ClusterAgent: cluster != nil})
+		if err != nil {
+			t.Fatal(err)
+		}
+		token = created.JoinToken
 	}
 	keyPEM, csrPEM, err := enroll.NewKeyAndCSR("scripted")
 	if err != nil {
 		t.Fatal(err)
 	}
-	en, err := v1.NewEnrollServiceClient(in.Conn).Enroll(context.Background(), &v1.EnrollRequest{JoinToken: created.JoinToken, CsrPem: string(csrPEM), AgentVersion: "scripted"})
+	en, err := v1.NewEnrollServiceClient(in.Conn).Enroll(context.Background(), &v1.EnrollRequest{JoinToken: token, CsrPem: string(csrPEM), AgentVersion: "scripted"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,7 +106,7 @@ func StartScriptedMachine(t testing.TB, in *Instance, admin context.Context, poo
 	}
 	roots := x509.NewCertPool()
 	roots.AppendCertsFromPEM([]byte(en.CaPem))
-	m := &ScriptedMachine{ID: en.MachineId, t: t, cpus: cpus, gpus: gpus, held: map[string]context.CancelFunc{}}
+	m := &ScriptedMachine{ID: en.MachineId, t: t, cpus: cpus, gpus: gpus, held: map[string]context.CancelFunc{}, cluster: cluster}
 	m.auto, err = tunnel.NewAuto(tunnel.ClientConfig{Addrs: []string{in.Config.Controlplane.TunnelAddr},
 		TLS:         &tls.Config{RootCAs: roots, Certificates: []tls.Certificate{cert}, ServerName: "127.0.0.1"},
 		BackoffBase: 50 * time.Millisecond, BackoffMax: 300 * time.Millisecond}, m.onSession)
@@ -118,6 +146,65 @@ func (m *ScriptedMachine) DropSessionOnRun(n int) {
 	m.dropRuns = n
 }
 
+// Controlplane calls the controlplane on the machine's current session
+// (nil before the first one).
+func (m *ScriptedMachine) Controlplane() agentv1.ControlplaneClient {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.cp
+}
+
+// Workers are the MakeWorker requests a scripted cluster agent holds (not
+// removed yet), by Job name.
+func (m *ScriptedMachine) Workers() map[string]*agentv1.MakeWorkerRequest {
+	c := m.cluster
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := map[string]*agentv1.MakeWorkerRequest{}
+	for k, v := range c.workers {
+		out[k] = v
+	}
+	return out
+}
+
+// scriptedCluster records the workers it is asked to make.
+type scriptedCluster struct {
+	agentv1.UnimplementedClusterAgentServer
+	// mu guards workers.
+	mu      sync.Mutex
+	workers map[string]*agentv1.MakeWorkerRequest
+}
+
+func (c *scriptedCluster) MakeWorker(_ context.Context, req *agentv1.MakeWorkerRequest) (*agentv1.MakeWorkerResponse, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	name := "worker-" + req.GetSpec().GetMachineId()
+	c.workers[name] = req
+	return &agentv1.MakeWorkerResponse{Name: name}, nil
+}
+
+func (c *scriptedCluster) RemoveWorker(_ context.Context, req *agentv1.RemoveWorkerRequest) (*agentv1.RemoveWorkerResponse, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.workers, req.GetName())
+	return &agentv1.RemoveWorkerResponse{}, nil
+}
+
+func (c *scriptedCluster) ListWorkers(_ context.Context, req *agentv1.ListWorkersRequest) (*agentv1.ListWorkersResponse, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	resp := &agentv1.ListWorkersResponse{}
+	for name, w := range c.workers {
+		s := w.GetSpec()
+		if req.GetPool() != "" && s.GetPool() != req.GetPool() {
+			continue
+		}
+		resp.Workers = append(resp.Workers, &agentv1.Worker{Name: name, Pool: s.GetPool(), MachineId: s.GetMachineId(), State: "starting",
+			CpuMillis: s.GetCpuMillis(), MemoryBytes: s.GetMemoryBytes(), Gpus: s.GetGpus()})
+	}
+	return resp, nil
+}
+
 // Started lists the attempts it started ("task/attempt"), in order.
 func (m *ScriptedMachine) Started() []string {
 	m.mu.Lock()
@@ -154,9 +241,16 @@ func (m *ScriptedMachine) onSession(ctx context.Context, s tunnel.Session) {
 	// Served once reports have somewhere to go.
 	srv := grpc.NewServer(tunnel.ServerOptions(tunnel.Limits{})...)
 	agentv1.RegisterAgentServer(srv, &scriptedService{m: m})
+	if m.cluster != nil {
+		agentv1.RegisterClusterAgentServer(srv, m.cluster)
+	}
 	go tunnel.ServeGRPC(ctx, s, srv)
 	defer srv.Stop()
 	inv := &v1.Inventory{Hostname: "scripted", Cpus: m.cpus, MemoryBytes: 8 << 30}
+	if m.cluster != nil {
+		inv.ClusterNodes = 1
+		inv.LargestNode = &v1.NodeSize{Name: "node-0", CpuMillis: int64(m.cpus) * 1000, MemoryBytes: 8 << 30}
+	}
 	for i := 0; i < m.gpus; i++ {
 		inv.Gpus = append(inv.Gpus, &v1.Gpu{Index: int32(i), Uuid: fmt.Sprintf("GPU-%s-%d", m.ID, i), Name: "NVIDIA L40S"})
 	}
