@@ -50,6 +50,11 @@ type WorkerJoin struct {
 //
 // Each Job's agent enrolls as a machine created with it, with a single-use
 // join token in a Secret owned by the Job.
+//
+// The same pass keeps the workers of attached clusters (attached.go): for
+// each online cluster agent, through that agent (remoteJobs) instead of a
+// client of the controlplane's, for its workspace's tasks only, sized
+// into its largest node; its pod-gone reports arrive as WorkerGone.
 type Workers struct {
 	d       *deps
 	rescuer *Rescuer

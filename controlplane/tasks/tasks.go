@@ -21,7 +21,8 @@
 //	Workers    kubepool.go: the worker Jobs of pools with provider
 //	           kubernetes, made on demand for waiting work and removed
 //	           when finished; a worker pod deleted or evicted loses its
-//	           attempts at once.
+//	           attempts at once. Attached clusters (attached.go) get
+//	           theirs through their cluster agent (workerjobs.go).
 //	intake     intake.go: what agents report (records, the attempts they
 //	           hold), stored once each and handed to the services above.
 //
