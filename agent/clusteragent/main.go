@@ -121,7 +121,12 @@ func (a *Agent) Start(ctx context.Context) error {
 		case <-rctx.Done():
 		}
 	})
-	if err := a.watch.Start(ctx); err != nil {
+	// Bounded: an API server out of reach fails the pod (and its restart
+	// tries again) rather than leaving an agent that says nothing.
+	wctx, wcancel := context.WithTimeout(ctx, time.Minute)
+	err := a.watch.Start(wctx)
+	wcancel()
+	if err != nil {
 		cancel()
 		return fmt.Errorf("watching the worker pods of pool %s in namespace %s: %w", a.cfg.Pool, a.cfg.Namespace, err)
 	}

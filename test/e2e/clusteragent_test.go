@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -16,6 +17,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"k8s.io/client-go/util/retry"
 
 	"github.com/levers9/levers9/controlplane/config"
 	"github.com/levers9/levers9/controlplane/controlplanetest"
@@ -85,9 +87,15 @@ func TestClusterAgent(t *testing.T) {
 		t.Fatalf("TokenRequest for %s: %v", enroll.ClusterAgentName, err)
 	}
 	rc := kc.RESTConfig()
+	ca := rc.CAData
+	if len(ca) == 0 {
+		if ca, err = os.ReadFile(rc.CAFile); err != nil {
+			t.Fatal(err)
+		}
+	}
 	saConfig := filepath.Join(t.TempDir(), "agent-kubeconfig")
 	if err := clientcmd.WriteToFile(clientcmdapi.Config{
-		Clusters:       map[string]*clientcmdapi.Cluster{"c": {Server: rc.Host, CertificateAuthorityData: rc.CAData, CertificateAuthority: rc.CAFile}},
+		Clusters:       map[string]*clientcmdapi.Cluster{"c": {Server: rc.Host, CertificateAuthorityData: ca}},
 		AuthInfos:      map[string]*clientcmdapi.AuthInfo{"sa": {Token: tok.Status.Token}},
 		Contexts:       map[string]*clientcmdapi.Context{"c": {Cluster: "c", AuthInfo: "sa"}},
 		CurrentContext: "c",
@@ -106,22 +114,29 @@ func TestClusterAgent(t *testing.T) {
 		t.Errorf("the agent's token reads its join Secret: %v, want Forbidden", err)
 	}
 
-	// The stand-in kubelet runs the agent's pod and its workers' on
-	// kwok-cpu-0: the Deployment is pointed there, and its agent puts its
-	// workers there too (--worker-node-selector, --worker-pod-annotation).
-	dep, err := kube.AppsV1().Deployments(caNamespace).Get(ctx, enroll.ClusterAgentName, metav1.GetOptions{})
-	if err != nil {
+	// Stand-in kubelets run the agent's pod (the Deployment is pointed at
+	// kwok-gpu-0) and its workers' (its agent puts them on kwok-cpu-0 with
+	// --worker-node-selector and --worker-pod-annotation).
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		dep, err := kube.AppsV1().Deployments(caNamespace).Get(ctx, enroll.ClusterAgentName, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		tpl := &dep.Spec.Template
+		tpl.Annotations = map[string]string{standinAnnotation: "standin"}
+		tpl.Spec.NodeSelector = map[string]string{"kubernetes.io/hostname": kubecluster.GPUNode}
+		tpl.Spec.Containers[0].Args = append(tpl.Spec.Containers[0].Args, "--worker-node-selector", "kubernetes.io/hostname="+kubecluster.CPUNode,
+			"--worker-pod-annotation", standinAnnotation+"=standin")
+		_, err = kube.AppsV1().Deployments(caNamespace).Update(ctx, dep, metav1.UpdateOptions{})
+		return err
+	}); err != nil {
 		t.Fatal(err)
 	}
-	tpl := &dep.Spec.Template
-	tpl.Annotations = map[string]string{standinAnnotation: "standin"}
-	tpl.Spec.NodeSelector = map[string]string{"kubernetes.io/hostname": kubecluster.CPUNode}
-	tpl.Spec.Containers[0].Args = append(tpl.Spec.Containers[0].Args, "--worker-node-selector", "kubernetes.io/hostname="+kubecluster.CPUNode,
-		"--worker-pod-annotation", standinAnnotation+"=standin")
-	if _, err := kube.AppsV1().Deployments(caNamespace).Update(ctx, dep, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	kl := startStandin(t, kube, caNamespace, kubecluster.CPUNode, w.box.ns, []string{"KUBECONFIG=" + saConfig}, nil)
+	// The agent's pod runs in the host's network (it reaches the API
+	// server on 127.0.0.1) on kwok-gpu-0; its workers run containers, in
+	// the test's network namespace, on kwok-cpu-0.
+	startStandin(t, kube, caNamespace, kubecluster.GPUNode, "", []string{"KUBECONFIG=" + saConfig}, nil)
+	kl := startStandin(t, kube, caNamespace, kubecluster.CPUNode, w.box.ns, nil, nil)
 
 	controlplanetest.Eventually(t, 120*time.Second, "the cluster agent online with its nodes", func() bool {
 		out, _, err := w.cli(t, "cluster", "show", agentID)

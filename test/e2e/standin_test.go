@@ -152,8 +152,13 @@ func (k *standinKubelet) run(ctx context.Context, p *corev1.Pod) {
 		argv = append(argv, rewrite.Replace(a))
 	}
 	argv = append(argv, k.args...)
-	// nsenter, not `ip netns exec` (see runScript).
-	cmd := exec.Command("nsenter", append([]string{"--net=/run/netns/" + k.netns}, argv...)...)
+	// nsenter, not `ip netns exec` (see runScript). Without a netns the
+	// pod runs in the host's (a cluster agent, which reaches the test API
+	// server on 127.0.0.1 and starts no container).
+	cmd := exec.Command(argv[0], argv[1:]...)
+	if k.netns != "" {
+		cmd = exec.Command("nsenter", append([]string{"--net=/run/netns/" + k.netns}, argv...)...)
+	}
 	cmd.Env = append(os.Environ(), "PATH="+bin+":"+os.Getenv("PATH"))
 	for _, e := range c.Env {
 		cmd.Env = append(cmd.Env, e.Name+"="+e.Value)
