@@ -140,6 +140,17 @@ func TestForwardBetweenReplicas(t *testing.T) {
 		if status.Code(err) != codes.Unimplemented {
 			t.Errorf("forwarded RunTask on an agent without it: %v, want Unimplemented", err)
 		}
+		// ClusterAgent calls cross too (an attached cluster's agent); this
+		// agent does not serve it, so the agent itself says Unimplemented.
+		_, err = agentv1.NewClusterAgentClient(conn).ListWorkers(ctx, &agentv1.ListWorkersRequest{})
+		if status.Code(err) != codes.Unimplemented {
+			t.Errorf("forwarded ListWorkers on an agent without it: %v, want Unimplemented", err)
+		}
+		// Only what the controlplane pushes to agents is forwarded.
+		err = conn.Invoke(ctx, "/levers9.agent.v1.Controlplane/Heartbeat", &agentv1.HeartbeatRequest{}, &agentv1.HeartbeatResponse{})
+		if status.Code(err) != codes.PermissionDenied {
+			t.Errorf("forwarded Controlplane call: %v, want PermissionDenied", err)
+		}
 		_, err = conn.NewStream(ctx, &grpc.StreamDesc{ServerStreams: true}, "/levers9.agent.v1.Agent/Anything")
 		if status.Code(err) != codes.Unimplemented {
 			t.Errorf("forwarded stream: %v, want Unimplemented", err)
