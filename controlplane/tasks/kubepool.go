@@ -158,6 +158,11 @@ type target struct {
 	// kubernetes); ws the workspace that joined it, the only one its
 	// workers serve.
 	agentID, ws string
+	// keepOnly: another attached cluster of the same pool and workspace
+	// makes the new workers (each agent sees only its own starting ones,
+	// so two would both make one for the same task); this one only
+	// removes what it no longer needs.
+	keepOnly bool
 }
 
 // attachedMaxWorkers caps the worker Jobs one attached cluster's agent
@@ -189,6 +194,9 @@ func (w *Workers) targets(ctx context.Context) []target {
 		return out
 	}
 	ag, _ := w.d.agents()
+	// By ID, so the same agent of a pool and workspace makes the workers
+	// on every replica.
+	making := map[string]bool{}
 	for _, m := range agents {
 		if ag == nil {
 			break
@@ -200,9 +208,11 @@ func (w *Workers) targets(ctx context.Context) []target {
 		if largest == nil {
 			continue // no inventory yet
 		}
+		key := m.Pool + "/" + m.WorkspaceID
 		out = append(out, target{pool: m.Pool, cfg: w.d.config.Worker.Pools[m.Pool], jobs: remoteJobs{d: w.d, agentID: m.ID},
-			maxWorkers: attachedMaxWorkers, agentID: m.ID, ws: m.WorkspaceID,
+			maxWorkers: attachedMaxWorkers, agentID: m.ID, ws: m.WorkspaceID, keepOnly: making[key],
 			shape: bin{cpu: largest.CpuMillis, mem: int64(largest.MemoryBytes), gpus: int(largest.Gpus)}})
+		making[key] = true
 	}
 	return out
 }
@@ -216,10 +226,13 @@ func (w *Workers) podGone(ctx context.Context, g kubeworkers.PodGone) {
 	if err != nil {
 		w.d.log.Warn("could not read a lost worker's attempts", "machine_id", g.MachineID, "pool", g.Pool, "err", err)
 	}
+	// Retired before its attempts are lost: a pod being deleted may keep
+	// its tunnel for its grace period, and the retry must not be placed
+	// on it again.
+	w.retire(ctx, g.MachineID)
 	for _, a := range active {
 		w.rescuer.Lose(ctx, a.TaskID, a.Number, a.MachineID, "worker "+g.Why)
 	}
-	w.retire(ctx, g.MachineID)
 }
 
 // retire deletes a worker's machine (its certificate stops being honoured
@@ -342,7 +355,7 @@ func (w *Workers) reconcile(ctx context.Context, tg target) error {
 		if placeIn(rooms, t) || placeIn(starting, t) || placeIn(fresh, t) {
 			continue
 		}
-		if live+len(fresh) >= tg.maxWorkers {
+		if tg.keepOnly || live+len(fresh) >= tg.maxWorkers {
 			continue
 		}
 		b := shape
