@@ -413,7 +413,11 @@ type TaskAttempt struct {
 	// push only and added to the container's environment after env. Never
 	// logged, reported, or written to disk by the agent beyond the moment the
 	// runtime needs it.
-	SecretEnv     []string `protobuf:"bytes,60,rep,name=secret_env,json=secretEnv,proto3" json:"secret_env,omitempty"`
+	SecretEnv []string `protobuf:"bytes,60,rep,name=secret_env,json=secretEnv,proto3" json:"secret_env,omitempty"`
+	// The task's volumes, resolved by the controlplane for this push: what
+	// the node needs to mount each one. Credentials in env are for this
+	// attempt only and go to the mount process's environment, never argv.
+	Volumes       []*VolumeMount `protobuf:"bytes,70,rep,name=volumes,proto3" json:"volumes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -560,6 +564,143 @@ func (x *TaskAttempt) GetSecretEnv() []string {
 	return nil
 }
 
+func (x *TaskAttempt) GetVolumes() []*VolumeMount {
+	if x != nil {
+		return x.Volumes
+	}
+	return nil
+}
+
+// VolumeMount is one volume to mount for one attempt.
+type VolumeMount struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	VolumeId string                 `protobuf:"bytes,1,opt,name=volume_id,json=volumeId,proto3" json:"volume_id,omitempty"`
+	Name     string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	// The owning workspace; the agent refuses a volume of another workspace
+	// than the task's.
+	WorkspaceId     string `protobuf:"bytes,3,opt,name=workspace_id,json=workspaceId,proto3" json:"workspace_id,omitempty"`
+	TaskWorkspaceId string `protobuf:"bytes,4,opt,name=task_workspace_id,json=taskWorkspaceId,proto3" json:"task_workspace_id,omitempty"`
+	Driver          string `protobuf:"bytes,5,opt,name=driver,proto3" json:"driver,omitempty"`
+	// Container path and mode.
+	Path       string `protobuf:"bytes,6,opt,name=path,proto3" json:"path,omitempty"`
+	ReadOnly   bool   `protobuf:"varint,7,opt,name=read_only,json=readOnly,proto3" json:"read_only,omitempty"`
+	QuotaBytes int64  `protobuf:"varint,8,opt,name=quota_bytes,json=quotaBytes,proto3" json:"quota_bytes,omitempty"`
+	// seaweedfs: the filer, host:port.grpcPort and its HTTP URL.
+	FilerAddr string `protobuf:"bytes,9,opt,name=filer_addr,json=filerAddr,proto3" json:"filer_addr,omitempty"`
+	FilerUrl  string `protobuf:"bytes,10,opt,name=filer_url,json=filerUrl,proto3" json:"filer_url,omitempty"`
+	// KEY=VALUE for the mount process's environment (credentials).
+	Env           []string `protobuf:"bytes,11,rep,name=env,proto3" json:"env,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *VolumeMount) Reset() {
+	*x = VolumeMount{}
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *VolumeMount) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*VolumeMount) ProtoMessage() {}
+
+func (x *VolumeMount) ProtoReflect() protoreflect.Message {
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use VolumeMount.ProtoReflect.Descriptor instead.
+func (*VolumeMount) Descriptor() ([]byte, []int) {
+	return file_api_levers9_agent_v1_agent_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *VolumeMount) GetVolumeId() string {
+	if x != nil {
+		return x.VolumeId
+	}
+	return ""
+}
+
+func (x *VolumeMount) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *VolumeMount) GetWorkspaceId() string {
+	if x != nil {
+		return x.WorkspaceId
+	}
+	return ""
+}
+
+func (x *VolumeMount) GetTaskWorkspaceId() string {
+	if x != nil {
+		return x.TaskWorkspaceId
+	}
+	return ""
+}
+
+func (x *VolumeMount) GetDriver() string {
+	if x != nil {
+		return x.Driver
+	}
+	return ""
+}
+
+func (x *VolumeMount) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *VolumeMount) GetReadOnly() bool {
+	if x != nil {
+		return x.ReadOnly
+	}
+	return false
+}
+
+func (x *VolumeMount) GetQuotaBytes() int64 {
+	if x != nil {
+		return x.QuotaBytes
+	}
+	return 0
+}
+
+func (x *VolumeMount) GetFilerAddr() string {
+	if x != nil {
+		return x.FilerAddr
+	}
+	return ""
+}
+
+func (x *VolumeMount) GetFilerUrl() string {
+	if x != nil {
+		return x.FilerUrl
+	}
+	return ""
+}
+
+func (x *VolumeMount) GetEnv() []string {
+	if x != nil {
+		return x.Env
+	}
+	return nil
+}
+
 // RegistryAuth is a registry login handed down with one push.
 type RegistryAuth struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -573,7 +714,7 @@ type RegistryAuth struct {
 
 func (x *RegistryAuth) Reset() {
 	*x = RegistryAuth{}
-	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[7]
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -585,7 +726,7 @@ func (x *RegistryAuth) String() string {
 func (*RegistryAuth) ProtoMessage() {}
 
 func (x *RegistryAuth) ProtoReflect() protoreflect.Message {
-	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[7]
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -598,7 +739,7 @@ func (x *RegistryAuth) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegistryAuth.ProtoReflect.Descriptor instead.
 func (*RegistryAuth) Descriptor() ([]byte, []int) {
-	return file_api_levers9_agent_v1_agent_proto_rawDescGZIP(), []int{7}
+	return file_api_levers9_agent_v1_agent_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *RegistryAuth) GetHost() string {
@@ -632,7 +773,7 @@ type RunningAttempt struct {
 
 func (x *RunningAttempt) Reset() {
 	*x = RunningAttempt{}
-	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[8]
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -644,7 +785,7 @@ func (x *RunningAttempt) String() string {
 func (*RunningAttempt) ProtoMessage() {}
 
 func (x *RunningAttempt) ProtoReflect() protoreflect.Message {
-	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[8]
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -657,7 +798,7 @@ func (x *RunningAttempt) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunningAttempt.ProtoReflect.Descriptor instead.
 func (*RunningAttempt) Descriptor() ([]byte, []int) {
-	return file_api_levers9_agent_v1_agent_proto_rawDescGZIP(), []int{8}
+	return file_api_levers9_agent_v1_agent_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *RunningAttempt) GetTaskId() string {
@@ -683,7 +824,7 @@ type RunTaskRequest struct {
 
 func (x *RunTaskRequest) Reset() {
 	*x = RunTaskRequest{}
-	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[9]
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -695,7 +836,7 @@ func (x *RunTaskRequest) String() string {
 func (*RunTaskRequest) ProtoMessage() {}
 
 func (x *RunTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[9]
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -708,7 +849,7 @@ func (x *RunTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunTaskRequest.ProtoReflect.Descriptor instead.
 func (*RunTaskRequest) Descriptor() ([]byte, []int) {
-	return file_api_levers9_agent_v1_agent_proto_rawDescGZIP(), []int{9}
+	return file_api_levers9_agent_v1_agent_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *RunTaskRequest) GetAttempt() *TaskAttempt {
@@ -727,7 +868,7 @@ type RunTaskResponse struct {
 
 func (x *RunTaskResponse) Reset() {
 	*x = RunTaskResponse{}
-	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[10]
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -739,7 +880,7 @@ func (x *RunTaskResponse) String() string {
 func (*RunTaskResponse) ProtoMessage() {}
 
 func (x *RunTaskResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[10]
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -752,7 +893,7 @@ func (x *RunTaskResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunTaskResponse.ProtoReflect.Descriptor instead.
 func (*RunTaskResponse) Descriptor() ([]byte, []int) {
-	return file_api_levers9_agent_v1_agent_proto_rawDescGZIP(), []int{10}
+	return file_api_levers9_agent_v1_agent_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *RunTaskResponse) GetAlreadyRunning() bool {
@@ -773,7 +914,7 @@ type CancelTaskRequest struct {
 
 func (x *CancelTaskRequest) Reset() {
 	*x = CancelTaskRequest{}
-	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[11]
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -785,7 +926,7 @@ func (x *CancelTaskRequest) String() string {
 func (*CancelTaskRequest) ProtoMessage() {}
 
 func (x *CancelTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[11]
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -798,7 +939,7 @@ func (x *CancelTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelTaskRequest.ProtoReflect.Descriptor instead.
 func (*CancelTaskRequest) Descriptor() ([]byte, []int) {
-	return file_api_levers9_agent_v1_agent_proto_rawDescGZIP(), []int{11}
+	return file_api_levers9_agent_v1_agent_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *CancelTaskRequest) GetTaskId() string {
@@ -832,7 +973,7 @@ type CancelTaskResponse struct {
 
 func (x *CancelTaskResponse) Reset() {
 	*x = CancelTaskResponse{}
-	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[12]
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -844,7 +985,7 @@ func (x *CancelTaskResponse) String() string {
 func (*CancelTaskResponse) ProtoMessage() {}
 
 func (x *CancelTaskResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[12]
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -857,7 +998,7 @@ func (x *CancelTaskResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelTaskResponse.ProtoReflect.Descriptor instead.
 func (*CancelTaskResponse) Descriptor() ([]byte, []int) {
-	return file_api_levers9_agent_v1_agent_proto_rawDescGZIP(), []int{12}
+	return file_api_levers9_agent_v1_agent_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *CancelTaskResponse) GetFound() bool {
@@ -875,7 +1016,7 @@ type ListTasksRequest struct {
 
 func (x *ListTasksRequest) Reset() {
 	*x = ListTasksRequest{}
-	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[13]
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -887,7 +1028,7 @@ func (x *ListTasksRequest) String() string {
 func (*ListTasksRequest) ProtoMessage() {}
 
 func (x *ListTasksRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[13]
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -900,7 +1041,7 @@ func (x *ListTasksRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTasksRequest.ProtoReflect.Descriptor instead.
 func (*ListTasksRequest) Descriptor() ([]byte, []int) {
-	return file_api_levers9_agent_v1_agent_proto_rawDescGZIP(), []int{13}
+	return file_api_levers9_agent_v1_agent_proto_rawDescGZIP(), []int{14}
 }
 
 type ListTasksResponse struct {
@@ -912,7 +1053,7 @@ type ListTasksResponse struct {
 
 func (x *ListTasksResponse) Reset() {
 	*x = ListTasksResponse{}
-	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[14]
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -924,7 +1065,7 @@ func (x *ListTasksResponse) String() string {
 func (*ListTasksResponse) ProtoMessage() {}
 
 func (x *ListTasksResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[14]
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -937,7 +1078,7 @@ func (x *ListTasksResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTasksResponse.ProtoReflect.Descriptor instead.
 func (*ListTasksResponse) Descriptor() ([]byte, []int) {
-	return file_api_levers9_agent_v1_agent_proto_rawDescGZIP(), []int{14}
+	return file_api_levers9_agent_v1_agent_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ListTasksResponse) GetAttempts() []*RunningAttempt {
@@ -972,7 +1113,7 @@ type AttemptUpdate struct {
 
 func (x *AttemptUpdate) Reset() {
 	*x = AttemptUpdate{}
-	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[15]
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -984,7 +1125,7 @@ func (x *AttemptUpdate) String() string {
 func (*AttemptUpdate) ProtoMessage() {}
 
 func (x *AttemptUpdate) ProtoReflect() protoreflect.Message {
-	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[15]
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -997,7 +1138,7 @@ func (x *AttemptUpdate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AttemptUpdate.ProtoReflect.Descriptor instead.
 func (*AttemptUpdate) Descriptor() ([]byte, []int) {
-	return file_api_levers9_agent_v1_agent_proto_rawDescGZIP(), []int{15}
+	return file_api_levers9_agent_v1_agent_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *AttemptUpdate) GetState() v1.AttemptState {
@@ -1071,7 +1212,7 @@ type AttemptRecord struct {
 
 func (x *AttemptRecord) Reset() {
 	*x = AttemptRecord{}
-	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[16]
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1083,7 +1224,7 @@ func (x *AttemptRecord) String() string {
 func (*AttemptRecord) ProtoMessage() {}
 
 func (x *AttemptRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[16]
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1096,7 +1237,7 @@ func (x *AttemptRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AttemptRecord.ProtoReflect.Descriptor instead.
 func (*AttemptRecord) Descriptor() ([]byte, []int) {
-	return file_api_levers9_agent_v1_agent_proto_rawDescGZIP(), []int{16}
+	return file_api_levers9_agent_v1_agent_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *AttemptRecord) GetTime() *timestamppb.Timestamp {
@@ -1178,7 +1319,7 @@ type ReportAttemptRequest struct {
 
 func (x *ReportAttemptRequest) Reset() {
 	*x = ReportAttemptRequest{}
-	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[17]
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1190,7 +1331,7 @@ func (x *ReportAttemptRequest) String() string {
 func (*ReportAttemptRequest) ProtoMessage() {}
 
 func (x *ReportAttemptRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[17]
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1203,7 +1344,7 @@ func (x *ReportAttemptRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportAttemptRequest.ProtoReflect.Descriptor instead.
 func (*ReportAttemptRequest) Descriptor() ([]byte, []int) {
-	return file_api_levers9_agent_v1_agent_proto_rawDescGZIP(), []int{17}
+	return file_api_levers9_agent_v1_agent_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ReportAttemptRequest) GetTaskId() string {
@@ -1247,7 +1388,7 @@ type ReportAttemptResponse struct {
 
 func (x *ReportAttemptResponse) Reset() {
 	*x = ReportAttemptResponse{}
-	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[18]
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1259,7 +1400,7 @@ func (x *ReportAttemptResponse) String() string {
 func (*ReportAttemptResponse) ProtoMessage() {}
 
 func (x *ReportAttemptResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[18]
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1272,7 +1413,7 @@ func (x *ReportAttemptResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportAttemptResponse.ProtoReflect.Descriptor instead.
 func (*ReportAttemptResponse) Descriptor() ([]byte, []int) {
-	return file_api_levers9_agent_v1_agent_proto_rawDescGZIP(), []int{18}
+	return file_api_levers9_agent_v1_agent_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ReportAttemptResponse) GetAckedSeq() uint64 {
@@ -1311,7 +1452,7 @@ type MetricsReportRequest struct {
 
 func (x *MetricsReportRequest) Reset() {
 	*x = MetricsReportRequest{}
-	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[19]
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1323,7 +1464,7 @@ func (x *MetricsReportRequest) String() string {
 func (*MetricsReportRequest) ProtoMessage() {}
 
 func (x *MetricsReportRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[19]
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1336,7 +1477,7 @@ func (x *MetricsReportRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetricsReportRequest.ProtoReflect.Descriptor instead.
 func (*MetricsReportRequest) Descriptor() ([]byte, []int) {
-	return file_api_levers9_agent_v1_agent_proto_rawDescGZIP(), []int{19}
+	return file_api_levers9_agent_v1_agent_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *MetricsReportRequest) GetGeneration() uint64 {
@@ -1387,7 +1528,7 @@ type MetricsReportResponse struct {
 
 func (x *MetricsReportResponse) Reset() {
 	*x = MetricsReportResponse{}
-	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[20]
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1399,7 +1540,7 @@ func (x *MetricsReportResponse) String() string {
 func (*MetricsReportResponse) ProtoMessage() {}
 
 func (x *MetricsReportResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[20]
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1412,7 +1553,7 @@ func (x *MetricsReportResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetricsReportResponse.ProtoReflect.Descriptor instead.
 func (*MetricsReportResponse) Descriptor() ([]byte, []int) {
-	return file_api_levers9_agent_v1_agent_proto_rawDescGZIP(), []int{20}
+	return file_api_levers9_agent_v1_agent_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *MetricsReportResponse) GetAckedSeq() uint64 {
@@ -1457,7 +1598,7 @@ const file_api_levers9_agent_v1_agent_proto_rawDesc = "" +
 	"\fPingResponse\x12\x1d\n" +
 	"\n" +
 	"machine_id\x18\x01 \x01(\tR\tmachineId\x12\x18\n" +
-	"\apayload\x18\x02 \x01(\fR\apayload\"\x99\x04\n" +
+	"\apayload\x18\x02 \x01(\fR\apayload\"\xd2\x04\n" +
 	"\vTaskAttempt\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12\x18\n" +
 	"\aattempt\x18\x02 \x01(\x05R\aattempt\x12\x12\n" +
@@ -1478,7 +1619,23 @@ const file_api_levers9_agent_v1_agent_proto_rawDesc = "" +
 	"\x0eimage_registry\x18\x0e \x01(\tR\rimageRegistry\x12C\n" +
 	"\rregistry_auth\x182 \x01(\v2\x1e.levers9.agent.v1.RegistryAuthR\fregistryAuth\x12\x1d\n" +
 	"\n" +
-	"secret_env\x18< \x03(\tR\tsecretEnv\"Z\n" +
+	"secret_env\x18< \x03(\tR\tsecretEnv\x127\n" +
+	"\avolumes\x18F \x03(\v2\x1d.levers9.agent.v1.VolumeMountR\avolumes\"\xc5\x02\n" +
+	"\vVolumeMount\x12\x1b\n" +
+	"\tvolume_id\x18\x01 \x01(\tR\bvolumeId\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12!\n" +
+	"\fworkspace_id\x18\x03 \x01(\tR\vworkspaceId\x12*\n" +
+	"\x11task_workspace_id\x18\x04 \x01(\tR\x0ftaskWorkspaceId\x12\x16\n" +
+	"\x06driver\x18\x05 \x01(\tR\x06driver\x12\x12\n" +
+	"\x04path\x18\x06 \x01(\tR\x04path\x12\x1b\n" +
+	"\tread_only\x18\a \x01(\bR\breadOnly\x12\x1f\n" +
+	"\vquota_bytes\x18\b \x01(\x03R\n" +
+	"quotaBytes\x12\x1d\n" +
+	"\n" +
+	"filer_addr\x18\t \x01(\tR\tfilerAddr\x12\x1b\n" +
+	"\tfiler_url\x18\n" +
+	" \x01(\tR\bfilerUrl\x12\x10\n" +
+	"\x03env\x18\v \x03(\tR\x03env\"Z\n" +
 	"\fRegistryAuth\x12\x12\n" +
 	"\x04host\x18\x01 \x01(\tR\x04host\x12\x1a\n" +
 	"\busername\x18\x02 \x01(\tR\busername\x12\x1a\n" +
@@ -1557,7 +1714,7 @@ func file_api_levers9_agent_v1_agent_proto_rawDescGZIP() []byte {
 	return file_api_levers9_agent_v1_agent_proto_rawDescData
 }
 
-var file_api_levers9_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
+var file_api_levers9_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
 var file_api_levers9_agent_v1_agent_proto_goTypes = []any{
 	(*HeartbeatRequest)(nil),         // 0: levers9.agent.v1.HeartbeatRequest
 	(*HeartbeatResponse)(nil),        // 1: levers9.agent.v1.HeartbeatResponse
@@ -1566,72 +1723,74 @@ var file_api_levers9_agent_v1_agent_proto_goTypes = []any{
 	(*PingRequest)(nil),              // 4: levers9.agent.v1.PingRequest
 	(*PingResponse)(nil),             // 5: levers9.agent.v1.PingResponse
 	(*TaskAttempt)(nil),              // 6: levers9.agent.v1.TaskAttempt
-	(*RegistryAuth)(nil),             // 7: levers9.agent.v1.RegistryAuth
-	(*RunningAttempt)(nil),           // 8: levers9.agent.v1.RunningAttempt
-	(*RunTaskRequest)(nil),           // 9: levers9.agent.v1.RunTaskRequest
-	(*RunTaskResponse)(nil),          // 10: levers9.agent.v1.RunTaskResponse
-	(*CancelTaskRequest)(nil),        // 11: levers9.agent.v1.CancelTaskRequest
-	(*CancelTaskResponse)(nil),       // 12: levers9.agent.v1.CancelTaskResponse
-	(*ListTasksRequest)(nil),         // 13: levers9.agent.v1.ListTasksRequest
-	(*ListTasksResponse)(nil),        // 14: levers9.agent.v1.ListTasksResponse
-	(*AttemptUpdate)(nil),            // 15: levers9.agent.v1.AttemptUpdate
-	(*AttemptRecord)(nil),            // 16: levers9.agent.v1.AttemptRecord
-	(*ReportAttemptRequest)(nil),     // 17: levers9.agent.v1.ReportAttemptRequest
-	(*ReportAttemptResponse)(nil),    // 18: levers9.agent.v1.ReportAttemptResponse
-	(*MetricsReportRequest)(nil),     // 19: levers9.agent.v1.MetricsReportRequest
-	(*MetricsReportResponse)(nil),    // 20: levers9.agent.v1.MetricsReportResponse
-	(*v1.Inventory)(nil),             // 21: levers9.v1.Inventory
-	(*timestamppb.Timestamp)(nil),    // 22: google.protobuf.Timestamp
-	(*v1.ReadinessReport)(nil),       // 23: levers9.v1.ReadinessReport
-	(*durationpb.Duration)(nil),      // 24: google.protobuf.Duration
-	(*v1.SecuritySettings)(nil),      // 25: levers9.v1.SecuritySettings
-	(v1.AttemptState)(0),             // 26: levers9.v1.AttemptState
-	(v1.FailureReason)(0),            // 27: levers9.v1.FailureReason
-	(*v1.AppliedSecurity)(nil),       // 28: levers9.v1.AppliedSecurity
-	(*v1.LogLine)(nil),               // 29: levers9.v1.LogLine
-	(*v1.SeccompLogged)(nil),         // 30: levers9.v1.SeccompLogged
+	(*VolumeMount)(nil),              // 7: levers9.agent.v1.VolumeMount
+	(*RegistryAuth)(nil),             // 8: levers9.agent.v1.RegistryAuth
+	(*RunningAttempt)(nil),           // 9: levers9.agent.v1.RunningAttempt
+	(*RunTaskRequest)(nil),           // 10: levers9.agent.v1.RunTaskRequest
+	(*RunTaskResponse)(nil),          // 11: levers9.agent.v1.RunTaskResponse
+	(*CancelTaskRequest)(nil),        // 12: levers9.agent.v1.CancelTaskRequest
+	(*CancelTaskResponse)(nil),       // 13: levers9.agent.v1.CancelTaskResponse
+	(*ListTasksRequest)(nil),         // 14: levers9.agent.v1.ListTasksRequest
+	(*ListTasksResponse)(nil),        // 15: levers9.agent.v1.ListTasksResponse
+	(*AttemptUpdate)(nil),            // 16: levers9.agent.v1.AttemptUpdate
+	(*AttemptRecord)(nil),            // 17: levers9.agent.v1.AttemptRecord
+	(*ReportAttemptRequest)(nil),     // 18: levers9.agent.v1.ReportAttemptRequest
+	(*ReportAttemptResponse)(nil),    // 19: levers9.agent.v1.ReportAttemptResponse
+	(*MetricsReportRequest)(nil),     // 20: levers9.agent.v1.MetricsReportRequest
+	(*MetricsReportResponse)(nil),    // 21: levers9.agent.v1.MetricsReportResponse
+	(*v1.Inventory)(nil),             // 22: levers9.v1.Inventory
+	(*timestamppb.Timestamp)(nil),    // 23: google.protobuf.Timestamp
+	(*v1.ReadinessReport)(nil),       // 24: levers9.v1.ReadinessReport
+	(*durationpb.Duration)(nil),      // 25: google.protobuf.Duration
+	(*v1.SecuritySettings)(nil),      // 26: levers9.v1.SecuritySettings
+	(v1.AttemptState)(0),             // 27: levers9.v1.AttemptState
+	(v1.FailureReason)(0),            // 28: levers9.v1.FailureReason
+	(*v1.AppliedSecurity)(nil),       // 29: levers9.v1.AppliedSecurity
+	(*v1.LogLine)(nil),               // 30: levers9.v1.LogLine
+	(*v1.SeccompLogged)(nil),         // 31: levers9.v1.SeccompLogged
 }
 var file_api_levers9_agent_v1_agent_proto_depIdxs = []int32{
-	21, // 0: levers9.agent.v1.HeartbeatRequest.inventory:type_name -> levers9.v1.Inventory
-	22, // 1: levers9.agent.v1.HeartbeatRequest.sent_at:type_name -> google.protobuf.Timestamp
-	23, // 2: levers9.agent.v1.HeartbeatRequest.egress_report:type_name -> levers9.v1.ReadinessReport
-	8,  // 3: levers9.agent.v1.HeartbeatRequest.running:type_name -> levers9.agent.v1.RunningAttempt
-	8,  // 4: levers9.agent.v1.HeartbeatResponse.stop:type_name -> levers9.agent.v1.RunningAttempt
-	22, // 5: levers9.agent.v1.RenewCertificateResponse.expires_at:type_name -> google.protobuf.Timestamp
-	24, // 6: levers9.agent.v1.TaskAttempt.timeout:type_name -> google.protobuf.Duration
-	25, // 7: levers9.agent.v1.TaskAttempt.security:type_name -> levers9.v1.SecuritySettings
-	7,  // 8: levers9.agent.v1.TaskAttempt.registry_auth:type_name -> levers9.agent.v1.RegistryAuth
-	6,  // 9: levers9.agent.v1.RunTaskRequest.attempt:type_name -> levers9.agent.v1.TaskAttempt
-	8,  // 10: levers9.agent.v1.ListTasksResponse.attempts:type_name -> levers9.agent.v1.RunningAttempt
-	26, // 11: levers9.agent.v1.AttemptUpdate.state:type_name -> levers9.v1.AttemptState
-	27, // 12: levers9.agent.v1.AttemptUpdate.reason:type_name -> levers9.v1.FailureReason
-	28, // 13: levers9.agent.v1.AttemptUpdate.applied_security:type_name -> levers9.v1.AppliedSecurity
-	22, // 14: levers9.agent.v1.AttemptRecord.time:type_name -> google.protobuf.Timestamp
-	29, // 15: levers9.agent.v1.AttemptRecord.log:type_name -> levers9.v1.LogLine
-	15, // 16: levers9.agent.v1.AttemptRecord.update:type_name -> levers9.agent.v1.AttemptUpdate
-	30, // 17: levers9.agent.v1.AttemptRecord.seccomp:type_name -> levers9.v1.SeccompLogged
-	16, // 18: levers9.agent.v1.ReportAttemptRequest.records:type_name -> levers9.agent.v1.AttemptRecord
-	0,  // 19: levers9.agent.v1.Controlplane.Heartbeat:input_type -> levers9.agent.v1.HeartbeatRequest
-	2,  // 20: levers9.agent.v1.Controlplane.RenewCertificate:input_type -> levers9.agent.v1.RenewCertificateRequest
-	17, // 21: levers9.agent.v1.Controlplane.ReportAttempt:input_type -> levers9.agent.v1.ReportAttemptRequest
-	19, // 22: levers9.agent.v1.Controlplane.ReportMetrics:input_type -> levers9.agent.v1.MetricsReportRequest
-	4,  // 23: levers9.agent.v1.Agent.Ping:input_type -> levers9.agent.v1.PingRequest
-	9,  // 24: levers9.agent.v1.Agent.RunTask:input_type -> levers9.agent.v1.RunTaskRequest
-	11, // 25: levers9.agent.v1.Agent.CancelTask:input_type -> levers9.agent.v1.CancelTaskRequest
-	13, // 26: levers9.agent.v1.Agent.ListTasks:input_type -> levers9.agent.v1.ListTasksRequest
-	1,  // 27: levers9.agent.v1.Controlplane.Heartbeat:output_type -> levers9.agent.v1.HeartbeatResponse
-	3,  // 28: levers9.agent.v1.Controlplane.RenewCertificate:output_type -> levers9.agent.v1.RenewCertificateResponse
-	18, // 29: levers9.agent.v1.Controlplane.ReportAttempt:output_type -> levers9.agent.v1.ReportAttemptResponse
-	20, // 30: levers9.agent.v1.Controlplane.ReportMetrics:output_type -> levers9.agent.v1.MetricsReportResponse
-	5,  // 31: levers9.agent.v1.Agent.Ping:output_type -> levers9.agent.v1.PingResponse
-	10, // 32: levers9.agent.v1.Agent.RunTask:output_type -> levers9.agent.v1.RunTaskResponse
-	12, // 33: levers9.agent.v1.Agent.CancelTask:output_type -> levers9.agent.v1.CancelTaskResponse
-	14, // 34: levers9.agent.v1.Agent.ListTasks:output_type -> levers9.agent.v1.ListTasksResponse
-	27, // [27:35] is the sub-list for method output_type
-	19, // [19:27] is the sub-list for method input_type
-	19, // [19:19] is the sub-list for extension type_name
-	19, // [19:19] is the sub-list for extension extendee
-	0,  // [0:19] is the sub-list for field type_name
+	22, // 0: levers9.agent.v1.HeartbeatRequest.inventory:type_name -> levers9.v1.Inventory
+	23, // 1: levers9.agent.v1.HeartbeatRequest.sent_at:type_name -> google.protobuf.Timestamp
+	24, // 2: levers9.agent.v1.HeartbeatRequest.egress_report:type_name -> levers9.v1.ReadinessReport
+	9,  // 3: levers9.agent.v1.HeartbeatRequest.running:type_name -> levers9.agent.v1.RunningAttempt
+	9,  // 4: levers9.agent.v1.HeartbeatResponse.stop:type_name -> levers9.agent.v1.RunningAttempt
+	23, // 5: levers9.agent.v1.RenewCertificateResponse.expires_at:type_name -> google.protobuf.Timestamp
+	25, // 6: levers9.agent.v1.TaskAttempt.timeout:type_name -> google.protobuf.Duration
+	26, // 7: levers9.agent.v1.TaskAttempt.security:type_name -> levers9.v1.SecuritySettings
+	8,  // 8: levers9.agent.v1.TaskAttempt.registry_auth:type_name -> levers9.agent.v1.RegistryAuth
+	7,  // 9: levers9.agent.v1.TaskAttempt.volumes:type_name -> levers9.agent.v1.VolumeMount
+	6,  // 10: levers9.agent.v1.RunTaskRequest.attempt:type_name -> levers9.agent.v1.TaskAttempt
+	9,  // 11: levers9.agent.v1.ListTasksResponse.attempts:type_name -> levers9.agent.v1.RunningAttempt
+	27, // 12: levers9.agent.v1.AttemptUpdate.state:type_name -> levers9.v1.AttemptState
+	28, // 13: levers9.agent.v1.AttemptUpdate.reason:type_name -> levers9.v1.FailureReason
+	29, // 14: levers9.agent.v1.AttemptUpdate.applied_security:type_name -> levers9.v1.AppliedSecurity
+	23, // 15: levers9.agent.v1.AttemptRecord.time:type_name -> google.protobuf.Timestamp
+	30, // 16: levers9.agent.v1.AttemptRecord.log:type_name -> levers9.v1.LogLine
+	16, // 17: levers9.agent.v1.AttemptRecord.update:type_name -> levers9.agent.v1.AttemptUpdate
+	31, // 18: levers9.agent.v1.AttemptRecord.seccomp:type_name -> levers9.v1.SeccompLogged
+	17, // 19: levers9.agent.v1.ReportAttemptRequest.records:type_name -> levers9.agent.v1.AttemptRecord
+	0,  // 20: levers9.agent.v1.Controlplane.Heartbeat:input_type -> levers9.agent.v1.HeartbeatRequest
+	2,  // 21: levers9.agent.v1.Controlplane.RenewCertificate:input_type -> levers9.agent.v1.RenewCertificateRequest
+	18, // 22: levers9.agent.v1.Controlplane.ReportAttempt:input_type -> levers9.agent.v1.ReportAttemptRequest
+	20, // 23: levers9.agent.v1.Controlplane.ReportMetrics:input_type -> levers9.agent.v1.MetricsReportRequest
+	4,  // 24: levers9.agent.v1.Agent.Ping:input_type -> levers9.agent.v1.PingRequest
+	10, // 25: levers9.agent.v1.Agent.RunTask:input_type -> levers9.agent.v1.RunTaskRequest
+	12, // 26: levers9.agent.v1.Agent.CancelTask:input_type -> levers9.agent.v1.CancelTaskRequest
+	14, // 27: levers9.agent.v1.Agent.ListTasks:input_type -> levers9.agent.v1.ListTasksRequest
+	1,  // 28: levers9.agent.v1.Controlplane.Heartbeat:output_type -> levers9.agent.v1.HeartbeatResponse
+	3,  // 29: levers9.agent.v1.Controlplane.RenewCertificate:output_type -> levers9.agent.v1.RenewCertificateResponse
+	19, // 30: levers9.agent.v1.Controlplane.ReportAttempt:output_type -> levers9.agent.v1.ReportAttemptResponse
+	21, // 31: levers9.agent.v1.Controlplane.ReportMetrics:output_type -> levers9.agent.v1.MetricsReportResponse
+	5,  // 32: levers9.agent.v1.Agent.Ping:output_type -> levers9.agent.v1.PingResponse
+	11, // 33: levers9.agent.v1.Agent.RunTask:output_type -> levers9.agent.v1.RunTaskResponse
+	13, // 34: levers9.agent.v1.Agent.CancelTask:output_type -> levers9.agent.v1.CancelTaskResponse
+	15, // 35: levers9.agent.v1.Agent.ListTasks:output_type -> levers9.agent.v1.ListTasksResponse
+	28, // [28:36] is the sub-list for method output_type
+	20, // [20:28] is the sub-list for method input_type
+	20, // [20:20] is the sub-list for extension type_name
+	20, // [20:20] is the sub-list for extension extendee
+	0,  // [0:20] is the sub-list for field type_name
 }
 
 func init() { file_api_levers9_agent_v1_agent_proto_init() }
@@ -1639,7 +1798,7 @@ func file_api_levers9_agent_v1_agent_proto_init() {
 	if File_api_levers9_agent_v1_agent_proto != nil {
 		return
 	}
-	file_api_levers9_agent_v1_agent_proto_msgTypes[16].OneofWrappers = []any{
+	file_api_levers9_agent_v1_agent_proto_msgTypes[17].OneofWrappers = []any{
 		(*AttemptRecord_Log)(nil),
 		(*AttemptRecord_Update)(nil),
 		(*AttemptRecord_Seccomp)(nil),
@@ -1650,7 +1809,7 @@ func file_api_levers9_agent_v1_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_levers9_agent_v1_agent_proto_rawDesc), len(file_api_levers9_agent_v1_agent_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   21,
+			NumMessages:   22,
 			NumExtensions: 0,
 			NumServices:   2,
 		},
