@@ -95,7 +95,10 @@ func StartCluster(ctx context.Context, o ClusterOptions) (*Cluster, error) {
 	c.master.Env = []string{"WEED_MASTER_VOLUME_GROWTH_COPY_1=1"}
 	c.volume = c.process("volume", filepath.Join(o.Dir, "volume"), nil,
 		"volume", "-ip="+h, "-ip.bind="+h, "-port="+itoa(c.opts.VolumePort), "-port.grpc="+itoa(c.volumeGRPC),
-		"-dir="+filepath.Join(o.Dir, "volume"), "-max=0", "-master="+c.MasterAddr(), "-minFreeSpace=1")
+		"-dir="+filepath.Join(o.Dir, "volume"), "-max=0", "-master="+c.MasterAddr(), "-minFreeSpace=1",
+		// The default waits 10s after SIGTERM for the master to notice;
+		// with one node there is no one to hand over to.
+		"-preStopSeconds=0")
 	// The Postgres password goes in the environment, never in argv or the
 	// config file; viper maps WEED_POSTGRES_PASSWORD to postgres.password.
 	c.filer = c.process("filer", filepath.Join(o.Dir, "filer"),

@@ -82,7 +82,8 @@ func (f *Filer) Mkdir(ctx context.Context, dir string) error {
 		return fmt.Errorf("creating filer directory %s: %w", dir, err)
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode/100 != 2 {
+	// 409 Conflict is the filer's answer for a directory already there.
+	if resp.StatusCode/100 != 2 && resp.StatusCode != http.StatusConflict {
 		return fmt.Errorf("creating filer directory %s: %s: %s", dir, resp.Status, readSome(resp.Body))
 	}
 	return nil

@@ -291,6 +291,17 @@ func waitMounted(ctx context.Context, target string, within time.Duration, p *se
 	return fmt.Errorf("no %s mount after %s (mount process pid %d)", FSType, within, p.PID())
 }
 
+// MountPID is the pid of the weed mount process serving target, or 0.
+func (d *Driver) MountPID(target string) int {
+	d.mu.Lock()
+	p := d.mounts[filepath.Clean(target)]
+	d.mu.Unlock()
+	if p == nil {
+		return 0
+	}
+	return p.PID()
+}
+
 // Unmount stops the mount's process (weed unmounts on SIGTERM) and makes
 // sure the kernel mount is gone.
 func (d *Driver) Unmount(ctx context.Context, target string) error {

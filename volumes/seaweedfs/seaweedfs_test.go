@@ -8,7 +8,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -62,17 +61,11 @@ func (b bundle) mount(t *testing.T, v volumes.Volume, name string, ro bool) stri
 	return target
 }
 
-func mountPID(t *testing.T, target string) int {
+func mountPID(t *testing.T, d *seaweedfs.Driver, target string) int {
 	t.Helper()
-	out, err := exec.Command("pgrep", "-f", "-dir="+target+" ").Output()
-	if err != nil {
-		// pgrep -f matches the whole command line; -dir=TARGET is followed by
-		// more flags, so the trailing space keeps /a from matching /ab.
-		t.Fatalf("finding the mount process of %s: %v", target, err)
-	}
-	pid, err := strconv.Atoi(strings.Fields(string(out))[0])
-	if err != nil {
-		t.Fatal(err)
+	pid := d.MountPID(target)
+	if pid == 0 {
+		t.Fatalf("no mount process for %s", target)
 	}
 	return pid
 }
@@ -111,7 +104,7 @@ func TestVolume(t *testing.T) {
 	})
 
 	t.Run("no credential in argv", func(t *testing.T) {
-		pid := mountPID(t, a)
+		pid := mountPID(t, b.drv, a)
 		cmdline, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
 		if err != nil {
 			t.Fatal(err)
@@ -150,7 +143,7 @@ func TestVolume(t *testing.T) {
 	})
 
 	t.Run("crashed mount is remounted", func(t *testing.T) {
-		old := mountPID(t, c)
+		old := mountPID(t, b.drv, c)
 		if err := syscall.Kill(old, syscall.SIGKILL); err != nil {
 			t.Fatal(err)
 		}
@@ -158,7 +151,7 @@ func TestVolume(t *testing.T) {
 			_, err := os.ReadFile(filepath.Join(c, "ckpt", "step-1"))
 			return err == nil
 		})
-		if pid := mountPID(t, c); pid == old {
+		if pid := mountPID(t, b.drv, c); pid == old {
 			t.Fatalf("the mount process is still pid %d", pid)
 		}
 	})
