@@ -66,12 +66,14 @@ func Start(t testing.TB) *Env {
 		testenv.Missing(t, "Postgres for the filer: %v", err)
 	}
 	t.Cleanup(func() { _ = pg.Stop() })
-	return StartWith(t, bin, pg, dir)
+	return StartWith(t, bin, pg, dir, "")
 }
 
 // StartWith starts a cluster whose filer keeps its metadata in a new
-// database of pg, with its files under dir.
-func StartWith(t testing.TB, bin string, pg *devstack.Postgres, dir string) *Env {
+// database of pg, with its files under dir, its servers on host
+// (127.0.0.1 when empty; an end-to-end test uses an address its agents'
+// network namespaces reach).
+func StartWith(t testing.TB, bin string, pg *devstack.Postgres, dir, host string) *Env {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -81,7 +83,7 @@ func StartWith(t testing.TB, bin string, pg *devstack.Postgres, dir string) *Env
 	}
 	swDir := filepath.Join(dir, "seaweedfs")
 	c, err := seaweed.StartCluster(ctx, seaweed.ClusterOptions{
-		Bin: bin, Dir: swDir,
+		Bin: bin, Dir: swDir, Host: host,
 		Postgres: seaweed.PostgresStore{Host: pg.Host, Port: pg.Port, User: pg.User, Password: pg.Password, Database: db},
 	})
 	if err != nil {
