@@ -12,6 +12,8 @@ package seaweedfs
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -161,7 +163,7 @@ func (d *Driver) MountArgs(v volumes.Volume, target, cacheDir string, opts volum
 		// The task may run as any uid; levers9 does not map users.
 		"-defaultPermissions=false",
 		"-umask=000",
-		"-localSocket=" + filepath.Join(cacheDir, "mount.sock"),
+		"-localSocket=" + socketFor(target),
 	}
 	if v.QuotaBytes > 0 {
 		// weed counts the quota in whole MiB; round up so a quota is never
@@ -174,13 +176,22 @@ func (d *Driver) MountArgs(v volumes.Volume, target, cacheDir string, opts volum
 	return args
 }
 
-// stateFor is the per-target directory for the mount's log and cache.
+// stateFor is the per-target directory for the mount's log and cache,
+// named by a hash of the target so deep targets stay short.
 func (d *Driver) stateFor(target string) string {
-	h := strings.NewReplacer("/", "_").Replace(strings.Trim(filepath.Clean(target), "/"))
-	if len(h) > 120 {
-		h = h[len(h)-120:]
-	}
-	return filepath.Join(d.cfg.StateDir, "mounts", h)
+	return filepath.Join(d.cfg.StateDir, "mounts", targetKey(target))
+}
+
+func targetKey(target string) string {
+	sum := sha256.Sum256([]byte(filepath.Clean(target)))
+	return hex.EncodeToString(sum[:8])
+}
+
+// socketFor is weed mount's control socket: a unix socket path must stay
+// under 108 bytes, which a state directory deep in a test's temp dir does
+// not, so it goes in the system's temp dir, named by the target's hash.
+func socketFor(target string) string {
+	return filepath.Join(os.TempDir(), "l9-weed-"+targetKey(target)+".sock")
 }
 
 // Mount mounts the volume at target with a supervised weed mount and
