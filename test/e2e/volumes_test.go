@@ -2,11 +2,13 @@ package e2e
 
 import (
 	"os"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/levers9/levers9/controlplane/config"
+	"github.com/levers9/levers9/controlplane/controlplanetest"
 	"github.com/levers9/levers9/internal/seaweed/seaweedtest"
 	"github.com/levers9/levers9/internal/testenv"
 )
@@ -85,6 +87,48 @@ func TestVolumes(t *testing.T) {
 		}
 	})
 
+	t.Run("killed mid-write, the retry on the other machine finds the first attempt's files", func(t *testing.T) {
+		// The first attempt ends by itself soon after its agent is killed
+		// (as in TestTasksEndToEnd), so the restarted agent finds an exited
+		// container to clean up; the retry comes once the machine is lost.
+		r := w.start(t, "run", "--retries", "1", "--volume", "data:/data", "--", "sh", "-c",
+			`if [ -f /data/run/first ]; then echo "retry found: $(cat /data/run/first)"; exit 0; fi; `+
+				`mkdir -p /data/run && echo attempt-1-was-here > /data/run/first && echo wrote; sleep 8`)
+		testenv.Eventually(t, 120*time.Second, "the first attempt wrote", func() bool {
+			so, _ := r.out()
+			return strings.Contains(so, "wrote")
+		})
+		first := w.tasks(t)[0]
+		writer := first.Attempts[len(first.Attempts)-1].MachineID
+		w.kill(t, writer)
+		code := r.wait(t, 180*time.Second)
+		so, se := r.out()
+		if code != 0 || !strings.Contains(so, "retry found: attempt-1-was-here") {
+			t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, so, se)
+		}
+		last := w.tasks(t)[0]
+		reader := last.Attempts[len(last.Attempts)-1].MachineID
+		if len(last.Attempts) < 2 || reader == writer {
+			t.Fatalf("attempts %+v: want a second attempt on another machine than %s", last.Attempts, writer)
+		}
+		t.Logf("attempt 1 wrote on %s, attempt %d read on %s", writer, len(last.Attempts), reader)
+		// The killed agent comes back; its start clears whatever mount
+		// the dead one left.
+		w.startAgent(t, w.runs[writer])
+		controlplanetest.Eventually(t, 60*time.Second, "the killed machine online again", func() bool {
+			for _, m := range w.machines(t) {
+				if m.ID == writer && m.State == "MACHINE_STATE_ONLINE" {
+					return true
+				}
+			}
+			return false
+		})
+		controlplanetest.Eventually(t, 60*time.Second, "the killed agent's leftovers cleaned up", func() bool {
+			b, _ := os.ReadFile("/proc/self/mountinfo")
+			return !strings.Contains(string(b), w.runs[writer].root)
+		})
+	})
+
 	t.Run("a read-only mount refuses writes", func(t *testing.T) {
 		r := w.start(t, "run", "--volume", "data:/data:ro", "--", "sh", "-c", "echo no > /data/nope")
 		code := r.wait(t, 120*time.Second)
@@ -133,12 +177,36 @@ func TestVolumes(t *testing.T) {
 		}
 	})
 
-	t.Run("no volume stays mounted once its tasks ended", func(t *testing.T) {
+	t.Run("no volume stays mounted once its tasks ended, the killed agent's included", func(t *testing.T) {
 		for _, m := range w.runs {
-			testenv.Eventually(t, 30*time.Second, "no FUSE mount under "+m.root, func() bool {
+			deadline := time.Now().Add(30 * time.Second)
+			for {
 				b, _ := os.ReadFile("/proc/self/mountinfo")
-				return !strings.Contains(string(b), m.root)
-			})
+				var left []string
+				for _, line := range strings.Split(string(b), "\n") {
+					// FUSE mounts only: the overlay of the killed agent's
+					// attempt is the task side's to clean up, not volumes'.
+					if strings.Contains(line, m.root) && strings.Contains(line, " - fuse") {
+						left = append(left, line)
+					}
+				}
+				if len(left) == 0 {
+					break
+				}
+				if time.Now().After(deadline) {
+					ps, _ := exec.Command("pgrep", "-af", "weed").Output()
+					for i, out := range w.agentLogs {
+						t.Logf("agent run %d log (volume lines):", i)
+						for _, l := range strings.Split(out.String(), "\n") {
+							if strings.Contains(l, "volume") {
+								t.Log(l)
+							}
+						}
+					}
+					t.Fatalf("mounts left under %s:\n%s\nweed processes:\n%s", m.root, strings.Join(left, "\n"), ps)
+				}
+				time.Sleep(200 * time.Millisecond)
+			}
 		}
 	})
 }
