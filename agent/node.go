@@ -171,6 +171,13 @@ func (n *Node) Close() {
 		n.Egress.Stop()
 	}
 	n.Seccomp.Stop()
+	if n.Volumes != nil {
+		// The mount processes end with the agent anyway; unmounting now
+		// leaves no dead FUSE endpoints for the next agent to clear.
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_ = n.Volumes.UnmountAll(ctx)
+	}
 }
 
 // BuildNode makes the sandbox (runc, and runsc when installed: c.RunscPath), the image
