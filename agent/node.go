@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -55,6 +56,10 @@ type NodeConfig struct {
 	// DefaultRunscPath: the pinned gVisor build when installed, else runsc
 	// on PATH).
 	RunscPath string
+	// WeedPath is the SeaweedFS weed binary that mounts seaweedfs volumes
+	// (default $LEVERS9_WEED_BIN, else weed on PATH; none refuses tasks
+	// with volumes).
+	WeedPath string
 	// GPURoot is where the NVIDIA driver's /proc/driver/nvidia and /dev
 	// nodes are found (default /; the GPU operator's driver container
 	// mounts them elsewhere, e.g. /run/nvidia/driver).
@@ -147,6 +152,8 @@ type Node struct {
 	// Seccomp reads the kernel log for seccomp log-mode records once a
 	// task runs under that mode.
 	Seccomp *SeccompWatch
+	// Volumes mounts task volumes on this node.
+	Volumes *volumeMounter
 }
 
 // Readiness returns the egress node as a ReadinessSource, nil without one.
@@ -164,6 +171,13 @@ func (n *Node) Close() {
 		n.Egress.Stop()
 	}
 	n.Seccomp.Stop()
+	if n.Volumes != nil {
+		// The mount processes end with the agent anyway; unmounting now
+		// leaves no dead FUSE endpoints for the next agent to clear.
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_ = n.Volumes.UnmountAll(ctx)
+	}
 }
 
 // BuildNode makes the sandbox (runc, and runsc when installed: c.RunscPath), the image
@@ -253,7 +267,20 @@ func BuildNode(ctx context.Context, c NodeConfig) (*Node, error) {
 			return nil, err
 		}
 	}
-	n.Runner, err = taskrun.New(taskrun.Config{Sandbox: sb, Images: store, Egress: n.Egress,
+	weed := c.WeedPath
+	if weed == "" {
+		weed = os.Getenv("LEVERS9_WEED_BIN")
+	}
+	if weed == "" {
+		weed, _ = exec.LookPath("weed")
+	}
+	n.Volumes = newVolumeMounter(filepath.Join(c.StateDir, "volumes"), weed, log.With("component", "volumes"))
+	// A killed agent's mount processes died with it: clear their dead
+	// FUSE endpoints before any task mounts again.
+	if err := n.Volumes.Reconcile(ctx); err != nil {
+		log.Warn("clearing volume mounts an earlier agent left", "err", err)
+	}
+	n.Runner, err = taskrun.New(taskrun.Config{Sandbox: sb, Images: store, Egress: n.Egress, Volumes: n.Volumes,
 		StateDir: filepath.Join(c.StateDir, "attempts"), Logger: log})
 	if err != nil {
 		n.Close()

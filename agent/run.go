@@ -550,6 +550,7 @@ func runCmd(ctx context.Context, args []string, _, stderr io.Writer) error {
 	lease := fs.Duration("lease", 0, "how long tasks run without reaching the controlplane before their containers are killed, until the controlplane says its controlplane.lostAgentGrace (default 30s)")
 	fs.StringVar(&nc.GPURoot, "gpu-root", "", "where the NVIDIA driver's /proc/driver/nvidia and /dev/nvidia* are (default /)")
 	exitIdle := fs.Duration("exit-when-idle", 0, "exit (status 0) once no task has run for this long (0: never); worker pods of Kubernetes pools set it")
+	fs.StringVar(&nc.WeedPath, "weed", "", "the SeaweedFS weed binary that mounts seaweedfs volumes (default $LEVERS9_WEED_BIN, else weed on PATH)")
 	fs.StringVar(&nc.RunscPath, "runsc", "", "the runsc binary runsc pools run with (default: "+PinnedRunsc+" when installed, else runsc on PATH)")
 	if err := fs.Parse(args); err != nil {
 		return err

@@ -17,6 +17,7 @@ import (
 	"github.com/levers9/levers9/internal/errdefs"
 	"github.com/levers9/levers9/sandbox"
 	"github.com/levers9/levers9/sandbox/image"
+	"github.com/levers9/levers9/volumes"
 )
 
 // taskFromAttempt turns the controlplane's attempt into the Runner's task,
@@ -34,6 +35,13 @@ func taskFromAttempt(a *agentv1.TaskAttempt, defaultPool string) (taskrun.Task, 
 	}
 	if t.Pool == "" {
 		t.Pool = defaultPool
+	}
+	for _, v := range a.GetVolumes() {
+		t.Volumes = append(t.Volumes, taskrun.Volume{
+			Volume:        volumes.Volume{ID: v.GetVolumeId(), Workspace: v.GetWorkspaceId(), Name: v.GetName(), QuotaBytes: v.GetQuotaBytes()},
+			TaskWorkspace: v.GetTaskWorkspaceId(), Driver: v.GetDriver(), Path: v.GetPath(), ReadOnly: v.GetReadOnly(),
+			FilerAddr: v.GetFilerAddr(), FilerURL: v.GetFilerUrl(), Env: v.GetEnv(),
+		})
 	}
 	if a.CpuMillis < 0 {
 		errs = append(errs, fmt.Errorf("attempt.cpu_millis: %d is negative", a.CpuMillis))

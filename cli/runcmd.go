@@ -66,6 +66,7 @@ is refused.`,
 	fl.StringVar(&f.gpuType, "gpu-type", "", "only machines whose GPUs have this name (needs --gpu)")
 	fl.StringVar(&f.image, "image", "", "image reference (default: the controlplane's worker.defaultImage)")
 	fl.StringArrayVar(&f.env, "env", nil, "KEY=VALUE in the task's environment (repeatable)")
+	fl.StringArrayVar(&f.volumes, "volume", nil, "mount workspace volume NAME:/path[:ro] into the task (repeatable; levers9 volume create NAME)")
 	fl.StringArrayVar(&f.secrets, "secret", nil, "workspace secret NAME whose keys become the task's environment variables (repeatable; levers9 secret put NAME)")
 	fl.Float64Var(&f.cpu, "cpu", 0, "cores to reserve, e.g. 0.5 (default 0.5)")
 	fl.StringVar(&f.memory, "memory", "", "memory to reserve and limit to, e.g. 512Mi or 4Gi (default 256Mi)")

@@ -10,6 +10,7 @@ import (
 
 	v1 "github.com/levers9/levers9/api/levers9/v1"
 	"github.com/levers9/levers9/sdk"
+	"github.com/levers9/levers9/volumes"
 )
 
 // runFlags are the task flags of `levers9 run`, as typed.
@@ -18,7 +19,7 @@ type runFlags struct {
 	gpus, retries                int
 	cpu                          float64
 	timeout                      time.Duration
-	env, secrets                 []string
+	env, secrets, volumes        []string
 	detach                       bool
 }
 
@@ -70,6 +71,18 @@ func (f *runFlags) options() ([]sdk.FunctionOption, error) {
 	}
 	for _, n := range f.secrets {
 		opts = append(opts, sdk.Secret(n))
+	}
+	for _, v := range f.volumes {
+		ref, err := volumes.ParseRef(v)
+		if err != nil {
+			problems = append(problems, "--volume "+err.Error())
+			continue
+		}
+		if ref.ReadOnly {
+			opts = append(opts, sdk.ReadOnlyVolume(ref.Name, ref.Path))
+		} else {
+			opts = append(opts, sdk.Volume(ref.Name, ref.Path))
+		}
 	}
 	if len(problems) > 0 {
 		return nil, fmt.Errorf("bad flags, nothing was submitted:\n  %s", strings.Join(problems, "\n  "))

@@ -88,6 +88,23 @@ func Secret(name string) FunctionOption {
 	}
 }
 
+// Volume mounts a workspace volume (levers9 volume create NAME) at path in
+// the task's container, read-write. Only the reference travels with the
+// task; the controlplane refuses the submit when the workspace has no such
+// volume or path is over /proc, /sys, /dev, /etc or "/". Mounting a second
+// volume at the same path replaces the first.
+func Volume(name, path string) FunctionOption { return volume(name, path, false) }
+
+// ReadOnlyVolume is Volume mounted read-only: writes fail with EROFS.
+func ReadOnlyVolume(name, path string) FunctionOption { return volume(name, path, true) }
+
+func volume(name, path string, ro bool) FunctionOption {
+	return func(f *Function) {
+		f.spec.Volumes = slices.DeleteFunc(f.spec.Volumes, func(v *v1.VolumeRef) bool { return v.GetPath() == path })
+		f.spec.Volumes = append(f.spec.Volumes, &v1.VolumeRef{Name: name, Path: path, ReadOnly: ro})
+	}
+}
+
 // Env sets an environment variable of the task.
 func Env(key, value string) FunctionOption {
 	return func(f *Function) {

@@ -51,7 +51,7 @@ func newAttempt(r *Runner, t Task, out Output) *attempt {
 	a.network = newNetworkHook(r.cfg.Egress)
 	a.logs = &logsHook{sink: sink, capacity: r.cfg.LogBuffer, maxBytes: r.cfg.LogBufferBytes, maxLine: r.cfg.MaxLineBytes,
 		drainTimeout: r.cfg.DrainTimeout, clock: r.cfg.Clock, logger: a.logger}
-	a.hooks = []Hook{a.image, a.network, a.logs}
+	a.hooks = []Hook{a.image, a.network, &volumeHook{mounter: r.cfg.Volumes}, a.logs}
 	if r.cfg.Hooks != nil {
 		a.hooks = append(a.hooks, r.cfg.Hooks(t)...)
 	}

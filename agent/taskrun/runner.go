@@ -44,6 +44,9 @@ type Config struct {
 	// DrainTimeout bounds how long an exited task waits for its sink to
 	// take the queued lines (default 10s).
 	DrainTimeout time.Duration
+	// Volumes mounts task volumes on the node; nil refuses tasks with
+	// volumes.
+	Volumes VolumeMounter
 	// Hooks, when set, makes more hooks for each attempt; they run after
 	// the built-in image, network and logs hooks (and Stop before them).
 	Hooks func(Task) []Hook

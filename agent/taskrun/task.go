@@ -45,6 +45,9 @@ type Task struct {
 	// ones the agent assigned (indexes or UUIDs), exactly GPUs of them.
 	GPUs       int
 	GPUDevices []string
+	// Volumes are the task's volumes, mounted on the node and bound into
+	// the container by the volume hook.
+	Volumes []Volume
 	// Timeout bounds the container's run time (not the pull); zero means
 	// none.
 	Timeout time.Duration

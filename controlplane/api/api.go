@@ -64,6 +64,8 @@ type Deps struct {
 	BootstrapSecret string
 	// Clock stamps what the services create (default the wall clock).
 	Clock clock.Clock
+	// Volumes are the volume drivers (nil: volumes are refused).
+	Volumes VolumeDrivers
 }
 
 // PublicEndpoints are what join scripts and enrollment tell machines.

@@ -58,6 +58,11 @@ var methods = map[string]access{
 	v1.RegistryService_ListRegistryCredentials_FullMethodName: members,
 	v1.RegistryService_LogoutRegistry_FullMethodName:          members,
 
+	v1.VolumeService_CreateVolume_FullMethodName: members,
+	v1.VolumeService_ListVolumes_FullMethodName:  members,
+	v1.VolumeService_GetVolume_FullMethodName:    members,
+	v1.VolumeService_DeleteVolume_FullMethodName: members,
+
 	v1.TaskService_SubmitTask_FullMethodName: members,
 	v1.TaskService_GetTask_FullMethodName:    members,
 	v1.TaskService_ListTasks_FullMethodName:  members,

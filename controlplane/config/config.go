@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 
 	"gopkg.in/yaml.v3"
 )
@@ -31,6 +32,8 @@ type Config struct {
 	Worker       Worker       `yaml:"worker"`
 	// ImageService says where the platform's own images come from.
 	ImageService ImageService `yaml:"imageService"`
+	// Volumes says where volumes live (volumes.*).
+	Volumes Volumes `yaml:"volumes"`
 	// RefuseDefaultEncryptionKey makes the controlplane refuse to start on
 	// DefaultEncryptionKey. Env: LEVERS9_REFUSE_DEFAULT_ENCRYPTION_KEY.
 	RefuseDefaultEncryptionKey bool `yaml:"refuseDefaultEncryptionKey"`
@@ -219,6 +222,15 @@ func (c *Config) WithDefaults() {
 	if cp.Metrics.WorkerMaxSeries == 0 {
 		cp.Metrics.WorkerMaxSeries = 2000
 	}
+	if sw := &c.Volumes.SeaweedFS; sw.FilerURL == "" && sw.FilerAddr != "" {
+		// weed's host:port.grpcPort: the HTTP port is before the dot.
+		host, port := sw.FilerAddr, ""
+		if i := strings.LastIndex(sw.FilerAddr, ":"); i >= 0 {
+			host, port = sw.FilerAddr[:i], sw.FilerAddr[i+1:]
+		}
+		port, _, _ = strings.Cut(port, ".")
+		sw.FilerURL = "http://" + host + ":" + port
+	}
 	pg := &c.Database.Postgres
 	setDefault(&pg.Host, "127.0.0.1")
 	if pg.Port == 0 {
@@ -237,4 +249,24 @@ func setDefault(s *string, v string) {
 	if *s == "" {
 		*s = v
 	}
+}
+
+// Volumes configures the filesystems behind volumes.
+type Volumes struct {
+	// SeaweedFS is the cluster behind the seaweedfs driver
+	// (volumes.seaweedfs.*); without a filer, creating a seaweedfs volume
+	// is refused.
+	SeaweedFS SeaweedFS `yaml:"seaweedfs"`
+}
+
+// SeaweedFS points at a SeaweedFS filer (its metadata in the controlplane's
+// Postgres, see internal/seaweed).
+type SeaweedFS struct {
+	// FilerAddr is host:port.grpcPort, what agents' `weed mount` dials.
+	// Env: LEVERS9_VOLUMES_SEAWEEDFS_FILERADDR.
+	FilerAddr string `yaml:"filerAddr"`
+	// FilerURL is the filer's HTTP URL, what the controlplane creates,
+	// deletes and measures volumes through (default http://HOST:PORT of
+	// FilerAddr). Env: LEVERS9_VOLUMES_SEAWEEDFS_FILERURL.
+	FilerURL string `yaml:"filerURL"`
 }

@@ -49,6 +49,7 @@ func (s *Server) restHandler(ctx context.Context) (http.Handler, error) {
 		v1.RegisterEnrollServiceHandler,
 		v1.RegisterSecurityServiceHandler,
 		v1.RegisterTaskServiceHandler,
+		v1.RegisterVolumeServiceHandler,
 	} {
 		if err := reg(ctx, gw, conn); err != nil {
 			_ = s.memLn.Close()

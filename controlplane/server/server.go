@@ -239,7 +239,7 @@ func (s *Server) newDeps() (*api.Deps, error) {
 	deps := &api.Deps{Store: s.store, Bus: s.bus, Log: s.log.With("component", "api"),
 		BootstrapSecret: s.cfg.Controlplane.Auth.BootstrapSecret, Config: s.cfg, CA: s.agentCA, Metrics: s.metrics,
 		Dist:     agentdist.New(binDir, s.cfg.Controlplane.AgentDevBuilds, src, s.log.With("component", "agentdist")),
-		Presence: presence{s}}
+		Presence: presence{s}, Volumes: volumeDrivers(s.cfg, s.log)}
 	var err error
 	if s.tasks, err = tasks.New(tasks.Config{Store: s.store, Redis: s.bus.Redis(), Config: s.cfg, Log: s.log.With("component", "tasks"),
 		RegistryLogins: deps,

@@ -44,6 +44,9 @@ func (s *Scheduler) dispatch(ctx context.Context, t store.Task, a store.Attempt)
 		err = s.openSecrets(ctx, t, ta)
 	}
 	if err == nil {
+		err = s.attachVolumes(ctx, t, ta)
+	}
+	if err == nil {
 		err = s.pushWithResends(ctx, t, a, ta)
 	}
 	if err == nil {

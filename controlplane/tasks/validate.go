@@ -49,6 +49,9 @@ func (s *Submitter) resolve(ctx context.Context, workspaceID string, in *v1.Task
 	if err := s.checkSecrets(ctx, workspaceID, spec); err != nil {
 		return nil, "", err
 	}
+	if err := s.checkVolumes(ctx, workspaceID, spec); err != nil {
+		return nil, "", err
+	}
 	note, err = s.checkFits(ctx, workspaceID, spec)
 	if err != nil {
 		return nil, "", err
@@ -117,6 +120,7 @@ func (s *Submitter) fillAndCheck(spec *v1.TaskSpec, key string) []error {
 		bad("cwd %q: not an absolute path", spec.Cwd)
 	}
 	errs = append(errs, checkSecretNames(spec)...)
+	errs = append(errs, checkVolumeRefs(spec)...)
 	return errs
 }
 

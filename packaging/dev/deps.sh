@@ -8,7 +8,7 @@ PKGS=(
   postgresql redis-server runc runsc iptables iproute2 conntrack
   docker-registry protobuf-compiler busybox-static podman
   golang-github-gogo-googleapis-dev ca-certificates openssl curl
-  chromium gcc libc6-dev
+  chromium gcc libc6-dev fuse3
 )
 
 # The dashboard's web app (Next.js 16) needs Node.js 20.9 or later and npm.

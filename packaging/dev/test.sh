@@ -31,6 +31,10 @@ go run ./packaging/images --rootfs-only
 step "Kubernetes control plane binaries (packaging/kube, cached under ~/.cache/levers9/kube; 10-30 minutes only when cold)"
 bash packaging/kube/build.sh >/dev/null
 
+step "SeaweedFS weed binary (packaging/seaweedfs, cached under ~/.cache/levers9/seaweedfs; 7-10 minutes only when cold)"
+LEVERS9_WEED_BIN="$(bash packaging/seaweedfs/build.sh | tail -n1)"
+export LEVERS9_WEED_BIN
+
 step "go test"
 go test -count=1 -timeout 40m ./...
 

@@ -310,7 +310,10 @@ type TaskSpec struct {
 	// Only the names are stored with the task; the controlplane opens the
 	// values when it pushes an attempt to its machine. A key may not also be
 	// in env or in another listed secret.
-	Secrets       []string `protobuf:"bytes,60,rep,name=secrets,proto3" json:"secrets,omitempty"`
+	Secrets []string `protobuf:"bytes,60,rep,name=secrets,proto3" json:"secrets,omitempty"`
+	// Volumes of the workspace (levers9 volume create) mounted into the
+	// container; only the references are stored with the task.
+	Volumes       []*VolumeRef `protobuf:"bytes,61,rep,name=volumes,proto3" json:"volumes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -436,6 +439,75 @@ func (x *TaskSpec) GetSecrets() []string {
 	return nil
 }
 
+func (x *TaskSpec) GetVolumes() []*VolumeRef {
+	if x != nil {
+		return x.Volumes
+	}
+	return nil
+}
+
+// VolumeRef mounts a volume at path in the container (never on or under
+// /proc, /sys, /dev, /etc or "/").
+type VolumeRef struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Path          string                 `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
+	ReadOnly      bool                   `protobuf:"varint,3,opt,name=read_only,json=readOnly,proto3" json:"read_only,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *VolumeRef) Reset() {
+	*x = VolumeRef{}
+	mi := &file_api_levers9_v1_task_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *VolumeRef) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*VolumeRef) ProtoMessage() {}
+
+func (x *VolumeRef) ProtoReflect() protoreflect.Message {
+	mi := &file_api_levers9_v1_task_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use VolumeRef.ProtoReflect.Descriptor instead.
+func (*VolumeRef) Descriptor() ([]byte, []int) {
+	return file_api_levers9_v1_task_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *VolumeRef) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *VolumeRef) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *VolumeRef) GetReadOnly() bool {
+	if x != nil {
+		return x.ReadOnly
+	}
+	return false
+}
+
 type Attempt struct {
 	state       protoimpl.MessageState `protogen:"open.v1"`
 	Number      int32                  `protobuf:"varint,1,opt,name=number,proto3" json:"number,omitempty"`
@@ -467,7 +539,7 @@ type Attempt struct {
 
 func (x *Attempt) Reset() {
 	*x = Attempt{}
-	mi := &file_api_levers9_v1_task_proto_msgTypes[1]
+	mi := &file_api_levers9_v1_task_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -479,7 +551,7 @@ func (x *Attempt) String() string {
 func (*Attempt) ProtoMessage() {}
 
 func (x *Attempt) ProtoReflect() protoreflect.Message {
-	mi := &file_api_levers9_v1_task_proto_msgTypes[1]
+	mi := &file_api_levers9_v1_task_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -492,7 +564,7 @@ func (x *Attempt) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Attempt.ProtoReflect.Descriptor instead.
 func (*Attempt) Descriptor() ([]byte, []int) {
-	return file_api_levers9_v1_task_proto_rawDescGZIP(), []int{1}
+	return file_api_levers9_v1_task_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *Attempt) GetNumber() int32 {
@@ -626,7 +698,7 @@ type AppliedSecurity struct {
 
 func (x *AppliedSecurity) Reset() {
 	*x = AppliedSecurity{}
-	mi := &file_api_levers9_v1_task_proto_msgTypes[2]
+	mi := &file_api_levers9_v1_task_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -638,7 +710,7 @@ func (x *AppliedSecurity) String() string {
 func (*AppliedSecurity) ProtoMessage() {}
 
 func (x *AppliedSecurity) ProtoReflect() protoreflect.Message {
-	mi := &file_api_levers9_v1_task_proto_msgTypes[2]
+	mi := &file_api_levers9_v1_task_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -651,7 +723,7 @@ func (x *AppliedSecurity) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AppliedSecurity.ProtoReflect.Descriptor instead.
 func (*AppliedSecurity) Descriptor() ([]byte, []int) {
-	return file_api_levers9_v1_task_proto_rawDescGZIP(), []int{2}
+	return file_api_levers9_v1_task_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *AppliedSecurity) GetRuntime() string {
@@ -782,7 +854,7 @@ type Task struct {
 
 func (x *Task) Reset() {
 	*x = Task{}
-	mi := &file_api_levers9_v1_task_proto_msgTypes[3]
+	mi := &file_api_levers9_v1_task_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -794,7 +866,7 @@ func (x *Task) String() string {
 func (*Task) ProtoMessage() {}
 
 func (x *Task) ProtoReflect() protoreflect.Message {
-	mi := &file_api_levers9_v1_task_proto_msgTypes[3]
+	mi := &file_api_levers9_v1_task_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -807,7 +879,7 @@ func (x *Task) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Task.ProtoReflect.Descriptor instead.
 func (*Task) Descriptor() ([]byte, []int) {
-	return file_api_levers9_v1_task_proto_rawDescGZIP(), []int{3}
+	return file_api_levers9_v1_task_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *Task) GetId() string {
@@ -891,7 +963,7 @@ type SubmitTaskRequest struct {
 
 func (x *SubmitTaskRequest) Reset() {
 	*x = SubmitTaskRequest{}
-	mi := &file_api_levers9_v1_task_proto_msgTypes[4]
+	mi := &file_api_levers9_v1_task_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -903,7 +975,7 @@ func (x *SubmitTaskRequest) String() string {
 func (*SubmitTaskRequest) ProtoMessage() {}
 
 func (x *SubmitTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_levers9_v1_task_proto_msgTypes[4]
+	mi := &file_api_levers9_v1_task_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -916,7 +988,7 @@ func (x *SubmitTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitTaskRequest.ProtoReflect.Descriptor instead.
 func (*SubmitTaskRequest) Descriptor() ([]byte, []int) {
-	return file_api_levers9_v1_task_proto_rawDescGZIP(), []int{4}
+	return file_api_levers9_v1_task_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *SubmitTaskRequest) GetSpec() *TaskSpec {
@@ -944,7 +1016,7 @@ type SubmitTaskResponse struct {
 
 func (x *SubmitTaskResponse) Reset() {
 	*x = SubmitTaskResponse{}
-	mi := &file_api_levers9_v1_task_proto_msgTypes[5]
+	mi := &file_api_levers9_v1_task_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -956,7 +1028,7 @@ func (x *SubmitTaskResponse) String() string {
 func (*SubmitTaskResponse) ProtoMessage() {}
 
 func (x *SubmitTaskResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_levers9_v1_task_proto_msgTypes[5]
+	mi := &file_api_levers9_v1_task_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -969,7 +1041,7 @@ func (x *SubmitTaskResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitTaskResponse.ProtoReflect.Descriptor instead.
 func (*SubmitTaskResponse) Descriptor() ([]byte, []int) {
-	return file_api_levers9_v1_task_proto_rawDescGZIP(), []int{5}
+	return file_api_levers9_v1_task_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *SubmitTaskResponse) GetTask() *Task {
@@ -995,7 +1067,7 @@ type GetTaskRequest struct {
 
 func (x *GetTaskRequest) Reset() {
 	*x = GetTaskRequest{}
-	mi := &file_api_levers9_v1_task_proto_msgTypes[6]
+	mi := &file_api_levers9_v1_task_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1007,7 +1079,7 @@ func (x *GetTaskRequest) String() string {
 func (*GetTaskRequest) ProtoMessage() {}
 
 func (x *GetTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_levers9_v1_task_proto_msgTypes[6]
+	mi := &file_api_levers9_v1_task_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1020,7 +1092,7 @@ func (x *GetTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTaskRequest.ProtoReflect.Descriptor instead.
 func (*GetTaskRequest) Descriptor() ([]byte, []int) {
-	return file_api_levers9_v1_task_proto_rawDescGZIP(), []int{6}
+	return file_api_levers9_v1_task_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *GetTaskRequest) GetId() string {
@@ -1039,7 +1111,7 @@ type GetTaskResponse struct {
 
 func (x *GetTaskResponse) Reset() {
 	*x = GetTaskResponse{}
-	mi := &file_api_levers9_v1_task_proto_msgTypes[7]
+	mi := &file_api_levers9_v1_task_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1051,7 +1123,7 @@ func (x *GetTaskResponse) String() string {
 func (*GetTaskResponse) ProtoMessage() {}
 
 func (x *GetTaskResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_levers9_v1_task_proto_msgTypes[7]
+	mi := &file_api_levers9_v1_task_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1064,7 +1136,7 @@ func (x *GetTaskResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTaskResponse.ProtoReflect.Descriptor instead.
 func (*GetTaskResponse) Descriptor() ([]byte, []int) {
-	return file_api_levers9_v1_task_proto_rawDescGZIP(), []int{7}
+	return file_api_levers9_v1_task_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *GetTaskResponse) GetTask() *Task {
@@ -1087,7 +1159,7 @@ type ListTasksRequest struct {
 
 func (x *ListTasksRequest) Reset() {
 	*x = ListTasksRequest{}
-	mi := &file_api_levers9_v1_task_proto_msgTypes[8]
+	mi := &file_api_levers9_v1_task_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1099,7 +1171,7 @@ func (x *ListTasksRequest) String() string {
 func (*ListTasksRequest) ProtoMessage() {}
 
 func (x *ListTasksRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_levers9_v1_task_proto_msgTypes[8]
+	mi := &file_api_levers9_v1_task_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1112,7 +1184,7 @@ func (x *ListTasksRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTasksRequest.ProtoReflect.Descriptor instead.
 func (*ListTasksRequest) Descriptor() ([]byte, []int) {
-	return file_api_levers9_v1_task_proto_rawDescGZIP(), []int{8}
+	return file_api_levers9_v1_task_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ListTasksRequest) GetPageSize() int32 {
@@ -1146,7 +1218,7 @@ type ListTasksResponse struct {
 
 func (x *ListTasksResponse) Reset() {
 	*x = ListTasksResponse{}
-	mi := &file_api_levers9_v1_task_proto_msgTypes[9]
+	mi := &file_api_levers9_v1_task_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1158,7 +1230,7 @@ func (x *ListTasksResponse) String() string {
 func (*ListTasksResponse) ProtoMessage() {}
 
 func (x *ListTasksResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_levers9_v1_task_proto_msgTypes[9]
+	mi := &file_api_levers9_v1_task_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1171,7 +1243,7 @@ func (x *ListTasksResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTasksResponse.ProtoReflect.Descriptor instead.
 func (*ListTasksResponse) Descriptor() ([]byte, []int) {
-	return file_api_levers9_v1_task_proto_rawDescGZIP(), []int{9}
+	return file_api_levers9_v1_task_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ListTasksResponse) GetTasks() []*Task {
@@ -1197,7 +1269,7 @@ type CancelTaskRequest struct {
 
 func (x *CancelTaskRequest) Reset() {
 	*x = CancelTaskRequest{}
-	mi := &file_api_levers9_v1_task_proto_msgTypes[10]
+	mi := &file_api_levers9_v1_task_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1209,7 +1281,7 @@ func (x *CancelTaskRequest) String() string {
 func (*CancelTaskRequest) ProtoMessage() {}
 
 func (x *CancelTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_levers9_v1_task_proto_msgTypes[10]
+	mi := &file_api_levers9_v1_task_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1222,7 +1294,7 @@ func (x *CancelTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelTaskRequest.ProtoReflect.Descriptor instead.
 func (*CancelTaskRequest) Descriptor() ([]byte, []int) {
-	return file_api_levers9_v1_task_proto_rawDescGZIP(), []int{10}
+	return file_api_levers9_v1_task_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *CancelTaskRequest) GetId() string {
@@ -1241,7 +1313,7 @@ type CancelTaskResponse struct {
 
 func (x *CancelTaskResponse) Reset() {
 	*x = CancelTaskResponse{}
-	mi := &file_api_levers9_v1_task_proto_msgTypes[11]
+	mi := &file_api_levers9_v1_task_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1253,7 +1325,7 @@ func (x *CancelTaskResponse) String() string {
 func (*CancelTaskResponse) ProtoMessage() {}
 
 func (x *CancelTaskResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_levers9_v1_task_proto_msgTypes[11]
+	mi := &file_api_levers9_v1_task_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1266,7 +1338,7 @@ func (x *CancelTaskResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelTaskResponse.ProtoReflect.Descriptor instead.
 func (*CancelTaskResponse) Descriptor() ([]byte, []int) {
-	return file_api_levers9_v1_task_proto_rawDescGZIP(), []int{11}
+	return file_api_levers9_v1_task_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *CancelTaskResponse) GetTask() *Task {
@@ -1290,7 +1362,7 @@ type FollowTaskRequest struct {
 
 func (x *FollowTaskRequest) Reset() {
 	*x = FollowTaskRequest{}
-	mi := &file_api_levers9_v1_task_proto_msgTypes[12]
+	mi := &file_api_levers9_v1_task_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1302,7 +1374,7 @@ func (x *FollowTaskRequest) String() string {
 func (*FollowTaskRequest) ProtoMessage() {}
 
 func (x *FollowTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_levers9_v1_task_proto_msgTypes[12]
+	mi := &file_api_levers9_v1_task_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1315,7 +1387,7 @@ func (x *FollowTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FollowTaskRequest.ProtoReflect.Descriptor instead.
 func (*FollowTaskRequest) Descriptor() ([]byte, []int) {
-	return file_api_levers9_v1_task_proto_rawDescGZIP(), []int{12}
+	return file_api_levers9_v1_task_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *FollowTaskRequest) GetId() string {
@@ -1353,7 +1425,7 @@ type LogLine struct {
 
 func (x *LogLine) Reset() {
 	*x = LogLine{}
-	mi := &file_api_levers9_v1_task_proto_msgTypes[13]
+	mi := &file_api_levers9_v1_task_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1365,7 +1437,7 @@ func (x *LogLine) String() string {
 func (*LogLine) ProtoMessage() {}
 
 func (x *LogLine) ProtoReflect() protoreflect.Message {
-	mi := &file_api_levers9_v1_task_proto_msgTypes[13]
+	mi := &file_api_levers9_v1_task_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1378,7 +1450,7 @@ func (x *LogLine) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogLine.ProtoReflect.Descriptor instead.
 func (*LogLine) Descriptor() ([]byte, []int) {
-	return file_api_levers9_v1_task_proto_rawDescGZIP(), []int{13}
+	return file_api_levers9_v1_task_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *LogLine) GetStream() LogStream {
@@ -1421,7 +1493,7 @@ type StateChange struct {
 
 func (x *StateChange) Reset() {
 	*x = StateChange{}
-	mi := &file_api_levers9_v1_task_proto_msgTypes[14]
+	mi := &file_api_levers9_v1_task_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1433,7 +1505,7 @@ func (x *StateChange) String() string {
 func (*StateChange) ProtoMessage() {}
 
 func (x *StateChange) ProtoReflect() protoreflect.Message {
-	mi := &file_api_levers9_v1_task_proto_msgTypes[14]
+	mi := &file_api_levers9_v1_task_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1446,7 +1518,7 @@ func (x *StateChange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StateChange.ProtoReflect.Descriptor instead.
 func (*StateChange) Descriptor() ([]byte, []int) {
-	return file_api_levers9_v1_task_proto_rawDescGZIP(), []int{14}
+	return file_api_levers9_v1_task_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *StateChange) GetTaskState() TaskState {
@@ -1523,7 +1595,7 @@ type TaskEvent struct {
 
 func (x *TaskEvent) Reset() {
 	*x = TaskEvent{}
-	mi := &file_api_levers9_v1_task_proto_msgTypes[15]
+	mi := &file_api_levers9_v1_task_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1535,7 +1607,7 @@ func (x *TaskEvent) String() string {
 func (*TaskEvent) ProtoMessage() {}
 
 func (x *TaskEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_api_levers9_v1_task_proto_msgTypes[15]
+	mi := &file_api_levers9_v1_task_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1548,7 +1620,7 @@ func (x *TaskEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskEvent.ProtoReflect.Descriptor instead.
 func (*TaskEvent) Descriptor() ([]byte, []int) {
-	return file_api_levers9_v1_task_proto_rawDescGZIP(), []int{15}
+	return file_api_levers9_v1_task_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *TaskEvent) GetCursor() string {
@@ -1645,7 +1717,7 @@ type SeccompSyscall struct {
 
 func (x *SeccompSyscall) Reset() {
 	*x = SeccompSyscall{}
-	mi := &file_api_levers9_v1_task_proto_msgTypes[16]
+	mi := &file_api_levers9_v1_task_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1657,7 +1729,7 @@ func (x *SeccompSyscall) String() string {
 func (*SeccompSyscall) ProtoMessage() {}
 
 func (x *SeccompSyscall) ProtoReflect() protoreflect.Message {
-	mi := &file_api_levers9_v1_task_proto_msgTypes[16]
+	mi := &file_api_levers9_v1_task_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1670,7 +1742,7 @@ func (x *SeccompSyscall) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SeccompSyscall.ProtoReflect.Descriptor instead.
 func (*SeccompSyscall) Descriptor() ([]byte, []int) {
-	return file_api_levers9_v1_task_proto_rawDescGZIP(), []int{16}
+	return file_api_levers9_v1_task_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *SeccompSyscall) GetSyscall() string {
@@ -1697,7 +1769,7 @@ type SeccompLogged struct {
 
 func (x *SeccompLogged) Reset() {
 	*x = SeccompLogged{}
-	mi := &file_api_levers9_v1_task_proto_msgTypes[17]
+	mi := &file_api_levers9_v1_task_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1709,7 +1781,7 @@ func (x *SeccompLogged) String() string {
 func (*SeccompLogged) ProtoMessage() {}
 
 func (x *SeccompLogged) ProtoReflect() protoreflect.Message {
-	mi := &file_api_levers9_v1_task_proto_msgTypes[17]
+	mi := &file_api_levers9_v1_task_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1722,7 +1794,7 @@ func (x *SeccompLogged) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SeccompLogged.ProtoReflect.Descriptor instead.
 func (*SeccompLogged) Descriptor() ([]byte, []int) {
-	return file_api_levers9_v1_task_proto_rawDescGZIP(), []int{17}
+	return file_api_levers9_v1_task_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *SeccompLogged) GetSyscalls() []*SeccompSyscall {
@@ -1737,7 +1809,7 @@ var File_api_levers9_v1_task_proto protoreflect.FileDescriptor
 const file_api_levers9_v1_task_proto_rawDesc = "" +
 	"\n" +
 	"\x19api/levers9/v1/task.proto\x12\n" +
-	"levers9.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xb7\x03\n" +
+	"levers9.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xe8\x03\n" +
 	"\bTaskSpec\x12\x14\n" +
 	"\x05image\x18\x01 \x01(\tR\x05image\x12\x18\n" +
 	"\acommand\x18\x02 \x03(\tR\acommand\x12/\n" +
@@ -1753,10 +1825,15 @@ const file_api_levers9_v1_task_proto_rawDesc = "" +
 	" \x01(\x05R\aretries\x12\x12\n" +
 	"\x04user\x18\v \x01(\tR\x04user\x12\x10\n" +
 	"\x03cwd\x18\f \x01(\tR\x03cwd\x12\x18\n" +
-	"\asecrets\x18< \x03(\tR\asecrets\x1a6\n" +
+	"\asecrets\x18< \x03(\tR\asecrets\x12/\n" +
+	"\avolumes\x18= \x03(\v2\x15.levers9.v1.VolumeRefR\avolumes\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xce\x04\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"P\n" +
+	"\tVolumeRef\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
+	"\x04path\x18\x02 \x01(\tR\x04path\x12\x1b\n" +
+	"\tread_only\x18\x03 \x01(\bR\breadOnly\"\xce\x04\n" +
 	"\aAttempt\x12\x16\n" +
 	"\x06number\x18\x01 \x01(\x05R\x06number\x12.\n" +
 	"\x05state\x18\x02 \x01(\x0e2\x18.levers9.v1.AttemptStateR\x05state\x12\x1d\n" +
@@ -1922,79 +1999,81 @@ func file_api_levers9_v1_task_proto_rawDescGZIP() []byte {
 }
 
 var file_api_levers9_v1_task_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_api_levers9_v1_task_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
+var file_api_levers9_v1_task_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
 var file_api_levers9_v1_task_proto_goTypes = []any{
 	(TaskState)(0),                // 0: levers9.v1.TaskState
 	(AttemptState)(0),             // 1: levers9.v1.AttemptState
 	(FailureReason)(0),            // 2: levers9.v1.FailureReason
 	(LogStream)(0),                // 3: levers9.v1.LogStream
 	(*TaskSpec)(nil),              // 4: levers9.v1.TaskSpec
-	(*Attempt)(nil),               // 5: levers9.v1.Attempt
-	(*AppliedSecurity)(nil),       // 6: levers9.v1.AppliedSecurity
-	(*Task)(nil),                  // 7: levers9.v1.Task
-	(*SubmitTaskRequest)(nil),     // 8: levers9.v1.SubmitTaskRequest
-	(*SubmitTaskResponse)(nil),    // 9: levers9.v1.SubmitTaskResponse
-	(*GetTaskRequest)(nil),        // 10: levers9.v1.GetTaskRequest
-	(*GetTaskResponse)(nil),       // 11: levers9.v1.GetTaskResponse
-	(*ListTasksRequest)(nil),      // 12: levers9.v1.ListTasksRequest
-	(*ListTasksResponse)(nil),     // 13: levers9.v1.ListTasksResponse
-	(*CancelTaskRequest)(nil),     // 14: levers9.v1.CancelTaskRequest
-	(*CancelTaskResponse)(nil),    // 15: levers9.v1.CancelTaskResponse
-	(*FollowTaskRequest)(nil),     // 16: levers9.v1.FollowTaskRequest
-	(*LogLine)(nil),               // 17: levers9.v1.LogLine
-	(*StateChange)(nil),           // 18: levers9.v1.StateChange
-	(*TaskEvent)(nil),             // 19: levers9.v1.TaskEvent
-	(*SeccompSyscall)(nil),        // 20: levers9.v1.SeccompSyscall
-	(*SeccompLogged)(nil),         // 21: levers9.v1.SeccompLogged
-	nil,                           // 22: levers9.v1.TaskSpec.EnvEntry
-	(*durationpb.Duration)(nil),   // 23: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil), // 24: google.protobuf.Timestamp
+	(*VolumeRef)(nil),             // 5: levers9.v1.VolumeRef
+	(*Attempt)(nil),               // 6: levers9.v1.Attempt
+	(*AppliedSecurity)(nil),       // 7: levers9.v1.AppliedSecurity
+	(*Task)(nil),                  // 8: levers9.v1.Task
+	(*SubmitTaskRequest)(nil),     // 9: levers9.v1.SubmitTaskRequest
+	(*SubmitTaskResponse)(nil),    // 10: levers9.v1.SubmitTaskResponse
+	(*GetTaskRequest)(nil),        // 11: levers9.v1.GetTaskRequest
+	(*GetTaskResponse)(nil),       // 12: levers9.v1.GetTaskResponse
+	(*ListTasksRequest)(nil),      // 13: levers9.v1.ListTasksRequest
+	(*ListTasksResponse)(nil),     // 14: levers9.v1.ListTasksResponse
+	(*CancelTaskRequest)(nil),     // 15: levers9.v1.CancelTaskRequest
+	(*CancelTaskResponse)(nil),    // 16: levers9.v1.CancelTaskResponse
+	(*FollowTaskRequest)(nil),     // 17: levers9.v1.FollowTaskRequest
+	(*LogLine)(nil),               // 18: levers9.v1.LogLine
+	(*StateChange)(nil),           // 19: levers9.v1.StateChange
+	(*TaskEvent)(nil),             // 20: levers9.v1.TaskEvent
+	(*SeccompSyscall)(nil),        // 21: levers9.v1.SeccompSyscall
+	(*SeccompLogged)(nil),         // 22: levers9.v1.SeccompLogged
+	nil,                           // 23: levers9.v1.TaskSpec.EnvEntry
+	(*durationpb.Duration)(nil),   // 24: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil), // 25: google.protobuf.Timestamp
 }
 var file_api_levers9_v1_task_proto_depIdxs = []int32{
-	22, // 0: levers9.v1.TaskSpec.env:type_name -> levers9.v1.TaskSpec.EnvEntry
-	23, // 1: levers9.v1.TaskSpec.timeout:type_name -> google.protobuf.Duration
-	1,  // 2: levers9.v1.Attempt.state:type_name -> levers9.v1.AttemptState
-	24, // 3: levers9.v1.Attempt.scheduled_at:type_name -> google.protobuf.Timestamp
-	24, // 4: levers9.v1.Attempt.started_at:type_name -> google.protobuf.Timestamp
-	24, // 5: levers9.v1.Attempt.finished_at:type_name -> google.protobuf.Timestamp
-	2,  // 6: levers9.v1.Attempt.reason:type_name -> levers9.v1.FailureReason
-	6,  // 7: levers9.v1.Attempt.applied_security:type_name -> levers9.v1.AppliedSecurity
-	4,  // 8: levers9.v1.Task.spec:type_name -> levers9.v1.TaskSpec
-	0,  // 9: levers9.v1.Task.state:type_name -> levers9.v1.TaskState
-	24, // 10: levers9.v1.Task.created_at:type_name -> google.protobuf.Timestamp
-	24, // 11: levers9.v1.Task.finished_at:type_name -> google.protobuf.Timestamp
-	5,  // 12: levers9.v1.Task.attempts:type_name -> levers9.v1.Attempt
-	20, // 13: levers9.v1.Task.seccomp_logged:type_name -> levers9.v1.SeccompSyscall
-	4,  // 14: levers9.v1.SubmitTaskRequest.spec:type_name -> levers9.v1.TaskSpec
-	7,  // 15: levers9.v1.SubmitTaskResponse.task:type_name -> levers9.v1.Task
-	7,  // 16: levers9.v1.GetTaskResponse.task:type_name -> levers9.v1.Task
-	0,  // 17: levers9.v1.ListTasksRequest.states:type_name -> levers9.v1.TaskState
-	7,  // 18: levers9.v1.ListTasksResponse.tasks:type_name -> levers9.v1.Task
-	7,  // 19: levers9.v1.CancelTaskResponse.task:type_name -> levers9.v1.Task
-	3,  // 20: levers9.v1.LogLine.stream:type_name -> levers9.v1.LogStream
-	0,  // 21: levers9.v1.StateChange.task_state:type_name -> levers9.v1.TaskState
-	1,  // 22: levers9.v1.StateChange.attempt_state:type_name -> levers9.v1.AttemptState
-	2,  // 23: levers9.v1.StateChange.reason:type_name -> levers9.v1.FailureReason
-	24, // 24: levers9.v1.TaskEvent.time:type_name -> google.protobuf.Timestamp
-	17, // 25: levers9.v1.TaskEvent.log:type_name -> levers9.v1.LogLine
-	18, // 26: levers9.v1.TaskEvent.state:type_name -> levers9.v1.StateChange
-	21, // 27: levers9.v1.TaskEvent.seccomp:type_name -> levers9.v1.SeccompLogged
-	20, // 28: levers9.v1.SeccompLogged.syscalls:type_name -> levers9.v1.SeccompSyscall
-	8,  // 29: levers9.v1.TaskService.SubmitTask:input_type -> levers9.v1.SubmitTaskRequest
-	10, // 30: levers9.v1.TaskService.GetTask:input_type -> levers9.v1.GetTaskRequest
-	12, // 31: levers9.v1.TaskService.ListTasks:input_type -> levers9.v1.ListTasksRequest
-	14, // 32: levers9.v1.TaskService.CancelTask:input_type -> levers9.v1.CancelTaskRequest
-	16, // 33: levers9.v1.TaskService.FollowTask:input_type -> levers9.v1.FollowTaskRequest
-	9,  // 34: levers9.v1.TaskService.SubmitTask:output_type -> levers9.v1.SubmitTaskResponse
-	11, // 35: levers9.v1.TaskService.GetTask:output_type -> levers9.v1.GetTaskResponse
-	13, // 36: levers9.v1.TaskService.ListTasks:output_type -> levers9.v1.ListTasksResponse
-	15, // 37: levers9.v1.TaskService.CancelTask:output_type -> levers9.v1.CancelTaskResponse
-	19, // 38: levers9.v1.TaskService.FollowTask:output_type -> levers9.v1.TaskEvent
-	34, // [34:39] is the sub-list for method output_type
-	29, // [29:34] is the sub-list for method input_type
-	29, // [29:29] is the sub-list for extension type_name
-	29, // [29:29] is the sub-list for extension extendee
-	0,  // [0:29] is the sub-list for field type_name
+	23, // 0: levers9.v1.TaskSpec.env:type_name -> levers9.v1.TaskSpec.EnvEntry
+	24, // 1: levers9.v1.TaskSpec.timeout:type_name -> google.protobuf.Duration
+	5,  // 2: levers9.v1.TaskSpec.volumes:type_name -> levers9.v1.VolumeRef
+	1,  // 3: levers9.v1.Attempt.state:type_name -> levers9.v1.AttemptState
+	25, // 4: levers9.v1.Attempt.scheduled_at:type_name -> google.protobuf.Timestamp
+	25, // 5: levers9.v1.Attempt.started_at:type_name -> google.protobuf.Timestamp
+	25, // 6: levers9.v1.Attempt.finished_at:type_name -> google.protobuf.Timestamp
+	2,  // 7: levers9.v1.Attempt.reason:type_name -> levers9.v1.FailureReason
+	7,  // 8: levers9.v1.Attempt.applied_security:type_name -> levers9.v1.AppliedSecurity
+	4,  // 9: levers9.v1.Task.spec:type_name -> levers9.v1.TaskSpec
+	0,  // 10: levers9.v1.Task.state:type_name -> levers9.v1.TaskState
+	25, // 11: levers9.v1.Task.created_at:type_name -> google.protobuf.Timestamp
+	25, // 12: levers9.v1.Task.finished_at:type_name -> google.protobuf.Timestamp
+	6,  // 13: levers9.v1.Task.attempts:type_name -> levers9.v1.Attempt
+	21, // 14: levers9.v1.Task.seccomp_logged:type_name -> levers9.v1.SeccompSyscall
+	4,  // 15: levers9.v1.SubmitTaskRequest.spec:type_name -> levers9.v1.TaskSpec
+	8,  // 16: levers9.v1.SubmitTaskResponse.task:type_name -> levers9.v1.Task
+	8,  // 17: levers9.v1.GetTaskResponse.task:type_name -> levers9.v1.Task
+	0,  // 18: levers9.v1.ListTasksRequest.states:type_name -> levers9.v1.TaskState
+	8,  // 19: levers9.v1.ListTasksResponse.tasks:type_name -> levers9.v1.Task
+	8,  // 20: levers9.v1.CancelTaskResponse.task:type_name -> levers9.v1.Task
+	3,  // 21: levers9.v1.LogLine.stream:type_name -> levers9.v1.LogStream
+	0,  // 22: levers9.v1.StateChange.task_state:type_name -> levers9.v1.TaskState
+	1,  // 23: levers9.v1.StateChange.attempt_state:type_name -> levers9.v1.AttemptState
+	2,  // 24: levers9.v1.StateChange.reason:type_name -> levers9.v1.FailureReason
+	25, // 25: levers9.v1.TaskEvent.time:type_name -> google.protobuf.Timestamp
+	18, // 26: levers9.v1.TaskEvent.log:type_name -> levers9.v1.LogLine
+	19, // 27: levers9.v1.TaskEvent.state:type_name -> levers9.v1.StateChange
+	22, // 28: levers9.v1.TaskEvent.seccomp:type_name -> levers9.v1.SeccompLogged
+	21, // 29: levers9.v1.SeccompLogged.syscalls:type_name -> levers9.v1.SeccompSyscall
+	9,  // 30: levers9.v1.TaskService.SubmitTask:input_type -> levers9.v1.SubmitTaskRequest
+	11, // 31: levers9.v1.TaskService.GetTask:input_type -> levers9.v1.GetTaskRequest
+	13, // 32: levers9.v1.TaskService.ListTasks:input_type -> levers9.v1.ListTasksRequest
+	15, // 33: levers9.v1.TaskService.CancelTask:input_type -> levers9.v1.CancelTaskRequest
+	17, // 34: levers9.v1.TaskService.FollowTask:input_type -> levers9.v1.FollowTaskRequest
+	10, // 35: levers9.v1.TaskService.SubmitTask:output_type -> levers9.v1.SubmitTaskResponse
+	12, // 36: levers9.v1.TaskService.GetTask:output_type -> levers9.v1.GetTaskResponse
+	14, // 37: levers9.v1.TaskService.ListTasks:output_type -> levers9.v1.ListTasksResponse
+	16, // 38: levers9.v1.TaskService.CancelTask:output_type -> levers9.v1.CancelTaskResponse
+	20, // 39: levers9.v1.TaskService.FollowTask:output_type -> levers9.v1.TaskEvent
+	35, // [35:40] is the sub-list for method output_type
+	30, // [30:35] is the sub-list for method input_type
+	30, // [30:30] is the sub-list for extension type_name
+	30, // [30:30] is the sub-list for extension extendee
+	0,  // [0:30] is the sub-list for field type_name
 }
 
 func init() { file_api_levers9_v1_task_proto_init() }
@@ -2002,10 +2081,10 @@ func file_api_levers9_v1_task_proto_init() {
 	if File_api_levers9_v1_task_proto != nil {
 		return
 	}
-	file_api_levers9_v1_task_proto_msgTypes[1].OneofWrappers = []any{}
-	file_api_levers9_v1_task_proto_msgTypes[3].OneofWrappers = []any{}
-	file_api_levers9_v1_task_proto_msgTypes[14].OneofWrappers = []any{}
-	file_api_levers9_v1_task_proto_msgTypes[15].OneofWrappers = []any{
+	file_api_levers9_v1_task_proto_msgTypes[2].OneofWrappers = []any{}
+	file_api_levers9_v1_task_proto_msgTypes[4].OneofWrappers = []any{}
+	file_api_levers9_v1_task_proto_msgTypes[15].OneofWrappers = []any{}
+	file_api_levers9_v1_task_proto_msgTypes[16].OneofWrappers = []any{
 		(*TaskEvent_Log)(nil),
 		(*TaskEvent_State)(nil),
 		(*TaskEvent_Seccomp)(nil),
@@ -2016,7 +2095,7 @@ func file_api_levers9_v1_task_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_levers9_v1_task_proto_rawDesc), len(file_api_levers9_v1_task_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   19,
+			NumMessages:   20,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

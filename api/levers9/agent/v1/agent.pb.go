@@ -1118,7 +1118,11 @@ type TaskAttempt struct {
 	// push only and added to the container's environment after env. Never
 	// logged, reported, or written to disk by the agent beyond the moment the
 	// runtime needs it.
-	SecretEnv     []string `protobuf:"bytes,60,rep,name=secret_env,json=secretEnv,proto3" json:"secret_env,omitempty"`
+	SecretEnv []string `protobuf:"bytes,60,rep,name=secret_env,json=secretEnv,proto3" json:"secret_env,omitempty"`
+	// The task's volumes, resolved by the controlplane for this push: what
+	// the node needs to mount each one. Credentials in env are for this
+	// attempt only and go to the mount process's environment, never argv.
+	Volumes       []*VolumeMount `protobuf:"bytes,70,rep,name=volumes,proto3" json:"volumes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1265,6 +1269,143 @@ func (x *TaskAttempt) GetSecretEnv() []string {
 	return nil
 }
 
+func (x *TaskAttempt) GetVolumes() []*VolumeMount {
+	if x != nil {
+		return x.Volumes
+	}
+	return nil
+}
+
+// VolumeMount is one volume to mount for one attempt.
+type VolumeMount struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	VolumeId string                 `protobuf:"bytes,1,opt,name=volume_id,json=volumeId,proto3" json:"volume_id,omitempty"`
+	Name     string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	// The owning workspace; the agent refuses a volume of another workspace
+	// than the task's.
+	WorkspaceId     string `protobuf:"bytes,3,opt,name=workspace_id,json=workspaceId,proto3" json:"workspace_id,omitempty"`
+	TaskWorkspaceId string `protobuf:"bytes,4,opt,name=task_workspace_id,json=taskWorkspaceId,proto3" json:"task_workspace_id,omitempty"`
+	Driver          string `protobuf:"bytes,5,opt,name=driver,proto3" json:"driver,omitempty"`
+	// Container path and mode.
+	Path       string `protobuf:"bytes,6,opt,name=path,proto3" json:"path,omitempty"`
+	ReadOnly   bool   `protobuf:"varint,7,opt,name=read_only,json=readOnly,proto3" json:"read_only,omitempty"`
+	QuotaBytes int64  `protobuf:"varint,8,opt,name=quota_bytes,json=quotaBytes,proto3" json:"quota_bytes,omitempty"`
+	// seaweedfs: the filer, host:port.grpcPort and its HTTP URL.
+	FilerAddr string `protobuf:"bytes,9,opt,name=filer_addr,json=filerAddr,proto3" json:"filer_addr,omitempty"`
+	FilerUrl  string `protobuf:"bytes,10,opt,name=filer_url,json=filerUrl,proto3" json:"filer_url,omitempty"`
+	// KEY=VALUE for the mount process's environment (credentials).
+	Env           []string `protobuf:"bytes,11,rep,name=env,proto3" json:"env,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *VolumeMount) Reset() {
+	*x = VolumeMount{}
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *VolumeMount) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*VolumeMount) ProtoMessage() {}
+
+func (x *VolumeMount) ProtoReflect() protoreflect.Message {
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use VolumeMount.ProtoReflect.Descriptor instead.
+func (*VolumeMount) Descriptor() ([]byte, []int) {
+	return file_api_levers9_agent_v1_agent_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *VolumeMount) GetVolumeId() string {
+	if x != nil {
+		return x.VolumeId
+	}
+	return ""
+}
+
+func (x *VolumeMount) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *VolumeMount) GetWorkspaceId() string {
+	if x != nil {
+		return x.WorkspaceId
+	}
+	return ""
+}
+
+func (x *VolumeMount) GetTaskWorkspaceId() string {
+	if x != nil {
+		return x.TaskWorkspaceId
+	}
+	return ""
+}
+
+func (x *VolumeMount) GetDriver() string {
+	if x != nil {
+		return x.Driver
+	}
+	return ""
+}
+
+func (x *VolumeMount) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *VolumeMount) GetReadOnly() bool {
+	if x != nil {
+		return x.ReadOnly
+	}
+	return false
+}
+
+func (x *VolumeMount) GetQuotaBytes() int64 {
+	if x != nil {
+		return x.QuotaBytes
+	}
+	return 0
+}
+
+func (x *VolumeMount) GetFilerAddr() string {
+	if x != nil {
+		return x.FilerAddr
+	}
+	return ""
+}
+
+func (x *VolumeMount) GetFilerUrl() string {
+	if x != nil {
+		return x.FilerUrl
+	}
+	return ""
+}
+
+func (x *VolumeMount) GetEnv() []string {
+	if x != nil {
+		return x.Env
+	}
+	return nil
+}
+
 // RegistryAuth is a registry login handed down with one push.
 type RegistryAuth struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1278,7 +1419,7 @@ type RegistryAuth struct {
 
 func (x *RegistryAuth) Reset() {
 	*x = RegistryAuth{}
-	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[18]
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1290,7 +1431,7 @@ func (x *RegistryAuth) String() string {
 func (*RegistryAuth) ProtoMessage() {}
 
 func (x *RegistryAuth) ProtoReflect() protoreflect.Message {
-	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[18]
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1303,7 +1444,7 @@ func (x *RegistryAuth) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegistryAuth.ProtoReflect.Descriptor instead.
 func (*RegistryAuth) Descriptor() ([]byte, []int) {
-	return file_api_levers9_agent_v1_agent_proto_rawDescGZIP(), []int{18}
+	return file_api_levers9_agent_v1_agent_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *RegistryAuth) GetHost() string {
@@ -1337,7 +1478,7 @@ type RunningAttempt struct {
 
 func (x *RunningAttempt) Reset() {
 	*x = RunningAttempt{}
-	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[19]
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1349,7 +1490,7 @@ func (x *RunningAttempt) String() string {
 func (*RunningAttempt) ProtoMessage() {}
 
 func (x *RunningAttempt) ProtoReflect() protoreflect.Message {
-	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[19]
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1362,7 +1503,7 @@ func (x *RunningAttempt) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunningAttempt.ProtoReflect.Descriptor instead.
 func (*RunningAttempt) Descriptor() ([]byte, []int) {
-	return file_api_levers9_agent_v1_agent_proto_rawDescGZIP(), []int{19}
+	return file_api_levers9_agent_v1_agent_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *RunningAttempt) GetTaskId() string {
@@ -1388,7 +1529,7 @@ type RunTaskRequest struct {
 
 func (x *RunTaskRequest) Reset() {
 	*x = RunTaskRequest{}
-	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[20]
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1400,7 +1541,7 @@ func (x *RunTaskRequest) String() string {
 func (*RunTaskRequest) ProtoMessage() {}
 
 func (x *RunTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[20]
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1413,7 +1554,7 @@ func (x *RunTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunTaskRequest.ProtoReflect.Descriptor instead.
 func (*RunTaskRequest) Descriptor() ([]byte, []int) {
-	return file_api_levers9_agent_v1_agent_proto_rawDescGZIP(), []int{20}
+	return file_api_levers9_agent_v1_agent_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *RunTaskRequest) GetAttempt() *TaskAttempt {
@@ -1432,7 +1573,7 @@ type RunTaskResponse struct {
 
 func (x *RunTaskResponse) Reset() {
 	*x = RunTaskResponse{}
-	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[21]
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1444,7 +1585,7 @@ func (x *RunTaskResponse) String() string {
 func (*RunTaskResponse) ProtoMessage() {}
 
 func (x *RunTaskResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[21]
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1457,7 +1598,7 @@ func (x *RunTaskResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunTaskResponse.ProtoReflect.Descriptor instead.
 func (*RunTaskResponse) Descriptor() ([]byte, []int) {
-	return file_api_levers9_agent_v1_agent_proto_rawDescGZIP(), []int{21}
+	return file_api_levers9_agent_v1_agent_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *RunTaskResponse) GetAlreadyRunning() bool {
@@ -1478,7 +1619,7 @@ type CancelTaskRequest struct {
 
 func (x *CancelTaskRequest) Reset() {
 	*x = CancelTaskRequest{}
-	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[22]
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1490,7 +1631,7 @@ func (x *CancelTaskRequest) String() string {
 func (*CancelTaskRequest) ProtoMessage() {}
 
 func (x *CancelTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[22]
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1503,7 +1644,7 @@ func (x *CancelTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelTaskRequest.ProtoReflect.Descriptor instead.
 func (*CancelTaskRequest) Descriptor() ([]byte, []int) {
-	return file_api_levers9_agent_v1_agent_proto_rawDescGZIP(), []int{22}
+	return file_api_levers9_agent_v1_agent_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *CancelTaskRequest) GetTaskId() string {
@@ -1537,7 +1678,7 @@ type CancelTaskResponse struct {
 
 func (x *CancelTaskResponse) Reset() {
 	*x = CancelTaskResponse{}
-	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[23]
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1549,7 +1690,7 @@ func (x *CancelTaskResponse) String() string {
 func (*CancelTaskResponse) ProtoMessage() {}
 
 func (x *CancelTaskResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[23]
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1562,7 +1703,7 @@ func (x *CancelTaskResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelTaskResponse.ProtoReflect.Descriptor instead.
 func (*CancelTaskResponse) Descriptor() ([]byte, []int) {
-	return file_api_levers9_agent_v1_agent_proto_rawDescGZIP(), []int{23}
+	return file_api_levers9_agent_v1_agent_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *CancelTaskResponse) GetFound() bool {
@@ -1580,7 +1721,7 @@ type ListTasksRequest struct {
 
 func (x *ListTasksRequest) Reset() {
 	*x = ListTasksRequest{}
-	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[24]
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1592,7 +1733,7 @@ func (x *ListTasksRequest) String() string {
 func (*ListTasksRequest) ProtoMessage() {}
 
 func (x *ListTasksRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[24]
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1605,7 +1746,7 @@ func (x *ListTasksRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTasksRequest.ProtoReflect.Descriptor instead.
 func (*ListTasksRequest) Descriptor() ([]byte, []int) {
-	return file_api_levers9_agent_v1_agent_proto_rawDescGZIP(), []int{24}
+	return file_api_levers9_agent_v1_agent_proto_rawDescGZIP(), []int{25}
 }
 
 type ListTasksResponse struct {
@@ -1617,7 +1758,7 @@ type ListTasksResponse struct {
 
 func (x *ListTasksResponse) Reset() {
 	*x = ListTasksResponse{}
-	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[25]
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1629,7 +1770,7 @@ func (x *ListTasksResponse) String() string {
 func (*ListTasksResponse) ProtoMessage() {}
 
 func (x *ListTasksResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[25]
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1642,7 +1783,7 @@ func (x *ListTasksResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTasksResponse.ProtoReflect.Descriptor instead.
 func (*ListTasksResponse) Descriptor() ([]byte, []int) {
-	return file_api_levers9_agent_v1_agent_proto_rawDescGZIP(), []int{25}
+	return file_api_levers9_agent_v1_agent_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ListTasksResponse) GetAttempts() []*RunningAttempt {
@@ -1677,7 +1818,7 @@ type AttemptUpdate struct {
 
 func (x *AttemptUpdate) Reset() {
 	*x = AttemptUpdate{}
-	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[26]
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1689,7 +1830,7 @@ func (x *AttemptUpdate) String() string {
 func (*AttemptUpdate) ProtoMessage() {}
 
 func (x *AttemptUpdate) ProtoReflect() protoreflect.Message {
-	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[26]
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1702,7 +1843,7 @@ func (x *AttemptUpdate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AttemptUpdate.ProtoReflect.Descriptor instead.
 func (*AttemptUpdate) Descriptor() ([]byte, []int) {
-	return file_api_levers9_agent_v1_agent_proto_rawDescGZIP(), []int{26}
+	return file_api_levers9_agent_v1_agent_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *AttemptUpdate) GetState() v1.AttemptState {
@@ -1776,7 +1917,7 @@ type AttemptRecord struct {
 
 func (x *AttemptRecord) Reset() {
 	*x = AttemptRecord{}
-	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[27]
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1788,7 +1929,7 @@ func (x *AttemptRecord) String() string {
 func (*AttemptRecord) ProtoMessage() {}
 
 func (x *AttemptRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[27]
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1801,7 +1942,7 @@ func (x *AttemptRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AttemptRecord.ProtoReflect.Descriptor instead.
 func (*AttemptRecord) Descriptor() ([]byte, []int) {
-	return file_api_levers9_agent_v1_agent_proto_rawDescGZIP(), []int{27}
+	return file_api_levers9_agent_v1_agent_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *AttemptRecord) GetTime() *timestamppb.Timestamp {
@@ -1883,7 +2024,7 @@ type ReportAttemptRequest struct {
 
 func (x *ReportAttemptRequest) Reset() {
 	*x = ReportAttemptRequest{}
-	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[28]
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1895,7 +2036,7 @@ func (x *ReportAttemptRequest) String() string {
 func (*ReportAttemptRequest) ProtoMessage() {}
 
 func (x *ReportAttemptRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[28]
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1908,7 +2049,7 @@ func (x *ReportAttemptRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportAttemptRequest.ProtoReflect.Descriptor instead.
 func (*ReportAttemptRequest) Descriptor() ([]byte, []int) {
-	return file_api_levers9_agent_v1_agent_proto_rawDescGZIP(), []int{28}
+	return file_api_levers9_agent_v1_agent_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ReportAttemptRequest) GetTaskId() string {
@@ -1952,7 +2093,7 @@ type ReportAttemptResponse struct {
 
 func (x *ReportAttemptResponse) Reset() {
 	*x = ReportAttemptResponse{}
-	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[29]
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1964,7 +2105,7 @@ func (x *ReportAttemptResponse) String() string {
 func (*ReportAttemptResponse) ProtoMessage() {}
 
 func (x *ReportAttemptResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[29]
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1977,7 +2118,7 @@ func (x *ReportAttemptResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportAttemptResponse.ProtoReflect.Descriptor instead.
 func (*ReportAttemptResponse) Descriptor() ([]byte, []int) {
-	return file_api_levers9_agent_v1_agent_proto_rawDescGZIP(), []int{29}
+	return file_api_levers9_agent_v1_agent_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ReportAttemptResponse) GetAckedSeq() uint64 {
@@ -2016,7 +2157,7 @@ type MetricsReportRequest struct {
 
 func (x *MetricsReportRequest) Reset() {
 	*x = MetricsReportRequest{}
-	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[30]
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2028,7 +2169,7 @@ func (x *MetricsReportRequest) String() string {
 func (*MetricsReportRequest) ProtoMessage() {}
 
 func (x *MetricsReportRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[30]
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2041,7 +2182,7 @@ func (x *MetricsReportRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetricsReportRequest.ProtoReflect.Descriptor instead.
 func (*MetricsReportRequest) Descriptor() ([]byte, []int) {
-	return file_api_levers9_agent_v1_agent_proto_rawDescGZIP(), []int{30}
+	return file_api_levers9_agent_v1_agent_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *MetricsReportRequest) GetGeneration() uint64 {
@@ -2092,7 +2233,7 @@ type MetricsReportResponse struct {
 
 func (x *MetricsReportResponse) Reset() {
 	*x = MetricsReportResponse{}
-	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[31]
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2104,7 +2245,7 @@ func (x *MetricsReportResponse) String() string {
 func (*MetricsReportResponse) ProtoMessage() {}
 
 func (x *MetricsReportResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[31]
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2117,7 +2258,7 @@ func (x *MetricsReportResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetricsReportResponse.ProtoReflect.Descriptor instead.
 func (*MetricsReportResponse) Descriptor() ([]byte, []int) {
-	return file_api_levers9_agent_v1_agent_proto_rawDescGZIP(), []int{31}
+	return file_api_levers9_agent_v1_agent_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *MetricsReportResponse) GetAckedSeq() uint64 {
@@ -2227,7 +2368,7 @@ const file_api_levers9_agent_v1_agent_proto_rawDesc = "" +
 	"\fPingResponse\x12\x1d\n" +
 	"\n" +
 	"machine_id\x18\x01 \x01(\tR\tmachineId\x12\x18\n" +
-	"\apayload\x18\x02 \x01(\fR\apayload\"\x99\x04\n" +
+	"\apayload\x18\x02 \x01(\fR\apayload\"\xd2\x04\n" +
 	"\vTaskAttempt\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12\x18\n" +
 	"\aattempt\x18\x02 \x01(\x05R\aattempt\x12\x12\n" +
@@ -2248,7 +2389,23 @@ const file_api_levers9_agent_v1_agent_proto_rawDesc = "" +
 	"\x0eimage_registry\x18\x0e \x01(\tR\rimageRegistry\x12C\n" +
 	"\rregistry_auth\x182 \x01(\v2\x1e.levers9.agent.v1.RegistryAuthR\fregistryAuth\x12\x1d\n" +
 	"\n" +
-	"secret_env\x18< \x03(\tR\tsecretEnv\"Z\n" +
+	"secret_env\x18< \x03(\tR\tsecretEnv\x127\n" +
+	"\avolumes\x18F \x03(\v2\x1d.levers9.agent.v1.VolumeMountR\avolumes\"\xc5\x02\n" +
+	"\vVolumeMount\x12\x1b\n" +
+	"\tvolume_id\x18\x01 \x01(\tR\bvolumeId\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12!\n" +
+	"\fworkspace_id\x18\x03 \x01(\tR\vworkspaceId\x12*\n" +
+	"\x11task_workspace_id\x18\x04 \x01(\tR\x0ftaskWorkspaceId\x12\x16\n" +
+	"\x06driver\x18\x05 \x01(\tR\x06driver\x12\x12\n" +
+	"\x04path\x18\x06 \x01(\tR\x04path\x12\x1b\n" +
+	"\tread_only\x18\a \x01(\bR\breadOnly\x12\x1f\n" +
+	"\vquota_bytes\x18\b \x01(\x03R\n" +
+	"quotaBytes\x12\x1d\n" +
+	"\n" +
+	"filer_addr\x18\t \x01(\tR\tfilerAddr\x12\x1b\n" +
+	"\tfiler_url\x18\n" +
+	" \x01(\tR\bfilerUrl\x12\x10\n" +
+	"\x03env\x18\v \x03(\tR\x03env\"Z\n" +
 	"\fRegistryAuth\x12\x12\n" +
 	"\x04host\x18\x01 \x01(\tR\x04host\x12\x1a\n" +
 	"\busername\x18\x02 \x01(\tR\busername\x12\x1a\n" +
@@ -2334,7 +2491,7 @@ func file_api_levers9_agent_v1_agent_proto_rawDescGZIP() []byte {
 	return file_api_levers9_agent_v1_agent_proto_rawDescData
 }
 
-var file_api_levers9_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 34)
+var file_api_levers9_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 35)
 var file_api_levers9_agent_v1_agent_proto_goTypes = []any{
 	(*WorkerSpec)(nil),               // 0: levers9.agent.v1.WorkerSpec
 	(*Toleration)(nil),               // 1: levers9.agent.v1.Toleration
@@ -2354,89 +2511,91 @@ var file_api_levers9_agent_v1_agent_proto_goTypes = []any{
 	(*PingRequest)(nil),              // 15: levers9.agent.v1.PingRequest
 	(*PingResponse)(nil),             // 16: levers9.agent.v1.PingResponse
 	(*TaskAttempt)(nil),              // 17: levers9.agent.v1.TaskAttempt
-	(*RegistryAuth)(nil),             // 18: levers9.agent.v1.RegistryAuth
-	(*RunningAttempt)(nil),           // 19: levers9.agent.v1.RunningAttempt
-	(*RunTaskRequest)(nil),           // 20: levers9.agent.v1.RunTaskRequest
-	(*RunTaskResponse)(nil),          // 21: levers9.agent.v1.RunTaskResponse
-	(*CancelTaskRequest)(nil),        // 22: levers9.agent.v1.CancelTaskRequest
-	(*CancelTaskResponse)(nil),       // 23: levers9.agent.v1.CancelTaskResponse
-	(*ListTasksRequest)(nil),         // 24: levers9.agent.v1.ListTasksRequest
-	(*ListTasksResponse)(nil),        // 25: levers9.agent.v1.ListTasksResponse
-	(*AttemptUpdate)(nil),            // 26: levers9.agent.v1.AttemptUpdate
-	(*AttemptRecord)(nil),            // 27: levers9.agent.v1.AttemptRecord
-	(*ReportAttemptRequest)(nil),     // 28: levers9.agent.v1.ReportAttemptRequest
-	(*ReportAttemptResponse)(nil),    // 29: levers9.agent.v1.ReportAttemptResponse
-	(*MetricsReportRequest)(nil),     // 30: levers9.agent.v1.MetricsReportRequest
-	(*MetricsReportResponse)(nil),    // 31: levers9.agent.v1.MetricsReportResponse
-	nil,                              // 32: levers9.agent.v1.WorkerSpec.NodeSelectorEntry
-	nil,                              // 33: levers9.agent.v1.WorkerSpec.PodAnnotationsEntry
-	(*durationpb.Duration)(nil),      // 34: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),    // 35: google.protobuf.Timestamp
-	(*v1.Inventory)(nil),             // 36: levers9.v1.Inventory
-	(*v1.ReadinessReport)(nil),       // 37: levers9.v1.ReadinessReport
-	(*v1.SecuritySettings)(nil),      // 38: levers9.v1.SecuritySettings
-	(v1.AttemptState)(0),             // 39: levers9.v1.AttemptState
-	(v1.FailureReason)(0),            // 40: levers9.v1.FailureReason
-	(*v1.AppliedSecurity)(nil),       // 41: levers9.v1.AppliedSecurity
-	(*v1.LogLine)(nil),               // 42: levers9.v1.LogLine
-	(*v1.SeccompLogged)(nil),         // 43: levers9.v1.SeccompLogged
+	(*VolumeMount)(nil),              // 18: levers9.agent.v1.VolumeMount
+	(*RegistryAuth)(nil),             // 19: levers9.agent.v1.RegistryAuth
+	(*RunningAttempt)(nil),           // 20: levers9.agent.v1.RunningAttempt
+	(*RunTaskRequest)(nil),           // 21: levers9.agent.v1.RunTaskRequest
+	(*RunTaskResponse)(nil),          // 22: levers9.agent.v1.RunTaskResponse
+	(*CancelTaskRequest)(nil),        // 23: levers9.agent.v1.CancelTaskRequest
+	(*CancelTaskResponse)(nil),       // 24: levers9.agent.v1.CancelTaskResponse
+	(*ListTasksRequest)(nil),         // 25: levers9.agent.v1.ListTasksRequest
+	(*ListTasksResponse)(nil),        // 26: levers9.agent.v1.ListTasksResponse
+	(*AttemptUpdate)(nil),            // 27: levers9.agent.v1.AttemptUpdate
+	(*AttemptRecord)(nil),            // 28: levers9.agent.v1.AttemptRecord
+	(*ReportAttemptRequest)(nil),     // 29: levers9.agent.v1.ReportAttemptRequest
+	(*ReportAttemptResponse)(nil),    // 30: levers9.agent.v1.ReportAttemptResponse
+	(*MetricsReportRequest)(nil),     // 31: levers9.agent.v1.MetricsReportRequest
+	(*MetricsReportResponse)(nil),    // 32: levers9.agent.v1.MetricsReportResponse
+	nil,                              // 33: levers9.agent.v1.WorkerSpec.NodeSelectorEntry
+	nil,                              // 34: levers9.agent.v1.WorkerSpec.PodAnnotationsEntry
+	(*durationpb.Duration)(nil),      // 35: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),    // 36: google.protobuf.Timestamp
+	(*v1.Inventory)(nil),             // 37: levers9.v1.Inventory
+	(*v1.ReadinessReport)(nil),       // 38: levers9.v1.ReadinessReport
+	(*v1.SecuritySettings)(nil),      // 39: levers9.v1.SecuritySettings
+	(v1.AttemptState)(0),             // 40: levers9.v1.AttemptState
+	(v1.FailureReason)(0),            // 41: levers9.v1.FailureReason
+	(*v1.AppliedSecurity)(nil),       // 42: levers9.v1.AppliedSecurity
+	(*v1.LogLine)(nil),               // 43: levers9.v1.LogLine
+	(*v1.SeccompLogged)(nil),         // 44: levers9.v1.SeccompLogged
 }
 var file_api_levers9_agent_v1_agent_proto_depIdxs = []int32{
-	32, // 0: levers9.agent.v1.WorkerSpec.node_selector:type_name -> levers9.agent.v1.WorkerSpec.NodeSelectorEntry
+	33, // 0: levers9.agent.v1.WorkerSpec.node_selector:type_name -> levers9.agent.v1.WorkerSpec.NodeSelectorEntry
 	1,  // 1: levers9.agent.v1.WorkerSpec.tolerations:type_name -> levers9.agent.v1.Toleration
-	34, // 2: levers9.agent.v1.WorkerSpec.idle_timeout:type_name -> google.protobuf.Duration
-	33, // 3: levers9.agent.v1.WorkerSpec.pod_annotations:type_name -> levers9.agent.v1.WorkerSpec.PodAnnotationsEntry
+	35, // 2: levers9.agent.v1.WorkerSpec.idle_timeout:type_name -> google.protobuf.Duration
+	34, // 3: levers9.agent.v1.WorkerSpec.pod_annotations:type_name -> levers9.agent.v1.WorkerSpec.PodAnnotationsEntry
 	0,  // 4: levers9.agent.v1.MakeWorkerRequest.spec:type_name -> levers9.agent.v1.WorkerSpec
-	35, // 5: levers9.agent.v1.Worker.started:type_name -> google.protobuf.Timestamp
+	36, // 5: levers9.agent.v1.Worker.started:type_name -> google.protobuf.Timestamp
 	7,  // 6: levers9.agent.v1.ListWorkersResponse.workers:type_name -> levers9.agent.v1.Worker
-	36, // 7: levers9.agent.v1.HeartbeatRequest.inventory:type_name -> levers9.v1.Inventory
-	35, // 8: levers9.agent.v1.HeartbeatRequest.sent_at:type_name -> google.protobuf.Timestamp
-	37, // 9: levers9.agent.v1.HeartbeatRequest.egress_report:type_name -> levers9.v1.ReadinessReport
-	19, // 10: levers9.agent.v1.HeartbeatRequest.running:type_name -> levers9.agent.v1.RunningAttempt
-	19, // 11: levers9.agent.v1.HeartbeatResponse.stop:type_name -> levers9.agent.v1.RunningAttempt
-	35, // 12: levers9.agent.v1.RenewCertificateResponse.expires_at:type_name -> google.protobuf.Timestamp
-	34, // 13: levers9.agent.v1.TaskAttempt.timeout:type_name -> google.protobuf.Duration
-	38, // 14: levers9.agent.v1.TaskAttempt.security:type_name -> levers9.v1.SecuritySettings
-	18, // 15: levers9.agent.v1.TaskAttempt.registry_auth:type_name -> levers9.agent.v1.RegistryAuth
-	17, // 16: levers9.agent.v1.RunTaskRequest.attempt:type_name -> levers9.agent.v1.TaskAttempt
-	19, // 17: levers9.agent.v1.ListTasksResponse.attempts:type_name -> levers9.agent.v1.RunningAttempt
-	39, // 18: levers9.agent.v1.AttemptUpdate.state:type_name -> levers9.v1.AttemptState
-	40, // 19: levers9.agent.v1.AttemptUpdate.reason:type_name -> levers9.v1.FailureReason
-	41, // 20: levers9.agent.v1.AttemptUpdate.applied_security:type_name -> levers9.v1.AppliedSecurity
-	35, // 21: levers9.agent.v1.AttemptRecord.time:type_name -> google.protobuf.Timestamp
-	42, // 22: levers9.agent.v1.AttemptRecord.log:type_name -> levers9.v1.LogLine
-	26, // 23: levers9.agent.v1.AttemptRecord.update:type_name -> levers9.agent.v1.AttemptUpdate
-	43, // 24: levers9.agent.v1.AttemptRecord.seccomp:type_name -> levers9.v1.SeccompLogged
-	27, // 25: levers9.agent.v1.ReportAttemptRequest.records:type_name -> levers9.agent.v1.AttemptRecord
-	11, // 26: levers9.agent.v1.Controlplane.Heartbeat:input_type -> levers9.agent.v1.HeartbeatRequest
-	13, // 27: levers9.agent.v1.Controlplane.RenewCertificate:input_type -> levers9.agent.v1.RenewCertificateRequest
-	28, // 28: levers9.agent.v1.Controlplane.ReportAttempt:input_type -> levers9.agent.v1.ReportAttemptRequest
-	30, // 29: levers9.agent.v1.Controlplane.ReportMetrics:input_type -> levers9.agent.v1.MetricsReportRequest
-	9,  // 30: levers9.agent.v1.Controlplane.WorkerGone:input_type -> levers9.agent.v1.WorkerGoneRequest
-	15, // 31: levers9.agent.v1.Agent.Ping:input_type -> levers9.agent.v1.PingRequest
-	20, // 32: levers9.agent.v1.Agent.RunTask:input_type -> levers9.agent.v1.RunTaskRequest
-	22, // 33: levers9.agent.v1.Agent.CancelTask:input_type -> levers9.agent.v1.CancelTaskRequest
-	24, // 34: levers9.agent.v1.Agent.ListTasks:input_type -> levers9.agent.v1.ListTasksRequest
-	2,  // 35: levers9.agent.v1.ClusterAgent.MakeWorker:input_type -> levers9.agent.v1.MakeWorkerRequest
-	4,  // 36: levers9.agent.v1.ClusterAgent.RemoveWorker:input_type -> levers9.agent.v1.RemoveWorkerRequest
-	6,  // 37: levers9.agent.v1.ClusterAgent.ListWorkers:input_type -> levers9.agent.v1.ListWorkersRequest
-	12, // 38: levers9.agent.v1.Controlplane.Heartbeat:output_type -> levers9.agent.v1.HeartbeatResponse
-	14, // 39: levers9.agent.v1.Controlplane.RenewCertificate:output_type -> levers9.agent.v1.RenewCertificateResponse
-	29, // 40: levers9.agent.v1.Controlplane.ReportAttempt:output_type -> levers9.agent.v1.ReportAttemptResponse
-	31, // 41: levers9.agent.v1.Controlplane.ReportMetrics:output_type -> levers9.agent.v1.MetricsReportResponse
-	10, // 42: levers9.agent.v1.Controlplane.WorkerGone:output_type -> levers9.agent.v1.WorkerGoneResponse
-	16, // 43: levers9.agent.v1.Agent.Ping:output_type -> levers9.agent.v1.PingResponse
-	21, // 44: levers9.agent.v1.Agent.RunTask:output_type -> levers9.agent.v1.RunTaskResponse
-	23, // 45: levers9.agent.v1.Agent.CancelTask:output_type -> levers9.agent.v1.CancelTaskResponse
-	25, // 46: levers9.agent.v1.Agent.ListTasks:output_type -> levers9.agent.v1.ListTasksResponse
-	3,  // 47: levers9.agent.v1.ClusterAgent.MakeWorker:output_type -> levers9.agent.v1.MakeWorkerResponse
-	5,  // 48: levers9.agent.v1.ClusterAgent.RemoveWorker:output_type -> levers9.agent.v1.RemoveWorkerResponse
-	8,  // 49: levers9.agent.v1.ClusterAgent.ListWorkers:output_type -> levers9.agent.v1.ListWorkersResponse
-	38, // [38:50] is the sub-list for method output_type
-	26, // [26:38] is the sub-list for method input_type
-	26, // [26:26] is the sub-list for extension type_name
-	26, // [26:26] is the sub-list for extension extendee
-	0,  // [0:26] is the sub-list for field type_name
+	37, // 7: levers9.agent.v1.HeartbeatRequest.inventory:type_name -> levers9.v1.Inventory
+	36, // 8: levers9.agent.v1.HeartbeatRequest.sent_at:type_name -> google.protobuf.Timestamp
+	38, // 9: levers9.agent.v1.HeartbeatRequest.egress_report:type_name -> levers9.v1.ReadinessReport
+	20, // 10: levers9.agent.v1.HeartbeatRequest.running:type_name -> levers9.agent.v1.RunningAttempt
+	20, // 11: levers9.agent.v1.HeartbeatResponse.stop:type_name -> levers9.agent.v1.RunningAttempt
+	36, // 12: levers9.agent.v1.RenewCertificateResponse.expires_at:type_name -> google.protobuf.Timestamp
+	35, // 13: levers9.agent.v1.TaskAttempt.timeout:type_name -> google.protobuf.Duration
+	39, // 14: levers9.agent.v1.TaskAttempt.security:type_name -> levers9.v1.SecuritySettings
+	19, // 15: levers9.agent.v1.TaskAttempt.registry_auth:type_name -> levers9.agent.v1.RegistryAuth
+	18, // 16: levers9.agent.v1.TaskAttempt.volumes:type_name -> levers9.agent.v1.VolumeMount
+	17, // 17: levers9.agent.v1.RunTaskRequest.attempt:type_name -> levers9.agent.v1.TaskAttempt
+	20, // 18: levers9.agent.v1.ListTasksResponse.attempts:type_name -> levers9.agent.v1.RunningAttempt
+	40, // 19: levers9.agent.v1.AttemptUpdate.state:type_name -> levers9.v1.AttemptState
+	41, // 20: levers9.agent.v1.AttemptUpdate.reason:type_name -> levers9.v1.FailureReason
+	42, // 21: levers9.agent.v1.AttemptUpdate.applied_security:type_name -> levers9.v1.AppliedSecurity
+	36, // 22: levers9.agent.v1.AttemptRecord.time:type_name -> google.protobuf.Timestamp
+	43, // 23: levers9.agent.v1.AttemptRecord.log:type_name -> levers9.v1.LogLine
+	27, // 24: levers9.agent.v1.AttemptRecord.update:type_name -> levers9.agent.v1.AttemptUpdate
+	44, // 25: levers9.agent.v1.AttemptRecord.seccomp:type_name -> levers9.v1.SeccompLogged
+	28, // 26: levers9.agent.v1.ReportAttemptRequest.records:type_name -> levers9.agent.v1.AttemptRecord
+	11, // 27: levers9.agent.v1.Controlplane.Heartbeat:input_type -> levers9.agent.v1.HeartbeatRequest
+	13, // 28: levers9.agent.v1.Controlplane.RenewCertificate:input_type -> levers9.agent.v1.RenewCertificateRequest
+	29, // 29: levers9.agent.v1.Controlplane.ReportAttempt:input_type -> levers9.agent.v1.ReportAttemptRequest
+	31, // 30: levers9.agent.v1.Controlplane.ReportMetrics:input_type -> levers9.agent.v1.MetricsReportRequest
+	9,  // 31: levers9.agent.v1.Controlplane.WorkerGone:input_type -> levers9.agent.v1.WorkerGoneRequest
+	15, // 32: levers9.agent.v1.Agent.Ping:input_type -> levers9.agent.v1.PingRequest
+	21, // 33: levers9.agent.v1.Agent.RunTask:input_type -> levers9.agent.v1.RunTaskRequest
+	23, // 34: levers9.agent.v1.Agent.CancelTask:input_type -> levers9.agent.v1.CancelTaskRequest
+	25, // 35: levers9.agent.v1.Agent.ListTasks:input_type -> levers9.agent.v1.ListTasksRequest
+	2,  // 36: levers9.agent.v1.ClusterAgent.MakeWorker:input_type -> levers9.agent.v1.MakeWorkerRequest
+	4,  // 37: levers9.agent.v1.ClusterAgent.RemoveWorker:input_type -> levers9.agent.v1.RemoveWorkerRequest
+	6,  // 38: levers9.agent.v1.ClusterAgent.ListWorkers:input_type -> levers9.agent.v1.ListWorkersRequest
+	12, // 39: levers9.agent.v1.Controlplane.Heartbeat:output_type -> levers9.agent.v1.HeartbeatResponse
+	14, // 40: levers9.agent.v1.Controlplane.RenewCertificate:output_type -> levers9.agent.v1.RenewCertificateResponse
+	30, // 41: levers9.agent.v1.Controlplane.ReportAttempt:output_type -> levers9.agent.v1.ReportAttemptResponse
+	32, // 42: levers9.agent.v1.Controlplane.ReportMetrics:output_type -> levers9.agent.v1.MetricsReportResponse
+	10, // 43: levers9.agent.v1.Controlplane.WorkerGone:output_type -> levers9.agent.v1.WorkerGoneResponse
+	16, // 44: levers9.agent.v1.Agent.Ping:output_type -> levers9.agent.v1.PingResponse
+	22, // 45: levers9.agent.v1.Agent.RunTask:output_type -> levers9.agent.v1.RunTaskResponse
+	24, // 46: levers9.agent.v1.Agent.CancelTask:output_type -> levers9.agent.v1.CancelTaskResponse
+	26, // 47: levers9.agent.v1.Agent.ListTasks:output_type -> levers9.agent.v1.ListTasksResponse
+	3,  // 48: levers9.agent.v1.ClusterAgent.MakeWorker:output_type -> levers9.agent.v1.MakeWorkerResponse
+	5,  // 49: levers9.agent.v1.ClusterAgent.RemoveWorker:output_type -> levers9.agent.v1.RemoveWorkerResponse
+	8,  // 50: levers9.agent.v1.ClusterAgent.ListWorkers:output_type -> levers9.agent.v1.ListWorkersResponse
+	39, // [39:51] is the sub-list for method output_type
+	27, // [27:39] is the sub-list for method input_type
+	27, // [27:27] is the sub-list for extension type_name
+	27, // [27:27] is the sub-list for extension extendee
+	0,  // [0:27] is the sub-list for field type_name
 }
 
 func init() { file_api_levers9_agent_v1_agent_proto_init() }
@@ -2444,7 +2603,7 @@ func file_api_levers9_agent_v1_agent_proto_init() {
 	if File_api_levers9_agent_v1_agent_proto != nil {
 		return
 	}
-	file_api_levers9_agent_v1_agent_proto_msgTypes[27].OneofWrappers = []any{
+	file_api_levers9_agent_v1_agent_proto_msgTypes[28].OneofWrappers = []any{
 		(*AttemptRecord_Log)(nil),
 		(*AttemptRecord_Update)(nil),
 		(*AttemptRecord_Seccomp)(nil),
@@ -2455,7 +2614,7 @@ func file_api_levers9_agent_v1_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_levers9_agent_v1_agent_proto_rawDesc), len(file_api_levers9_agent_v1_agent_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   34,
+			NumMessages:   35,
 			NumExtensions: 0,
 			NumServices:   3,
 		},

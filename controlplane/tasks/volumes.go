@@ -1,0 +1,96 @@
+package tasks
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"google.golang.org/protobuf/encoding/protojson"
+
+	agentv1 "github.com/levers9/levers9/api/levers9/agent/v1"
+	v1 "github.com/levers9/levers9/api/levers9/v1"
+	"github.com/levers9/levers9/controlplane/store"
+	"github.com/levers9/levers9/internal/errdefs"
+	"github.com/levers9/levers9/volumes"
+)
+
+// Task volumes. A task names volumes of its workspace (TaskSpec.volumes,
+// NAME at a container path, optionally read-only). Submit checks the
+// names and paths (never over /proc, /sys, /dev, /etc or "/") and that
+// each volume exists and is not being deleted; the task row keeps the
+// references only. The Scheduler resolves them when it pushes an attempt
+// and sends the node what it needs to mount each (TaskAttempt.volumes),
+// for that push only; a volume deleted by then fails the attempt.
+
+// maxTaskVolumes bounds how many volumes one task mounts.
+const maxTaskVolumes = 16
+
+// checkVolumeRefs reports bad or repeated references in spec.volumes.
+func checkVolumeRefs(spec *v1.TaskSpec) []error {
+	var errs []error
+	if len(spec.Volumes) > maxTaskVolumes {
+		errs = append(errs, fmt.Errorf("volumes: %d named, at most %d", len(spec.Volumes), maxTaskVolumes))
+	}
+	paths := map[string]bool{}
+	for i, r := range spec.Volumes {
+		ref := volumes.Ref{Name: r.GetName(), Path: r.GetPath(), ReadOnly: r.GetReadOnly()}
+		if err := ref.Validate(); err != nil {
+			errs = append(errs, fmt.Errorf("volumes[%d]: %w", i, err))
+			continue
+		}
+		if paths[ref.Path] {
+			errs = append(errs, fmt.Errorf("volumes[%d] %s: path %s mounted twice", i, ref, ref.Path))
+		}
+		paths[ref.Path] = true
+	}
+	return errs
+}
+
+// checkVolumes refuses a task naming a volume its workspace does not have
+// (NotFound) or one being deleted (FailedPrecondition).
+func (s *Submitter) checkVolumes(ctx context.Context, workspaceID string, spec *v1.TaskSpec) error {
+	var missing, deleting []error
+	for _, r := range spec.Volumes {
+		v, err := s.d.store.GetVolume(ctx, workspaceID, r.GetName())
+		switch {
+		case errdefs.IsNotFound(err):
+			missing = append(missing, fmt.Errorf("volume %q does not exist in this workspace (levers9 volume list shows them; levers9 volume create %s makes it)", r.GetName(), r.GetName()))
+		case err != nil:
+			return err
+		case v.State != store.VolumeReady:
+			deleting = append(deleting, fmt.Errorf("volume %q is being deleted", r.GetName()))
+		}
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("task spec: %w: %w", errdefs.ErrNotFound, errors.Join(missing...))
+	}
+	if len(deleting) > 0 {
+		return fmt.Errorf("task spec: %w: %w", errdefs.ErrFailedPrecondition, errors.Join(deleting...))
+	}
+	return nil
+}
+
+// attachVolumes fills ta.Volumes with what the node needs to mount the
+// task's volumes, resolved now and for this workspace only.
+func (s *Scheduler) attachVolumes(ctx context.Context, t store.Task, ta *agentv1.TaskAttempt) error {
+	spec := &v1.TaskSpec{}
+	if err := protojson.Unmarshal(t.Spec, spec); err != nil {
+		return fmt.Errorf("decode the spec of task %s: %w", t.ID, err)
+	}
+	sw := s.d.config.Volumes.SeaweedFS
+	for _, r := range spec.Volumes {
+		v, err := s.d.store.GetVolume(ctx, t.WorkspaceID, r.GetName())
+		if errdefs.IsNotFound(err) || (err == nil && v.State != store.VolumeReady) {
+			return &secretGone{summary: fmt.Sprintf("volume %q was deleted after the task was submitted", r.GetName())}
+		}
+		if err != nil {
+			return err
+		}
+		ta.Volumes = append(ta.Volumes, &agentv1.VolumeMount{
+			VolumeId: v.ID, Name: v.Name, WorkspaceId: v.WorkspaceID, TaskWorkspaceId: t.WorkspaceID,
+			Driver: v.Driver, Path: r.GetPath(), ReadOnly: r.GetReadOnly(), QuotaBytes: v.QuotaBytes,
+			FilerAddr: sw.FilerAddr, FilerUrl: sw.FilerURL,
+		})
+	}
+	return nil
+}

@@ -1,0 +1,212 @@
+package e2e
+
+import (
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/levers9/levers9/controlplane/config"
+	"github.com/levers9/levers9/controlplane/controlplanetest"
+	"github.com/levers9/levers9/internal/seaweed/seaweedtest"
+	"github.com/levers9/levers9/internal/testenv"
+)
+
+type shownVolume struct {
+	Name       string `json:"name"`
+	Driver     string `json:"driver"`
+	QuotaBytes string `json:"quotaBytes"`
+	Stats      struct {
+		Bytes string `json:"bytes"`
+		Files string `json:"files"`
+	} `json:"stats"`
+	StatsError string   `json:"statsError"`
+	UsedBy     []string `json:"usedBy"`
+}
+
+// TestVolumes: a real SeaweedFS (filer metadata in the stack's Postgres)
+// behind `levers9 volume`, and tasks on the real agents mounting a volume
+// with FUSE and runc: one task writes, later tasks read it back (on
+// whichever machine they land), a read-only mount refuses writes, a mount
+// over /proc is refused, and a volume a task uses cannot be deleted.
+func TestVolumes(t *testing.T) {
+	if _, err := os.Stat("/dev/fuse"); err != nil {
+		testenv.Missing(t, "/dev/fuse: %v", err)
+	}
+	testenv.RequireBinary(t, "fusermount3")
+	weed := seaweedtest.Bin(t)
+	// The agents' join scripts inherit the test's environment: this is how
+	// they find weed (levers9-agent --weed defaults to it).
+	t.Setenv(seaweedtest.BinEnv, weed)
+	w := setupTaskWorldWith(t, func(c *config.Config, _ *taskWorld) {
+		dir := t.TempDir()
+		if err := os.Chmod(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		// On the first box's host address, which both boxes reach.
+		sw := seaweedtest.StartWith(t, weed, env.PG, dir, c.Controlplane.PublicHost)
+		c.Volumes.SeaweedFS.FilerAddr = sw.Cluster.FilerAddr()
+		c.Volumes.SeaweedFS.FilerURL = sw.Cluster.FilerURL()
+	})
+
+	if out, errOut, err := w.cli(t, "volume", "create", "data", "--quota", "64M"); err != nil || !strings.Contains(out, "volume data created") {
+		t.Fatalf("volume create: %v\n%s\n%s", err, out, errOut)
+	}
+	if _, errOut, err := w.cli(t, "volume", "create", "Bad_Name"); err == nil {
+		t.Fatal("volume create accepted a bad name")
+	} else {
+		t.Logf("bad name refused: %s", strings.TrimSpace(errOut))
+	}
+
+	t.Run("a task writes, later tasks read it back", func(t *testing.T) {
+		r := w.start(t, "run", "--volume", "data:/data", "--", "sh", "-c", "mkdir -p /data/ckpt && echo step-1 > /data/ckpt/state && echo wrote")
+		if code := r.wait(t, 120*time.Second); code != 0 {
+			so, se := r.out()
+			t.Fatalf("writer exit %d\nstdout:\n%s\nstderr:\n%s", code, so, se)
+		}
+		// Several readers, so both machines get to mount it.
+		machines := map[string]bool{}
+		for i := range 4 {
+			r := w.start(t, "run", "--volume", "data:/in:ro", "--", "cat", "/in/ckpt/state")
+			code := r.wait(t, 120*time.Second)
+			so, se := r.out()
+			if code != 0 || !strings.Contains(so, "step-1") {
+				t.Fatalf("reader %d: exit %d\nstdout:\n%s\nstderr:\n%s", i, code, so, se)
+			}
+			ts := w.tasks(t)
+			if len(ts) > 0 && len(ts[0].Attempts) > 0 {
+				machines[ts[0].Attempts[len(ts[0].Attempts)-1].MachineID] = true
+			}
+		}
+		t.Logf("readers ran on %d machine(s)", len(machines))
+		var v shownVolume
+		w.cliJSON(t, &v, "volume", "show", "data")
+		if v.Stats.Files != "1" || v.Stats.Bytes != "7" || v.QuotaBytes != "67108864" {
+			t.Fatalf("volume show: %+v", v)
+		}
+	})
+
+	t.Run("killed mid-write, the retry on the other machine finds the first attempt's files", func(t *testing.T) {
+		// The first attempt ends by itself soon after its agent is killed
+		// (as in TestTasksEndToEnd), so the restarted agent finds an exited
+		// container to clean up; the retry comes once the machine is lost.
+		r := w.start(t, "run", "--retries", "1", "--volume", "data:/data", "--", "sh", "-c",
+			`if [ -f /data/run/first ]; then echo "retry found: $(cat /data/run/first)"; exit 0; fi; `+
+				`mkdir -p /data/run && echo attempt-1-was-here > /data/run/first && echo wrote; sleep 8`)
+		testenv.Eventually(t, 120*time.Second, "the first attempt wrote", func() bool {
+			so, _ := r.out()
+			return strings.Contains(so, "wrote")
+		})
+		first := w.tasks(t)[0]
+		writer := first.Attempts[len(first.Attempts)-1].MachineID
+		w.kill(t, writer)
+		code := r.wait(t, 180*time.Second)
+		so, se := r.out()
+		if code != 0 || !strings.Contains(so, "retry found: attempt-1-was-here") {
+			t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, so, se)
+		}
+		last := w.tasks(t)[0]
+		reader := last.Attempts[len(last.Attempts)-1].MachineID
+		if len(last.Attempts) < 2 || reader == writer {
+			t.Fatalf("attempts %+v: want a second attempt on another machine than %s", last.Attempts, writer)
+		}
+		t.Logf("attempt 1 wrote on %s, attempt %d read on %s", writer, len(last.Attempts), reader)
+		// The killed agent comes back; its start clears whatever mount
+		// the dead one left.
+		w.startAgent(t, w.runs[writer])
+		controlplanetest.Eventually(t, 60*time.Second, "the killed machine online again", func() bool {
+			for _, m := range w.machines(t) {
+				if m.ID == writer && m.State == "MACHINE_STATE_ONLINE" {
+					return true
+				}
+			}
+			return false
+		})
+		controlplanetest.Eventually(t, 60*time.Second, "the killed agent's leftovers cleaned up", func() bool {
+			b, _ := os.ReadFile("/proc/self/mountinfo")
+			return !strings.Contains(string(b), w.runs[writer].root)
+		})
+	})
+
+	t.Run("a read-only mount refuses writes", func(t *testing.T) {
+		r := w.start(t, "run", "--volume", "data:/data:ro", "--", "sh", "-c", "echo no > /data/nope")
+		code := r.wait(t, 120*time.Second)
+		so, se := r.out()
+		if code == 0 || !strings.Contains(strings.ToLower(so+se), "read-only") {
+			t.Fatalf("write to a read-only volume: exit %d\nstdout:\n%s\nstderr:\n%s", code, so, se)
+		}
+	})
+
+	t.Run("a mount over /proc is refused", func(t *testing.T) {
+		before := len(w.tasks(t))
+		_, errOut, err := w.cli(t, "run", "--volume", "data:/proc", "--", "true")
+		if err == nil || !strings.Contains(errOut, "/proc") {
+			t.Fatalf("--volume data:/proc: %v\n%s", err, errOut)
+		}
+		if n := len(w.tasks(t)); n != before {
+			t.Fatalf("a task was stored: %d tasks, %d before", n, before)
+		}
+		if _, errOut, err := w.cli(t, "run", "--volume", "nope:/data", "--", "true"); err == nil || !strings.Contains(errOut, "nope") {
+			t.Fatalf("an unknown volume: %v\n%s", err, errOut)
+		}
+	})
+
+	t.Run("delete is refused while a task uses it", func(t *testing.T) {
+		r := w.start(t, "run", "--volume", "data:/data", "--", "sh", "-c", "echo started; sleep 6")
+		testenv.Eventually(t, 120*time.Second, "the task started", func() bool {
+			so, _ := r.out()
+			return strings.Contains(so, "started")
+		})
+		_, errOut, err := w.cli(t, "volume", "delete", "data")
+		if err == nil || !strings.Contains(errOut, "used by") {
+			t.Fatalf("delete while used: %v\n%s", err, errOut)
+		}
+		if code := r.wait(t, 60*time.Second); code != 0 {
+			t.Fatalf("the task exited %d", code)
+		}
+		if out, errOut, err := w.cli(t, "volume", "delete", "data"); err != nil {
+			t.Fatalf("delete once unused: %v\n%s\n%s", err, out, errOut)
+		}
+		var list struct {
+			Volumes []shownVolume `json:"volumes"`
+		}
+		w.cliJSON(t, &list, "volume", "list")
+		if len(list.Volumes) != 0 {
+			t.Fatalf("volumes after delete: %+v", list.Volumes)
+		}
+	})
+
+	t.Run("no volume stays mounted once its tasks ended, the killed agent's included", func(t *testing.T) {
+		for _, m := range w.runs {
+			deadline := time.Now().Add(30 * time.Second)
+			for {
+				b, _ := os.ReadFile("/proc/self/mountinfo")
+				var left []string
+				for _, line := range strings.Split(string(b), "\n") {
+					// FUSE mounts only: the overlay of the killed agent's
+					// attempt is the task side's to clean up, not volumes'.
+					if strings.Contains(line, m.root) && strings.Contains(line, " - fuse") {
+						left = append(left, line)
+					}
+				}
+				if len(left) == 0 {
+					break
+				}
+				if time.Now().After(deadline) {
+					ps, _ := exec.Command("pgrep", "-af", "weed").Output()
+					for i, out := range w.agentLogs {
+						t.Logf("agent run %d log (volume lines):", i)
+						for _, l := range strings.Split(out.String(), "\n") {
+							if strings.Contains(l, "volume") {
+								t.Log(l)
+							}
+						}
+					}
+					t.Fatalf("mounts left under %s:\n%s\nweed processes:\n%s", m.root, strings.Join(left, "\n"), ps)
+				}
+				time.Sleep(200 * time.Millisecond)
+			}
+		}
+	})
+}

@@ -1,0 +1,83 @@
+package volumes
+
+import (
+	"testing"
+
+	"github.com/levers9/levers9/internal/errdefs"
+)
+
+func TestValidateName(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		ok   bool
+	}{
+		{"data", true}, {"a", true}, {"ckpt-2026", true}, {"0abc", true},
+		{"", false}, {"-data", false}, {"data-", false}, {"Data", false}, {"da_ta", false},
+		{"a/b", false}, {"..", false}, {string(make([]byte, 64)), false},
+		{"abcdefghijabcdefghijabcdefghijabcdefghijabcdefghijabcdefghijabc", true},
+		{"abcdefghijabcdefghijabcdefghijabcdefghijabcdefghijabcdefghijabcd", false},
+	} {
+		err := ValidateName(tt.name)
+		if (err == nil) != tt.ok {
+			t.Errorf("ValidateName(%q) = %v, want ok=%v", tt.name, err, tt.ok)
+		}
+		if err != nil && !errdefs.IsInvalidArgument(err) {
+			t.Errorf("ValidateName(%q): %v is not invalid-argument", tt.name, err)
+		}
+	}
+}
+
+func TestValidateTarget(t *testing.T) {
+	for _, tt := range []struct {
+		path string
+		ok   bool
+	}{
+		{"/data", true}, {"/mnt/ckpt", true}, {"/workspace/x", true}, {"/devices", true}, {"/process", true},
+		{"/", false}, {"/proc", false}, {"/proc/1", false}, {"/sys", false}, {"/sys/fs/cgroup", false},
+		{"/dev", false}, {"/dev/shm", false}, {"/etc", false}, {"/etc/passwd", false}, {"/usr/bin", false},
+		{"data", false}, {"/data/", false}, {"/data/../proc", false}, {"/run", false},
+	} {
+		if err := ValidateTarget(tt.path); (err == nil) != tt.ok {
+			t.Errorf("ValidateTarget(%q) = %v, want ok=%v", tt.path, err, tt.ok)
+		}
+	}
+}
+
+func TestParseRef(t *testing.T) {
+	r, err := ParseRef("data:/data:ro")
+	if err != nil || r != (Ref{Name: "data", Path: "/data", ReadOnly: true}) || r.String() != "data:/data:ro" {
+		t.Fatalf("ParseRef = %+v, %v", r, err)
+	}
+	if r, err := ParseRef("ck:/mnt/ck"); err != nil || r.ReadOnly {
+		t.Fatalf("ParseRef rw = %+v, %v", r, err)
+	}
+	for _, bad := range []string{"data", "data:/proc", "Data:/x", "data:/x:rx", "data:/x:ro:z", "data:rel"} {
+		if _, err := ParseRef(bad); err == nil {
+			t.Errorf("ParseRef(%q) accepted", bad)
+		}
+	}
+}
+
+func TestSizes(t *testing.T) {
+	for in, want := range map[string]int64{"0": 0, "1024": 1024, "10G": 10 << 30, "10GiB": 10 << 30, "512Mi": 512 << 20, "3k": 3 << 10, "1T": 1 << 40} {
+		if got, err := ParseSize(in); err != nil || got != want {
+			t.Errorf("ParseSize(%q) = %d, %v; want %d", in, got, err, want)
+		}
+	}
+	for _, bad := range []string{"", "G", "-1", "1X", "1.5G", "99999999999T"} {
+		if _, err := ParseSize(bad); err == nil {
+			t.Errorf("ParseSize(%q) accepted", bad)
+		}
+	}
+	for in, want := range map[int64]string{0: "0 B", 512: "512 B", 1536: "1.5 KiB", 10 << 30: "10.0 GiB"} {
+		if got := FormatSize(in); got != want {
+			t.Errorf("FormatSize(%d) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+func TestUnescape(t *testing.T) {
+	if got := unescape(`/mnt/a\040b\134c`); got != `/mnt/a b\c` {
+		t.Fatalf("unescape = %q", got)
+	}
+}

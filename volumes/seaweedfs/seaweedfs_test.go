@@ -1,0 +1,255 @@
+package seaweedfs_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/levers9/levers9/internal/seaweed/seaweedtest"
+	"github.com/levers9/levers9/internal/testenv"
+	"github.com/levers9/levers9/volumes"
+	"github.com/levers9/levers9/volumes/seaweedfs"
+)
+
+type bundle struct {
+	env  *seaweedtest.Env
+	drv  *seaweedfs.Driver
+	root string // where the test mounts
+}
+
+const testSecret = "l9-test-filer-signing-key-9f3a"
+
+func setup(t *testing.T) bundle {
+	t.Helper()
+	testenv.RequireRoot(t)
+	if _, err := os.Stat("/dev/fuse"); err != nil {
+		testenv.Missing(t, "/dev/fuse: %v", err)
+	}
+	testenv.RequireBinary(t, "fusermount3")
+	env := seaweedtest.Start(t)
+	root := t.TempDir()
+	drv := seaweedfs.New(seaweedfs.Config{
+		Bin: env.Bin, FilerAddr: env.Cluster.FilerAddr(), FilerURL: env.Cluster.FilerURL(),
+		// A stand-in credential: weed ignores an unknown WEED_ key, and the
+		// test checks it reaches the environment and not argv.
+		Env:      []string{"WEED_L9TEST_SECRET=" + testSecret},
+		StateDir: filepath.Join(root, "state"),
+	})
+	t.Cleanup(func() {
+		if _, err := drv.UnmountAll(context.Background(), root); err != nil {
+			t.Errorf("unmounting at cleanup: %v", err)
+		}
+	})
+	return bundle{env: env, drv: drv, root: root}
+}
+
+func (b bundle) mount(t *testing.T, v volumes.Volume, name string, ro bool) string {
+	t.Helper()
+	target := filepath.Join(b.root, name)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	if err := b.drv.Mount(ctx, v, target, volumes.MountOptions{ReadOnly: ro}); err != nil {
+		t.Fatal(err)
+	}
+	return target
+}
+
+func mountPID(t *testing.T, d *seaweedfs.Driver, target string) int {
+	t.Helper()
+	pid := d.MountPID(target)
+	if pid == 0 {
+		t.Fatalf("no mount process for %s", target)
+	}
+	return pid
+}
+
+// TestVolume runs one cluster through the driver's whole contract.
+func TestVolume(t *testing.T) {
+	b := setup(t)
+	ctx := context.Background()
+	v := volumes.Volume{ID: "vol_a1", Workspace: "ws_1", Name: "data"}
+	if err := b.drv.Create(ctx, v); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.drv.Create(ctx, v); err != nil {
+		t.Fatalf("create again: %v", err)
+	}
+	// Two mounts stand in for two nodes.
+	a := b.mount(t, v, "node-a", false)
+	c := b.mount(t, v, "node-b", false)
+
+	t.Run("write on one mount, read on the other", func(t *testing.T) {
+		payload := bytes.Repeat([]byte("levers9 "), 128<<10) // 1 MiB
+		if err := os.MkdirAll(filepath.Join(a, "ckpt"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(a, "ckpt", "step-1"), payload, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		testenv.Eventually(t, 20*time.Second, "the file on the other mount", func() bool {
+			got, err := os.ReadFile(filepath.Join(c, "ckpt", "step-1"))
+			return err == nil && bytes.Equal(got, payload)
+		})
+		testenv.Eventually(t, 20*time.Second, "stats counting the file", func() bool {
+			st, err := b.drv.Stats(ctx, v)
+			return err == nil && st == volumes.Stats{Bytes: 1 << 20, Files: 1, Dirs: 1}
+		})
+	})
+
+	t.Run("no credential in argv", func(t *testing.T) {
+		pid := mountPID(t, b.drv, a)
+		cmdline, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
+		if err != nil {
+			t.Fatal(err)
+		}
+		environ, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/environ")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if bytes.Contains(cmdline, []byte(testSecret)) {
+			t.Fatal("the mount's argv holds the credential")
+		}
+		if !bytes.Contains(environ, []byte("WEED_L9TEST_SECRET="+testSecret)) {
+			t.Fatal("the mount's environment lacks the credential")
+		}
+	})
+
+	t.Run("read-only mount refuses writes", func(t *testing.T) {
+		ro := b.mount(t, v, "node-ro", true)
+		testenv.Eventually(t, 20*time.Second, "the file on the read-only mount", func() bool {
+			_, err := os.Stat(filepath.Join(ro, "ckpt", "step-1"))
+			return err == nil
+		})
+		err := os.WriteFile(filepath.Join(ro, "new"), []byte("x"), 0o644)
+		if err == nil {
+			t.Fatal("a write through the read-only mount succeeded")
+		}
+		if !errors.Is(err, syscall.EROFS) && !errors.Is(err, syscall.EPERM) && !errors.Is(err, syscall.EACCES) {
+			t.Fatalf("write through the read-only mount: %v, want EROFS", err)
+		}
+		if err := b.drv.Unmount(ctx, ro); err != nil {
+			t.Fatal(err)
+		}
+		if _, ok, _ := volumes.MountedAt(ro); ok {
+			t.Fatal("still mounted after Unmount")
+		}
+	})
+
+	t.Run("crashed mount is remounted", func(t *testing.T) {
+		old := mountPID(t, b.drv, c)
+		if err := syscall.Kill(old, syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		testenv.Eventually(t, 60*time.Second, "the file readable after the remount", func() bool {
+			_, err := os.ReadFile(filepath.Join(c, "ckpt", "step-1"))
+			return err == nil
+		})
+		if pid := mountPID(t, b.drv, c); pid == old {
+			t.Fatalf("the mount process is still pid %d", pid)
+		}
+	})
+
+	t.Run("delete removes the data", func(t *testing.T) {
+		for _, m := range []string{a, c} {
+			if err := b.drv.Unmount(ctx, m); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := b.drv.Delete(ctx, v); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := b.drv.Stats(ctx, v); err == nil {
+			t.Fatal("stats of a deleted volume succeeded")
+		}
+		if err := b.drv.Delete(ctx, v); err != nil {
+			t.Fatalf("delete again: %v", err)
+		}
+	})
+}
+
+// TestQuota: a write past the volume's quota fails with ENOSPC.
+func TestQuota(t *testing.T) {
+	b := setup(t)
+	ctx := context.Background()
+	v := volumes.Volume{ID: "vol_q1", Workspace: "ws_1", Name: "small", QuotaBytes: 2 << 20}
+	if err := b.drv.Create(ctx, v); err != nil {
+		t.Fatal(err)
+	}
+	m := b.mount(t, v, "q", false)
+	if err := os.WriteFile(filepath.Join(m, "fits"), make([]byte, 512<<10), 0o644); err != nil {
+		t.Fatalf("a write under the quota: %v", err)
+	}
+	f, err := os.Create(filepath.Join(m, "too-big"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	chunk := make([]byte, 1<<20)
+	var werr error
+	for range 16 {
+		if _, werr = f.Write(chunk); werr != nil {
+			break
+		}
+	}
+	if werr == nil {
+		werr = f.Sync()
+	}
+	cerr := f.Close()
+	if werr == nil {
+		werr = cerr
+	}
+	if !errors.Is(werr, syscall.ENOSPC) {
+		t.Fatalf("writing 16 MiB into a 2 MiB volume: %v, want ENOSPC", werr)
+	}
+}
+
+// TestUnmountAllClearsWhatAKilledAgentLeft: a weed mount whose supervisor
+// is gone (a killed agent) and was then killed itself leaves a dead FUSE
+// mount; a fresh driver's UnmountAll removes it.
+func TestUnmountAllClearsWhatAKilledAgentLeft(t *testing.T) {
+	b := setup(t)
+	ctx := context.Background()
+	v := volumes.Volume{ID: "vol_s1", Workspace: "ws_1"}
+	if err := b.drv.Create(ctx, v); err != nil {
+		t.Fatal(err)
+	}
+	target := filepath.Join(b.root, "stale")
+	cache := filepath.Join(b.root, "stale-cache")
+	for _, d := range []string{target, cache} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Started by hand, as a previous agent would have: no supervisor here.
+	cmd := exec.Command(b.env.Bin, b.drv.MountArgs(v, target, cache, volumes.MountOptions{})...)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 60*time.Second, "the hand-made mount", func() bool {
+		m, ok, _ := volumes.MountedAt(target)
+		return ok && m.FSType == seaweedfs.FSType
+	})
+	_ = cmd.Process.Kill()
+	_ = cmd.Wait()
+	if _, ok, _ := volumes.MountedAt(target); !ok {
+		t.Fatal("killing weed mount removed the mount itself; nothing to reconcile")
+	}
+
+	fresh := seaweedfs.New(seaweedfs.Config{StateDir: filepath.Join(b.root, "state2")})
+	done, err := fresh.UnmountAll(ctx, b.root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(done) != 1 || done[0] != target {
+		t.Fatalf("UnmountAll unmounted %q, want [%s]", done, target)
+	}
+	if left, _ := volumes.MountsUnder(b.root, "fuse"); len(left) != 0 {
+		t.Fatalf("FUSE mounts left under %s: %+v", b.root, left)
+	}
+}
