@@ -78,7 +78,7 @@ func TestMergeYAML(t *testing.T) {
 		{
 			name:    "unknown top-level key",
 			user:    "workers:\n  defaultImage: x\n",
-			wantErr: []string{"line 1: workers: unknown key (the top level takes controlplane, database, imageService, refuseDefaultEncryptionKey, worker)"},
+			wantErr: []string{"line 1: workers: unknown key (the top level takes controlplane, database, imageService, refuseDefaultEncryptionKey, volumes, worker)"},
 		},
 		{
 			name:    "every unknown key at once",
