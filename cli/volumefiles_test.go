@@ -2,6 +2,7 @@ package cli
 
 import (
 	"bytes"
+	"context"
 	"crypto/rand"
 	"encoding/json"
 	"os"
@@ -9,7 +10,12 @@ import (
 	"strings"
 	"testing"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	v1 "github.com/levers9/levers9/api/levers9/v1"
 	"github.com/levers9/levers9/controlplane/config"
+	"github.com/levers9/levers9/internal/clientconfig"
 	"github.com/levers9/levers9/internal/seaweed/seaweedtest"
 )
 
@@ -97,6 +103,7 @@ func TestVolumeFiles(t *testing.T) {
 	refused("", "leaves the volume", "volume", "get", "data", "dir/../../etc/passwd", "-")
 	refused("", "leaves the volume", "volume", "ls", "data", "..")
 	refused("", "leaves the volume", "volume", "rm", "data", "a/../..")
+	serverRefusesEscapes(t, b)
 
 	// 1 MiB quota, 300 kB used: 900 kB more does not fit.
 	big := filepath.Join(local, "big.bin")
@@ -120,4 +127,40 @@ func TestVolumeFiles(t *testing.T) {
 	refused("", "not found", "volume", "get", "data", "dir/f.bin", "-")
 	cli("", "volume", "rm", "data", "dir", "-r")
 	refused("", "not found", "volume", "ls", "data", "dir")
+}
+
+// serverRefusesEscapes calls the RPCs directly, past the CLI's own check
+// of the path, so the controlplane's check is what is tested.
+func serverRefusesEscapes(t *testing.T, b *cliBundle) {
+	t.Helper()
+	c, _, err := clientconfig.Resolve(func(k string) string { return b.envvar[k] }, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := WithToken(context.Background(), c.Token)
+	vs := v1.NewVolumeServiceClient(b.inst.Conn)
+	want := func(what string, err error) {
+		t.Helper()
+		if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "leaves the volume") {
+			t.Errorf("%s of ../x: %v; want InvalidArgument saying it leaves the volume", what, err)
+		}
+	}
+	_, err = vs.ListVolumeFiles(ctx, &v1.ListVolumeFilesRequest{Name: "data", Path: "../x"})
+	want("ListVolumeFiles", err)
+	_, err = vs.DeleteVolumeFile(ctx, &v1.DeleteVolumeFileRequest{Name: "data", Path: "a/../../x", Recursive: true})
+	want("DeleteVolumeFile", err)
+	get, err := vs.GetVolumeFile(ctx, &v1.GetVolumeFileRequest{Name: "data", Path: "/../x"})
+	if err == nil {
+		_, err = get.Recv()
+	}
+	want("GetVolumeFile", err)
+	put, err := vs.PutVolumeFile(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := put.Send(&v1.PutVolumeFileRequest{Name: "data", Path: "../x", Data: []byte("x")}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = put.CloseAndRecv()
+	want("PutVolumeFile", err)
 }
