@@ -48,6 +48,9 @@ func TestVolumeFiles(t *testing.T) {
 		t.Helper()
 		out, errOut, code := b.run(t, stdin, nil, args...)
 		if code == 0 || !strings.Contains(errOut, want) {
+			if len(out) > 200 {
+				out = out[:200] + "..."
+			}
 			t.Errorf("%v: exit %d, stdout %q, stderr %q; want a failure saying %q", args, code, out, errOut, want)
 		}
 	}
