@@ -130,6 +130,23 @@ func TestVolumeFiles(t *testing.T) {
 	refused("", "not found", "volume", "get", "data", "dir/f.bin", "-")
 	cli("", "volume", "rm", "data", "dir", "-r")
 	refused("", "not found", "volume", "ls", "data", "dir")
+
+	// Without a quota: a file of several chunks each way, then replaced
+	// in place by a put to the same name.
+	cli("", "volume", "create", "big")
+	large := make([]byte, 2_500_000)
+	rand.Read(large)
+	if err := os.WriteFile(big, large, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cli("", "volume", "put", "big", big, "x/big.bin")
+	if out, _ := cli("", "volume", "get", "big", "x/big.bin", "-"); out != string(large) {
+		t.Errorf("get of a %d-byte file: %d bytes back, or not the same", len(large), len(out))
+	}
+	cli("replaced", "volume", "put", "big", "-", "x/big.bin")
+	if out, _ := cli("", "volume", "get", "big", "x/big.bin", "-"); out != "replaced" {
+		t.Errorf("after a put over it, get: %.40q, want %q", out, "replaced")
+	}
 }
 
 // serverRefusesEscapes calls the RPCs directly, past the CLI's own check
