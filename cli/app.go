@@ -183,7 +183,7 @@ func (a *app) explain(s *session, err error) error {
 		return fmt.Errorf("%s\n(check the token of context %q with `levers9 config list`, or make a new one with `levers9 token create` from a working context)", st.Message(), s.name)
 	case codes.PermissionDenied:
 		return errors.New(st.Message())
-	case codes.NotFound, codes.InvalidArgument, codes.AlreadyExists, codes.FailedPrecondition:
+	case codes.NotFound, codes.InvalidArgument, codes.AlreadyExists, codes.FailedPrecondition, codes.ResourceExhausted:
 		return errors.New(st.Message())
 	case codes.Unavailable, codes.DeadlineExceeded:
 		return explainTransport(fmt.Errorf("controlplane %s unavailable: %s", s.ctx.Controlplane, st.Message()), s.ctx, s.tls)

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/levers9/levers9/controlplane/config"
 	"github.com/levers9/levers9/controlplane/controlplanetest"
 )
 
@@ -255,8 +256,15 @@ func FuzzParseEnvLines(f *testing.F) {
 // hand out join scripts (it needs an agent binary to checksum).
 func adminCLI(t *testing.T) *cliBundle {
 	t.Helper()
+	return adminCLIWith(t, func(*config.Config) {})
+}
+
+// adminCLIWith is adminCLI on a config edit first changes.
+func adminCLIWith(t *testing.T, edit func(*config.Config)) *cliBundle {
+	t.Helper()
 	cert, key := controlplanetest.SelfSignedTLS(t)
 	cfg := env.Config(t)
+	edit(cfg)
 	cfg.Controlplane.TLS.CertFile, cfg.Controlplane.TLS.KeyFile = cert, key
 	cfg.Controlplane.AgentBinariesDir = t.TempDir()
 	if err := os.WriteFile(filepath.Join(cfg.Controlplane.AgentBinariesDir, "levers9-agent-linux-amd64"), []byte("agent"), 0o755); err != nil {

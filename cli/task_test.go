@@ -302,7 +302,8 @@ func TestTaskCommandsScripted(t *testing.T) {
 	t.Parallel()
 	srv := sdktest.Start(t)
 	c := newTaskCLI(t, srv.Addr, sdktest.Token)
-	out, errOut, code := c.run(t, "run", "--detach", "--env", "SECRET_NAME=x", "--", "echo", "hello world")
+	out, errOut, code := c.run(t, "run", "--detach", "--env", "SECRET_NAME=x",
+		"--volume", "data:/data", "--volume", "ref:/ref:ro", "--", "echo", "hello world")
 	if code != 0 {
 		t.Fatal(errOut)
 	}
@@ -317,7 +318,8 @@ func TestTaskCommandsScripted(t *testing.T) {
 	}
 	out, _, code = c.run(t, "task", "show", id)
 	if code != 0 || !regexp.MustCompile(`(?m)^1\s+running\s+m_a`).MatchString(out) || !strings.Contains(out, "echo 'hello world'") ||
-		!strings.Contains(out, "SECRET_NAME") || strings.Contains(out, "=x") {
+		!strings.Contains(out, "SECRET_NAME") || strings.Contains(out, "=x") ||
+		!regexp.MustCompile(`(?m)^Volumes:\s+data:/data, ref:/ref:ro$`).MatchString(out) {
 		t.Errorf("show: %q", out)
 	}
 	out, _, code = c.run(t, "task", "list")

@@ -12,6 +12,7 @@ import (
 
 	v1 "github.com/levers9/levers9/api/levers9/v1"
 	"github.com/levers9/levers9/sdk"
+	"github.com/levers9/levers9/volumes"
 )
 
 func (a *app) taskCmd() *cobra.Command {
@@ -188,6 +189,13 @@ func (a *app) printTask(t *v1.Task) {
 	if len(sp.GetSecrets()) > 0 {
 		// Names only: the values never leave the controlplane but in the push.
 		rows = append(rows, [2]string{"Secrets", strings.Join(sp.GetSecrets(), ", ")})
+	}
+	if len(sp.GetVolumes()) > 0 {
+		refs := make([]string, 0, len(sp.GetVolumes()))
+		for _, v := range sp.GetVolumes() {
+			refs = append(refs, volumes.Ref{Name: v.GetName(), Path: v.GetPath(), ReadOnly: v.GetReadOnly()}.String())
+		}
+		rows = append(rows, [2]string{"Volumes", strings.Join(refs, ", ")})
 	}
 	for _, kv := range rows {
 		fmt.Fprintf(w, "%s:\t%s\n", kv[0], kv[1])

@@ -115,7 +115,7 @@ func (a *app) volumeCmd() *cobra.Command {
 			return nil
 		},
 	}
-	cmd.AddCommand(create, list, show, del)
+	cmd.AddCommand(create, list, show, del, a.volumeLsCmd(), a.volumePutCmd(), a.volumeGetCmd(), a.volumeRmCmd())
 	return cmd
 }
 

@@ -1,6 +1,11 @@
 package volumes
 
-import "context"
+import (
+	"context"
+	"errors"
+	"io"
+	"time"
+)
 
 // Volume identifies one volume to a driver. The driver derives everything
 // it stores (a filer directory, a collection) from ID and Workspace, never
@@ -61,4 +66,35 @@ type Reconciler interface {
 	// UnmountAll unmounts every mount of this driver under root and
 	// returns the targets it unmounted.
 	UnmountAll(ctx context.Context, root string) ([]string, error)
+}
+
+// ErrFull is returned (wrapped) by Files.PutFile for a file that would
+// take the volume past its quota.
+var ErrFull = errors.New("volume is full")
+
+// FileInfo is one entry of a volume.
+type FileInfo struct {
+	// Path is relative to the volume's root, with a leading "/".
+	Path    string
+	Dir     bool
+	Size    uint64
+	ModTime time.Time
+}
+
+// Files is a driver that can read and write a volume's files without
+// mounting it (an optional ability of a Driver). Paths are CleanFilePath's
+// output; a missing one is errdefs.ErrNotFound.
+type Files interface {
+	// ListFiles lists the directory at p, or returns the one entry of the
+	// file at p.
+	ListFiles(ctx context.Context, v Volume, p string) ([]FileInfo, error)
+	// OpenFile opens the file at p for reading; the caller closes it.
+	OpenFile(ctx context.Context, v Volume, p string) (io.ReadCloser, error)
+	// PutFile writes r to the file at p, creating its parents. The file
+	// shows under p only once r is read to its end: a failure (r's error,
+	// ErrFull past the quota) leaves no file under p and none elsewhere.
+	PutFile(ctx context.Context, v Volume, p string, r io.Reader) (FileInfo, error)
+	// RemoveFile removes the file at p, or the directory at p when
+	// recursive is set.
+	RemoveFile(ctx context.Context, v Volume, p string, recursive bool) error
 }

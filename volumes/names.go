@@ -130,3 +130,26 @@ func FormatSize(b int64) string {
 	}
 	return fmt.Sprintf("%.1f %ciB", float64(b)/float64(div), "KMGTPE"[exp])
 }
+
+// CleanFilePath cleans a path inside a volume, given relative to its root
+// ("", "/" and "." are the root), and returns it with a leading "/". A path
+// that climbs out of the volume ("..", "a/../../b") is refused rather than
+// clamped to the root, so a typo never lands a file somewhere unexpected.
+func CleanFilePath(p string) (string, error) {
+	if strings.ContainsRune(p, 0) {
+		return "", fmt.Errorf("volume path %q: contains a NUL byte: %w", p, errdefs.ErrInvalidArgument)
+	}
+	rel := strings.TrimLeft(p, "/")
+	if rel == "" {
+		return "/", nil
+	}
+	// Cleaned relative, a path that escapes starts with "..".
+	c := path.Clean(rel)
+	if c == ".." || strings.HasPrefix(c, "../") {
+		return "", fmt.Errorf("volume path %q: leaves the volume (..): %w", p, errdefs.ErrInvalidArgument)
+	}
+	if c == "." {
+		return "/", nil
+	}
+	return "/" + c, nil
+}

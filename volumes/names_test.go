@@ -81,3 +81,45 @@ func TestUnescape(t *testing.T) {
 		t.Fatalf("unescape = %q", got)
 	}
 }
+
+func TestCleanFilePath(t *testing.T) {
+	for _, tt := range []struct {
+		in, want string
+		ok       bool
+	}{
+		{"", "/", true},
+		{"/", "/", true},
+		{".", "/", true},
+		{"./", "/", true},
+		{"a", "/a", true},
+		{"/a/b/", "/a/b", true},
+		{"a//b", "/a/b", true},
+		{"a/./b", "/a/b", true},
+		{"a/../b", "/b", true},
+		{"a/..", "/", true},
+		{"//a", "/a", true},
+		{"..", "", false},
+		{"/..", "", false},
+		{"../a", "", false},
+		{"a/../../b", "", false},
+		{"/a/../..", "", false},
+		{"a\x00b", "", false},
+		{"..a", "/..a", true},
+		{"a/..b", "/a/..b", true},
+	} {
+		got, err := CleanFilePath(tt.in)
+		if (err == nil) != tt.ok {
+			t.Errorf("CleanFilePath(%q) = %q, %v; want ok=%v", tt.in, got, err, tt.ok)
+			continue
+		}
+		if err != nil {
+			if !errdefs.IsInvalidArgument(err) {
+				t.Errorf("CleanFilePath(%q): %v is not invalid-argument", tt.in, err)
+			}
+			continue
+		}
+		if got != tt.want {
+			t.Errorf("CleanFilePath(%q) = %q, want %q", tt.in, got, tt.want)
+		}
+	}
+}

@@ -62,6 +62,11 @@ var methods = map[string]access{
 	v1.VolumeService_ListVolumes_FullMethodName:  members,
 	v1.VolumeService_GetVolume_FullMethodName:    members,
 	v1.VolumeService_DeleteVolume_FullMethodName: members,
+	// Writing and removing files need what creating a volume needs.
+	v1.VolumeService_ListVolumeFiles_FullMethodName:  members,
+	v1.VolumeService_GetVolumeFile_FullMethodName:    members,
+	v1.VolumeService_PutVolumeFile_FullMethodName:    members,
+	v1.VolumeService_DeleteVolumeFile_FullMethodName: members,
 
 	v1.TaskService_SubmitTask_FullMethodName: members,
 	v1.TaskService_GetTask_FullMethodName:    members,

@@ -86,6 +86,17 @@ func TestRoleMatrix(t *testing.T) {
 			t.Errorf("member on %s: %v, want a refusal naming admin", m, err)
 		}
 	}
+	// A volume's files need what creating the volume needs, role by role.
+	for _, m := range []string{
+		v1.VolumeService_ListVolumeFiles_FullMethodName, v1.VolumeService_GetVolumeFile_FullMethodName,
+		v1.VolumeService_PutVolumeFile_FullMethodName, v1.VolumeService_DeleteVolumeFile_FullMethodName,
+	} {
+		for _, r := range []store.Role{store.RoleAdmin, store.RoleMember, store.RoleMachineJoin} {
+			if got, want := Allowed(m, r) == nil, Allowed(v1.VolumeService_CreateVolume_FullMethodName, r) == nil; got != want {
+				t.Errorf("%s on %s: allowed=%v, CreateVolume allowed=%v", r, m, got, want)
+			}
+		}
+	}
 	if err := Allowed("/levers9.v1.TaskService/Nope", store.RoleAdmin); !errors.Is(err, errdefs.ErrPermissionDenied) {
 		t.Errorf("a method missing from the table: %v, want refused", err)
 	}

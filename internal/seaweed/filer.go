@@ -166,7 +166,17 @@ func (f *Filer) Usage(ctx context.Context, dir string) (Usage, error) {
 
 // Put writes a file at p from r, replacing one there.
 func (f *Filer) Put(ctx context.Context, p string, r io.Reader) error {
-	resp, err := f.do(ctx, http.MethodPut, p, nil, r, map[string]string{"Content-Type": "application/octet-stream"})
+	return f.PutIn(ctx, p, "", r)
+}
+
+// PutIn is Put with the file's chunks in collection (empty: the filer's
+// default), so they count against that collection's quota.
+func (f *Filer) PutIn(ctx context.Context, p, collection string, r io.Reader) error {
+	var q url.Values
+	if collection != "" {
+		q = url.Values{"collection": {collection}}
+	}
+	resp, err := f.do(ctx, http.MethodPut, p, q, r, map[string]string{"Content-Type": "application/octet-stream"})
 	if err != nil {
 		return fmt.Errorf("writing filer file %s: %w", p, err)
 	}
@@ -192,6 +202,37 @@ func (f *Filer) Get(ctx context.Context, p string) (io.ReadCloser, error) {
 		return nil, fmt.Errorf("reading filer file %s: %s: %s", p, resp.Status, readSome(resp.Body))
 	}
 	return resp.Body, nil
+}
+
+// Rename moves the file or directory at from to to, replacing a file
+// there: the filer does it as one metadata change, so a reader sees the
+// old file or the new one, never a part.
+func (f *Filer) Rename(ctx context.Context, from, to string) error {
+	resp, err := f.do(ctx, http.MethodPost, to, url.Values{"mv.from": {from}}, nil, nil)
+	if err != nil {
+		return fmt.Errorf("renaming filer path %s to %s: %w", from, to, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode/100 != 2 {
+		return fmt.Errorf("renaming filer path %s to %s: %s: %s", from, to, resp.Status, readSome(resp.Body))
+	}
+	return nil
+}
+
+// Stat returns the entry at p by listing its parent (the filer answers a
+// GET of a file with its content, not its metadata).
+func (f *Filer) Stat(ctx context.Context, p string) (Entry, error) {
+	p = path.Clean(p)
+	entries, err := f.List(ctx, path.Dir(p))
+	if err != nil {
+		return Entry{}, fmt.Errorf("stat of filer path %s: %w", p, err)
+	}
+	for _, e := range entries {
+		if path.Clean(e.FullPath) == p {
+			return e, nil
+		}
+	}
+	return Entry{}, fmt.Errorf("stat of filer path %s: %w", p, ErrNotFound)
 }
 
 // Delete removes a file or a directory tree; a missing one is fine.

@@ -16,7 +16,9 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	"math"
 	"os"
 	"path"
 	"path/filepath"
@@ -382,6 +384,172 @@ func unmountTarget(target string) error {
 		if err := syscall.Unmount(target, syscall.MNT_DETACH); err != nil && !errors.Is(err, syscall.EINVAL) && !errors.Is(err, syscall.ENOENT) {
 			return fmt.Errorf("unmounting %s: %w", target, err)
 		}
+	}
+	return nil
+}
+
+var _ volumes.Files = (*Driver)(nil)
+
+func fileInfo(v volumes.Volume, e seaweed.Entry) volumes.FileInfo {
+	rel := strings.TrimPrefix(path.Clean(e.FullPath), Dir(v))
+	if rel == "" {
+		rel = "/"
+	}
+	return volumes.FileInfo{Path: rel, Dir: e.IsDir(), Size: e.Size(), ModTime: e.Mtime}
+}
+
+// stat returns the entry at p of the volume; the root is a directory.
+func (d *Driver) stat(ctx context.Context, v volumes.Volume, p string) (seaweed.Entry, error) {
+	full := path.Join(Dir(v), p)
+	if p == "/" {
+		return seaweed.Entry{FullPath: full, Mode: os.ModeDir}, nil
+	}
+	e, err := d.filer.Stat(ctx, full)
+	if errors.Is(err, seaweed.ErrNotFound) {
+		return e, fmt.Errorf("%s: %w", p, errdefs.ErrNotFound)
+	}
+	return e, err
+}
+
+// ListFiles lists a directory of the volume, or gives a file's entry.
+func (d *Driver) ListFiles(ctx context.Context, v volumes.Volume, p string) ([]volumes.FileInfo, error) {
+	if err := check(v); err != nil {
+		return nil, err
+	}
+	e, err := d.stat(ctx, v, p)
+	if err != nil {
+		return nil, fmt.Errorf("listing %s in volume %s: %w", p, v.ID, err)
+	}
+	if !e.IsDir() {
+		return []volumes.FileInfo{fileInfo(v, e)}, nil
+	}
+	entries, err := d.filer.List(ctx, path.Join(Dir(v), p))
+	if err != nil {
+		return nil, fmt.Errorf("listing %s in volume %s: %w", p, v.ID, err)
+	}
+	out := make([]volumes.FileInfo, 0, len(entries))
+	for _, e := range entries {
+		out = append(out, fileInfo(v, e))
+	}
+	return out, nil
+}
+
+// OpenFile opens a file of the volume; a directory is refused, as the
+// filer would answer it with a listing.
+func (d *Driver) OpenFile(ctx context.Context, v volumes.Volume, p string) (io.ReadCloser, error) {
+	if err := check(v); err != nil {
+		return nil, err
+	}
+	e, err := d.stat(ctx, v, p)
+	if err != nil {
+		return nil, fmt.Errorf("reading %s in volume %s: %w", p, v.ID, err)
+	}
+	if e.IsDir() {
+		return nil, fmt.Errorf("reading %s in volume %s: is a directory: %w", p, v.ID, errdefs.ErrInvalidArgument)
+	}
+	rc, err := d.filer.Get(ctx, path.Join(Dir(v), p))
+	if err != nil {
+		return nil, fmt.Errorf("reading %s in volume %s: %w", p, v.ID, err)
+	}
+	return rc, nil
+}
+
+// quotaReader fails once more than left bytes have come through, so an
+// upload past the quota stops at the quota rather than at its end.
+type quotaReader struct {
+	r    io.Reader
+	left int64
+	full bool
+}
+
+func (q *quotaReader) Read(b []byte) (int, error) {
+	n, err := q.r.Read(b)
+	q.left -= int64(n)
+	if q.left < 0 {
+		q.full = true
+		return n, volumes.ErrFull
+	}
+	return n, err
+}
+
+// PutFile uploads to a temporary name beside p and renames it over p once
+// complete, so p never holds a part; on failure the temporary file goes.
+// The filer itself enforces no quota (only weed mount does), so the quota
+// is checked here against the volume's usage, less the file being
+// replaced.
+func (d *Driver) PutFile(ctx context.Context, v volumes.Volume, p string, r io.Reader) (volumes.FileInfo, error) {
+	if err := check(v); err != nil {
+		return volumes.FileInfo{}, err
+	}
+	if p == "/" {
+		return volumes.FileInfo{}, fmt.Errorf("writing the root of volume %s: is a directory: %w", v.ID, errdefs.ErrInvalidArgument)
+	}
+	full := path.Join(Dir(v), p)
+	var replaced uint64
+	switch e, err := d.stat(ctx, v, p); {
+	case err == nil && e.IsDir():
+		return volumes.FileInfo{}, fmt.Errorf("writing %s in volume %s: is a directory: %w", p, v.ID, errdefs.ErrInvalidArgument)
+	case err == nil:
+		replaced = e.Size()
+	case !errdefs.IsNotFound(err) && !errors.Is(err, seaweed.ErrNotFound):
+		return volumes.FileInfo{}, fmt.Errorf("writing %s in volume %s: %w", p, v.ID, err)
+	}
+	qr := &quotaReader{r: r, left: math.MaxInt64}
+	if v.QuotaBytes > 0 {
+		u, err := d.filer.Usage(ctx, Dir(v))
+		if err != nil {
+			return volumes.FileInfo{}, fmt.Errorf("writing %s in volume %s: usage: %w", p, v.ID, err)
+		}
+		qr.left = v.QuotaBytes - int64(u.Bytes) + int64(replaced)
+	}
+	tmp := path.Join(path.Dir(full), fmt.Sprintf(".%s.l9tmp-%d", path.Base(full), time.Now().UnixNano()))
+	fail := func(err error) (volumes.FileInfo, error) {
+		// The caller's context may be what ended the upload.
+		if derr := d.filer.Delete(context.WithoutCancel(ctx), tmp); derr != nil {
+			d.cfg.Logger.Error("removing a failed upload's temporary file", "volume_id", v.ID, "path", tmp, "err", derr)
+		}
+		if qr.full {
+			return volumes.FileInfo{}, fmt.Errorf("writing %s in volume %s: %w", p, v.ID, volumes.ErrFull)
+		}
+		return volumes.FileInfo{}, fmt.Errorf("writing %s in volume %s: %w", p, v.ID, err)
+	}
+	if qr.left < 0 {
+		qr.full = true
+		return fail(volumes.ErrFull)
+	}
+	if err := d.filer.PutIn(ctx, tmp, Collection(v), qr); err != nil {
+		return fail(err)
+	}
+	if qr.full {
+		return fail(volumes.ErrFull)
+	}
+	if err := d.filer.Rename(ctx, tmp, full); err != nil {
+		return fail(err)
+	}
+	e, err := d.stat(ctx, v, p)
+	if err != nil {
+		return volumes.FileInfo{}, fmt.Errorf("writing %s in volume %s: %w", p, v.ID, err)
+	}
+	return fileInfo(v, e), nil
+}
+
+// RemoveFile removes a file, or a directory tree with recursive set.
+func (d *Driver) RemoveFile(ctx context.Context, v volumes.Volume, p string, recursive bool) error {
+	if err := check(v); err != nil {
+		return err
+	}
+	if p == "/" {
+		return fmt.Errorf("removing the root of volume %s: delete the volume instead: %w", v.ID, errdefs.ErrInvalidArgument)
+	}
+	e, err := d.stat(ctx, v, p)
+	if err != nil {
+		return fmt.Errorf("removing %s in volume %s: %w", p, v.ID, err)
+	}
+	if e.IsDir() && !recursive {
+		return fmt.Errorf("removing %s in volume %s: is a directory (use -r): %w", p, v.ID, errdefs.ErrInvalidArgument)
+	}
+	if err := d.filer.Delete(ctx, path.Join(Dir(v), p)); err != nil {
+		return fmt.Errorf("removing %s in volume %s: %w", p, v.ID, err)
 	}
 	return nil
 }

@@ -550,6 +550,478 @@ func (*DeleteVolumeResponse) Descriptor() ([]byte, []int) {
 	return file_api_levers9_v1_volume_proto_rawDescGZIP(), []int{9}
 }
 
+type VolumeFile struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Relative to the volume's root, with a leading "/".
+	Path          string                 `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
+	Dir           bool                   `protobuf:"varint,2,opt,name=dir,proto3" json:"dir,omitempty"`
+	Size          uint64                 `protobuf:"varint,3,opt,name=size,proto3" json:"size,omitempty"`
+	ModifiedAt    *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=modified_at,json=modifiedAt,proto3" json:"modified_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *VolumeFile) Reset() {
+	*x = VolumeFile{}
+	mi := &file_api_levers9_v1_volume_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *VolumeFile) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*VolumeFile) ProtoMessage() {}
+
+func (x *VolumeFile) ProtoReflect() protoreflect.Message {
+	mi := &file_api_levers9_v1_volume_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use VolumeFile.ProtoReflect.Descriptor instead.
+func (*VolumeFile) Descriptor() ([]byte, []int) {
+	return file_api_levers9_v1_volume_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *VolumeFile) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *VolumeFile) GetDir() bool {
+	if x != nil {
+		return x.Dir
+	}
+	return false
+}
+
+func (x *VolumeFile) GetSize() uint64 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+func (x *VolumeFile) GetModifiedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ModifiedAt
+	}
+	return nil
+}
+
+type ListVolumeFilesRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Path          string                 `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListVolumeFilesRequest) Reset() {
+	*x = ListVolumeFilesRequest{}
+	mi := &file_api_levers9_v1_volume_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListVolumeFilesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListVolumeFilesRequest) ProtoMessage() {}
+
+func (x *ListVolumeFilesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_levers9_v1_volume_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListVolumeFilesRequest.ProtoReflect.Descriptor instead.
+func (*ListVolumeFilesRequest) Descriptor() ([]byte, []int) {
+	return file_api_levers9_v1_volume_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *ListVolumeFilesRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ListVolumeFilesRequest) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+type ListVolumeFilesResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Files         []*VolumeFile          `protobuf:"bytes,1,rep,name=files,proto3" json:"files,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListVolumeFilesResponse) Reset() {
+	*x = ListVolumeFilesResponse{}
+	mi := &file_api_levers9_v1_volume_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListVolumeFilesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListVolumeFilesResponse) ProtoMessage() {}
+
+func (x *ListVolumeFilesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_levers9_v1_volume_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListVolumeFilesResponse.ProtoReflect.Descriptor instead.
+func (*ListVolumeFilesResponse) Descriptor() ([]byte, []int) {
+	return file_api_levers9_v1_volume_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *ListVolumeFilesResponse) GetFiles() []*VolumeFile {
+	if x != nil {
+		return x.Files
+	}
+	return nil
+}
+
+type PutVolumeFileRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// name and path are read from the first message only.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Path string `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
+	// The file's length when known (first message only), so a put past the
+	// quota is refused before any byte is sent; 0 when unknown.
+	Size          int64  `protobuf:"varint,3,opt,name=size,proto3" json:"size,omitempty"`
+	Data          []byte `protobuf:"bytes,4,opt,name=data,proto3" json:"data,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PutVolumeFileRequest) Reset() {
+	*x = PutVolumeFileRequest{}
+	mi := &file_api_levers9_v1_volume_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PutVolumeFileRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PutVolumeFileRequest) ProtoMessage() {}
+
+func (x *PutVolumeFileRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_levers9_v1_volume_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PutVolumeFileRequest.ProtoReflect.Descriptor instead.
+func (*PutVolumeFileRequest) Descriptor() ([]byte, []int) {
+	return file_api_levers9_v1_volume_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *PutVolumeFileRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *PutVolumeFileRequest) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *PutVolumeFileRequest) GetSize() int64 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+func (x *PutVolumeFileRequest) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+type PutVolumeFileResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	File          *VolumeFile            `protobuf:"bytes,1,opt,name=file,proto3" json:"file,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PutVolumeFileResponse) Reset() {
+	*x = PutVolumeFileResponse{}
+	mi := &file_api_levers9_v1_volume_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PutVolumeFileResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PutVolumeFileResponse) ProtoMessage() {}
+
+func (x *PutVolumeFileResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_levers9_v1_volume_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PutVolumeFileResponse.ProtoReflect.Descriptor instead.
+func (*PutVolumeFileResponse) Descriptor() ([]byte, []int) {
+	return file_api_levers9_v1_volume_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *PutVolumeFileResponse) GetFile() *VolumeFile {
+	if x != nil {
+		return x.File
+	}
+	return nil
+}
+
+type GetVolumeFileRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Path          string                 `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetVolumeFileRequest) Reset() {
+	*x = GetVolumeFileRequest{}
+	mi := &file_api_levers9_v1_volume_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetVolumeFileRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetVolumeFileRequest) ProtoMessage() {}
+
+func (x *GetVolumeFileRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_levers9_v1_volume_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetVolumeFileRequest.ProtoReflect.Descriptor instead.
+func (*GetVolumeFileRequest) Descriptor() ([]byte, []int) {
+	return file_api_levers9_v1_volume_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *GetVolumeFileRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *GetVolumeFileRequest) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+type GetVolumeFileResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Data          []byte                 `protobuf:"bytes,1,opt,name=data,proto3" json:"data,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetVolumeFileResponse) Reset() {
+	*x = GetVolumeFileResponse{}
+	mi := &file_api_levers9_v1_volume_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetVolumeFileResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetVolumeFileResponse) ProtoMessage() {}
+
+func (x *GetVolumeFileResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_levers9_v1_volume_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetVolumeFileResponse.ProtoReflect.Descriptor instead.
+func (*GetVolumeFileResponse) Descriptor() ([]byte, []int) {
+	return file_api_levers9_v1_volume_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *GetVolumeFileResponse) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+type DeleteVolumeFileRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Path          string                 `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
+	Recursive     bool                   `protobuf:"varint,3,opt,name=recursive,proto3" json:"recursive,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteVolumeFileRequest) Reset() {
+	*x = DeleteVolumeFileRequest{}
+	mi := &file_api_levers9_v1_volume_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteVolumeFileRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteVolumeFileRequest) ProtoMessage() {}
+
+func (x *DeleteVolumeFileRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_levers9_v1_volume_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteVolumeFileRequest.ProtoReflect.Descriptor instead.
+func (*DeleteVolumeFileRequest) Descriptor() ([]byte, []int) {
+	return file_api_levers9_v1_volume_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *DeleteVolumeFileRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *DeleteVolumeFileRequest) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *DeleteVolumeFileRequest) GetRecursive() bool {
+	if x != nil {
+		return x.Recursive
+	}
+	return false
+}
+
+type DeleteVolumeFileResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteVolumeFileResponse) Reset() {
+	*x = DeleteVolumeFileResponse{}
+	mi := &file_api_levers9_v1_volume_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteVolumeFileResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteVolumeFileResponse) ProtoMessage() {}
+
+func (x *DeleteVolumeFileResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_levers9_v1_volume_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteVolumeFileResponse.ProtoReflect.Descriptor instead.
+func (*DeleteVolumeFileResponse) Descriptor() ([]byte, []int) {
+	return file_api_levers9_v1_volume_proto_rawDescGZIP(), []int{18}
+}
+
 var File_api_levers9_v1_volume_proto protoreflect.FileDescriptor
 
 const file_api_levers9_v1_volume_proto_rawDesc = "" +
@@ -589,12 +1061,45 @@ const file_api_levers9_v1_volume_proto_rawDesc = "" +
 	"\x06volume\x18\x01 \x01(\v2\x12.levers9.v1.VolumeR\x06volume\")\n" +
 	"\x13DeleteVolumeRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"\x16\n" +
-	"\x14DeleteVolumeResponse2\xcf\x02\n" +
+	"\x14DeleteVolumeResponse\"\x83\x01\n" +
+	"\n" +
+	"VolumeFile\x12\x12\n" +
+	"\x04path\x18\x01 \x01(\tR\x04path\x12\x10\n" +
+	"\x03dir\x18\x02 \x01(\bR\x03dir\x12\x12\n" +
+	"\x04size\x18\x03 \x01(\x04R\x04size\x12;\n" +
+	"\vmodified_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"modifiedAt\"@\n" +
+	"\x16ListVolumeFilesRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
+	"\x04path\x18\x02 \x01(\tR\x04path\"G\n" +
+	"\x17ListVolumeFilesResponse\x12,\n" +
+	"\x05files\x18\x01 \x03(\v2\x16.levers9.v1.VolumeFileR\x05files\"f\n" +
+	"\x14PutVolumeFileRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
+	"\x04path\x18\x02 \x01(\tR\x04path\x12\x12\n" +
+	"\x04size\x18\x03 \x01(\x03R\x04size\x12\x12\n" +
+	"\x04data\x18\x04 \x01(\fR\x04data\"C\n" +
+	"\x15PutVolumeFileResponse\x12*\n" +
+	"\x04file\x18\x01 \x01(\v2\x16.levers9.v1.VolumeFileR\x04file\">\n" +
+	"\x14GetVolumeFileRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
+	"\x04path\x18\x02 \x01(\tR\x04path\"+\n" +
+	"\x15GetVolumeFileResponse\x12\x12\n" +
+	"\x04data\x18\x01 \x01(\fR\x04data\"_\n" +
+	"\x17DeleteVolumeFileRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
+	"\x04path\x18\x02 \x01(\tR\x04path\x12\x1c\n" +
+	"\trecursive\x18\x03 \x01(\bR\trecursive\"\x1a\n" +
+	"\x18DeleteVolumeFileResponse2\xba\x05\n" +
 	"\rVolumeService\x12Q\n" +
 	"\fCreateVolume\x12\x1f.levers9.v1.CreateVolumeRequest\x1a .levers9.v1.CreateVolumeResponse\x12N\n" +
 	"\vListVolumes\x12\x1e.levers9.v1.ListVolumesRequest\x1a\x1f.levers9.v1.ListVolumesResponse\x12H\n" +
 	"\tGetVolume\x12\x1c.levers9.v1.GetVolumeRequest\x1a\x1d.levers9.v1.GetVolumeResponse\x12Q\n" +
-	"\fDeleteVolume\x12\x1f.levers9.v1.DeleteVolumeRequest\x1a .levers9.v1.DeleteVolumeResponseB5Z3github.com/levers9/levers9/api/levers9/v1;levers9v1b\x06proto3"
+	"\fDeleteVolume\x12\x1f.levers9.v1.DeleteVolumeRequest\x1a .levers9.v1.DeleteVolumeResponse\x12Z\n" +
+	"\x0fListVolumeFiles\x12\".levers9.v1.ListVolumeFilesRequest\x1a#.levers9.v1.ListVolumeFilesResponse\x12V\n" +
+	"\rPutVolumeFile\x12 .levers9.v1.PutVolumeFileRequest\x1a!.levers9.v1.PutVolumeFileResponse(\x01\x12V\n" +
+	"\rGetVolumeFile\x12 .levers9.v1.GetVolumeFileRequest\x1a!.levers9.v1.GetVolumeFileResponse0\x01\x12]\n" +
+	"\x10DeleteVolumeFile\x12#.levers9.v1.DeleteVolumeFileRequest\x1a$.levers9.v1.DeleteVolumeFileResponseB5Z3github.com/levers9/levers9/api/levers9/v1;levers9v1b\x06proto3"
 
 var (
 	file_api_levers9_v1_volume_proto_rawDescOnce sync.Once
@@ -608,39 +1113,59 @@ func file_api_levers9_v1_volume_proto_rawDescGZIP() []byte {
 	return file_api_levers9_v1_volume_proto_rawDescData
 }
 
-var file_api_levers9_v1_volume_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
+var file_api_levers9_v1_volume_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
 var file_api_levers9_v1_volume_proto_goTypes = []any{
-	(*Volume)(nil),                // 0: levers9.v1.Volume
-	(*VolumeStats)(nil),           // 1: levers9.v1.VolumeStats
-	(*CreateVolumeRequest)(nil),   // 2: levers9.v1.CreateVolumeRequest
-	(*CreateVolumeResponse)(nil),  // 3: levers9.v1.CreateVolumeResponse
-	(*ListVolumesRequest)(nil),    // 4: levers9.v1.ListVolumesRequest
-	(*ListVolumesResponse)(nil),   // 5: levers9.v1.ListVolumesResponse
-	(*GetVolumeRequest)(nil),      // 6: levers9.v1.GetVolumeRequest
-	(*GetVolumeResponse)(nil),     // 7: levers9.v1.GetVolumeResponse
-	(*DeleteVolumeRequest)(nil),   // 8: levers9.v1.DeleteVolumeRequest
-	(*DeleteVolumeResponse)(nil),  // 9: levers9.v1.DeleteVolumeResponse
-	(*timestamppb.Timestamp)(nil), // 10: google.protobuf.Timestamp
+	(*Volume)(nil),                   // 0: levers9.v1.Volume
+	(*VolumeStats)(nil),              // 1: levers9.v1.VolumeStats
+	(*CreateVolumeRequest)(nil),      // 2: levers9.v1.CreateVolumeRequest
+	(*CreateVolumeResponse)(nil),     // 3: levers9.v1.CreateVolumeResponse
+	(*ListVolumesRequest)(nil),       // 4: levers9.v1.ListVolumesRequest
+	(*ListVolumesResponse)(nil),      // 5: levers9.v1.ListVolumesResponse
+	(*GetVolumeRequest)(nil),         // 6: levers9.v1.GetVolumeRequest
+	(*GetVolumeResponse)(nil),        // 7: levers9.v1.GetVolumeResponse
+	(*DeleteVolumeRequest)(nil),      // 8: levers9.v1.DeleteVolumeRequest
+	(*DeleteVolumeResponse)(nil),     // 9: levers9.v1.DeleteVolumeResponse
+	(*VolumeFile)(nil),               // 10: levers9.v1.VolumeFile
+	(*ListVolumeFilesRequest)(nil),   // 11: levers9.v1.ListVolumeFilesRequest
+	(*ListVolumeFilesResponse)(nil),  // 12: levers9.v1.ListVolumeFilesResponse
+	(*PutVolumeFileRequest)(nil),     // 13: levers9.v1.PutVolumeFileRequest
+	(*PutVolumeFileResponse)(nil),    // 14: levers9.v1.PutVolumeFileResponse
+	(*GetVolumeFileRequest)(nil),     // 15: levers9.v1.GetVolumeFileRequest
+	(*GetVolumeFileResponse)(nil),    // 16: levers9.v1.GetVolumeFileResponse
+	(*DeleteVolumeFileRequest)(nil),  // 17: levers9.v1.DeleteVolumeFileRequest
+	(*DeleteVolumeFileResponse)(nil), // 18: levers9.v1.DeleteVolumeFileResponse
+	(*timestamppb.Timestamp)(nil),    // 19: google.protobuf.Timestamp
 }
 var file_api_levers9_v1_volume_proto_depIdxs = []int32{
-	10, // 0: levers9.v1.Volume.created_at:type_name -> google.protobuf.Timestamp
+	19, // 0: levers9.v1.Volume.created_at:type_name -> google.protobuf.Timestamp
 	1,  // 1: levers9.v1.Volume.stats:type_name -> levers9.v1.VolumeStats
 	0,  // 2: levers9.v1.CreateVolumeResponse.volume:type_name -> levers9.v1.Volume
 	0,  // 3: levers9.v1.ListVolumesResponse.volumes:type_name -> levers9.v1.Volume
 	0,  // 4: levers9.v1.GetVolumeResponse.volume:type_name -> levers9.v1.Volume
-	2,  // 5: levers9.v1.VolumeService.CreateVolume:input_type -> levers9.v1.CreateVolumeRequest
-	4,  // 6: levers9.v1.VolumeService.ListVolumes:input_type -> levers9.v1.ListVolumesRequest
-	6,  // 7: levers9.v1.VolumeService.GetVolume:input_type -> levers9.v1.GetVolumeRequest
-	8,  // 8: levers9.v1.VolumeService.DeleteVolume:input_type -> levers9.v1.DeleteVolumeRequest
-	3,  // 9: levers9.v1.VolumeService.CreateVolume:output_type -> levers9.v1.CreateVolumeResponse
-	5,  // 10: levers9.v1.VolumeService.ListVolumes:output_type -> levers9.v1.ListVolumesResponse
-	7,  // 11: levers9.v1.VolumeService.GetVolume:output_type -> levers9.v1.GetVolumeResponse
-	9,  // 12: levers9.v1.VolumeService.DeleteVolume:output_type -> levers9.v1.DeleteVolumeResponse
-	9,  // [9:13] is the sub-list for method output_type
-	5,  // [5:9] is the sub-list for method input_type
-	5,  // [5:5] is the sub-list for extension type_name
-	5,  // [5:5] is the sub-list for extension extendee
-	0,  // [0:5] is the sub-list for field type_name
+	19, // 5: levers9.v1.VolumeFile.modified_at:type_name -> google.protobuf.Timestamp
+	10, // 6: levers9.v1.ListVolumeFilesResponse.files:type_name -> levers9.v1.VolumeFile
+	10, // 7: levers9.v1.PutVolumeFileResponse.file:type_name -> levers9.v1.VolumeFile
+	2,  // 8: levers9.v1.VolumeService.CreateVolume:input_type -> levers9.v1.CreateVolumeRequest
+	4,  // 9: levers9.v1.VolumeService.ListVolumes:input_type -> levers9.v1.ListVolumesRequest
+	6,  // 10: levers9.v1.VolumeService.GetVolume:input_type -> levers9.v1.GetVolumeRequest
+	8,  // 11: levers9.v1.VolumeService.DeleteVolume:input_type -> levers9.v1.DeleteVolumeRequest
+	11, // 12: levers9.v1.VolumeService.ListVolumeFiles:input_type -> levers9.v1.ListVolumeFilesRequest
+	13, // 13: levers9.v1.VolumeService.PutVolumeFile:input_type -> levers9.v1.PutVolumeFileRequest
+	15, // 14: levers9.v1.VolumeService.GetVolumeFile:input_type -> levers9.v1.GetVolumeFileRequest
+	17, // 15: levers9.v1.VolumeService.DeleteVolumeFile:input_type -> levers9.v1.DeleteVolumeFileRequest
+	3,  // 16: levers9.v1.VolumeService.CreateVolume:output_type -> levers9.v1.CreateVolumeResponse
+	5,  // 17: levers9.v1.VolumeService.ListVolumes:output_type -> levers9.v1.ListVolumesResponse
+	7,  // 18: levers9.v1.VolumeService.GetVolume:output_type -> levers9.v1.GetVolumeResponse
+	9,  // 19: levers9.v1.VolumeService.DeleteVolume:output_type -> levers9.v1.DeleteVolumeResponse
+	12, // 20: levers9.v1.VolumeService.ListVolumeFiles:output_type -> levers9.v1.ListVolumeFilesResponse
+	14, // 21: levers9.v1.VolumeService.PutVolumeFile:output_type -> levers9.v1.PutVolumeFileResponse
+	16, // 22: levers9.v1.VolumeService.GetVolumeFile:output_type -> levers9.v1.GetVolumeFileResponse
+	18, // 23: levers9.v1.VolumeService.DeleteVolumeFile:output_type -> levers9.v1.DeleteVolumeFileResponse
+	16, // [16:24] is the sub-list for method output_type
+	8,  // [8:16] is the sub-list for method input_type
+	8,  // [8:8] is the sub-list for extension type_name
+	8,  // [8:8] is the sub-list for extension extendee
+	0,  // [0:8] is the sub-list for field type_name
 }
 
 func init() { file_api_levers9_v1_volume_proto_init() }
@@ -654,7 +1179,7 @@ func file_api_levers9_v1_volume_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_levers9_v1_volume_proto_rawDesc), len(file_api_levers9_v1_volume_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   10,
+			NumMessages:   19,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -19,10 +19,14 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	VolumeService_CreateVolume_FullMethodName = "/levers9.v1.VolumeService/CreateVolume"
-	VolumeService_ListVolumes_FullMethodName  = "/levers9.v1.VolumeService/ListVolumes"
-	VolumeService_GetVolume_FullMethodName    = "/levers9.v1.VolumeService/GetVolume"
-	VolumeService_DeleteVolume_FullMethodName = "/levers9.v1.VolumeService/DeleteVolume"
+	VolumeService_CreateVolume_FullMethodName     = "/levers9.v1.VolumeService/CreateVolume"
+	VolumeService_ListVolumes_FullMethodName      = "/levers9.v1.VolumeService/ListVolumes"
+	VolumeService_GetVolume_FullMethodName        = "/levers9.v1.VolumeService/GetVolume"
+	VolumeService_DeleteVolume_FullMethodName     = "/levers9.v1.VolumeService/DeleteVolume"
+	VolumeService_ListVolumeFiles_FullMethodName  = "/levers9.v1.VolumeService/ListVolumeFiles"
+	VolumeService_PutVolumeFile_FullMethodName    = "/levers9.v1.VolumeService/PutVolumeFile"
+	VolumeService_GetVolumeFile_FullMethodName    = "/levers9.v1.VolumeService/GetVolumeFile"
+	VolumeService_DeleteVolumeFile_FullMethodName = "/levers9.v1.VolumeService/DeleteVolumeFile"
 )
 
 // VolumeServiceClient is the client API for VolumeService service.
@@ -38,6 +42,23 @@ type VolumeServiceClient interface {
 	GetVolume(ctx context.Context, in *GetVolumeRequest, opts ...grpc.CallOption) (*GetVolumeResponse, error)
 	// Refused (FAILED_PRECONDITION) while a task that is not finished uses it.
 	DeleteVolume(ctx context.Context, in *DeleteVolumeRequest, opts ...grpc.CallOption) (*DeleteVolumeResponse, error)
+	// The files of a volume. Paths are relative to the volume's root
+	// ("/" or "" is the root), cleaned; one that leaves the volume ("..")
+	// is INVALID_ARGUMENT.
+	//
+	// ListVolumeFiles lists a directory, or gives the one entry of a file.
+	ListVolumeFiles(ctx context.Context, in *ListVolumeFilesRequest, opts ...grpc.CallOption) (*ListVolumeFilesResponse, error)
+	// PutVolumeFile writes a file from a stream: the first message names the
+	// volume and path, every message may carry data (at most 1 MiB each).
+	// The file appears under its name only once all of it is written; one
+	// that would take the volume past its quota is RESOURCE_EXHAUSTED and
+	// leaves nothing behind.
+	PutVolumeFile(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[PutVolumeFileRequest, PutVolumeFileResponse], error)
+	// GetVolumeFile streams a file's bytes in chunks of at most 1 MiB.
+	GetVolumeFile(ctx context.Context, in *GetVolumeFileRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[GetVolumeFileResponse], error)
+	// DeleteVolumeFile removes a file, or a directory with recursive set.
+	// The volume's root cannot be removed (delete the volume instead).
+	DeleteVolumeFile(ctx context.Context, in *DeleteVolumeFileRequest, opts ...grpc.CallOption) (*DeleteVolumeFileResponse, error)
 }
 
 type volumeServiceClient struct {
@@ -88,6 +109,58 @@ func (c *volumeServiceClient) DeleteVolume(ctx context.Context, in *DeleteVolume
 	return out, nil
 }
 
+func (c *volumeServiceClient) ListVolumeFiles(ctx context.Context, in *ListVolumeFilesRequest, opts ...grpc.CallOption) (*ListVolumeFilesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListVolumeFilesResponse)
+	err := c.cc.Invoke(ctx, VolumeService_ListVolumeFiles_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *volumeServiceClient) PutVolumeFile(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[PutVolumeFileRequest, PutVolumeFileResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &VolumeService_ServiceDesc.Streams[0], VolumeService_PutVolumeFile_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[PutVolumeFileRequest, PutVolumeFileResponse]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type VolumeService_PutVolumeFileClient = grpc.ClientStreamingClient[PutVolumeFileRequest, PutVolumeFileResponse]
+
+func (c *volumeServiceClient) GetVolumeFile(ctx context.Context, in *GetVolumeFileRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[GetVolumeFileResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &VolumeService_ServiceDesc.Streams[1], VolumeService_GetVolumeFile_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[GetVolumeFileRequest, GetVolumeFileResponse]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type VolumeService_GetVolumeFileClient = grpc.ServerStreamingClient[GetVolumeFileResponse]
+
+func (c *volumeServiceClient) DeleteVolumeFile(ctx context.Context, in *DeleteVolumeFileRequest, opts ...grpc.CallOption) (*DeleteVolumeFileResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DeleteVolumeFileResponse)
+	err := c.cc.Invoke(ctx, VolumeService_DeleteVolumeFile_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // VolumeServiceServer is the server API for VolumeService service.
 // All implementations must embed UnimplementedVolumeServiceServer
 // for forward compatibility.
@@ -101,6 +174,23 @@ type VolumeServiceServer interface {
 	GetVolume(context.Context, *GetVolumeRequest) (*GetVolumeResponse, error)
 	// Refused (FAILED_PRECONDITION) while a task that is not finished uses it.
 	DeleteVolume(context.Context, *DeleteVolumeRequest) (*DeleteVolumeResponse, error)
+	// The files of a volume. Paths are relative to the volume's root
+	// ("/" or "" is the root), cleaned; one that leaves the volume ("..")
+	// is INVALID_ARGUMENT.
+	//
+	// ListVolumeFiles lists a directory, or gives the one entry of a file.
+	ListVolumeFiles(context.Context, *ListVolumeFilesRequest) (*ListVolumeFilesResponse, error)
+	// PutVolumeFile writes a file from a stream: the first message names the
+	// volume and path, every message may carry data (at most 1 MiB each).
+	// The file appears under its name only once all of it is written; one
+	// that would take the volume past its quota is RESOURCE_EXHAUSTED and
+	// leaves nothing behind.
+	PutVolumeFile(grpc.ClientStreamingServer[PutVolumeFileRequest, PutVolumeFileResponse]) error
+	// GetVolumeFile streams a file's bytes in chunks of at most 1 MiB.
+	GetVolumeFile(*GetVolumeFileRequest, grpc.ServerStreamingServer[GetVolumeFileResponse]) error
+	// DeleteVolumeFile removes a file, or a directory with recursive set.
+	// The volume's root cannot be removed (delete the volume instead).
+	DeleteVolumeFile(context.Context, *DeleteVolumeFileRequest) (*DeleteVolumeFileResponse, error)
 	mustEmbedUnimplementedVolumeServiceServer()
 }
 
@@ -122,6 +212,18 @@ func (UnimplementedVolumeServiceServer) GetVolume(context.Context, *GetVolumeReq
 }
 func (UnimplementedVolumeServiceServer) DeleteVolume(context.Context, *DeleteVolumeRequest) (*DeleteVolumeResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method DeleteVolume not implemented")
+}
+func (UnimplementedVolumeServiceServer) ListVolumeFiles(context.Context, *ListVolumeFilesRequest) (*ListVolumeFilesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListVolumeFiles not implemented")
+}
+func (UnimplementedVolumeServiceServer) PutVolumeFile(grpc.ClientStreamingServer[PutVolumeFileRequest, PutVolumeFileResponse]) error {
+	return status.Error(codes.Unimplemented, "method PutVolumeFile not implemented")
+}
+func (UnimplementedVolumeServiceServer) GetVolumeFile(*GetVolumeFileRequest, grpc.ServerStreamingServer[GetVolumeFileResponse]) error {
+	return status.Error(codes.Unimplemented, "method GetVolumeFile not implemented")
+}
+func (UnimplementedVolumeServiceServer) DeleteVolumeFile(context.Context, *DeleteVolumeFileRequest) (*DeleteVolumeFileResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method DeleteVolumeFile not implemented")
 }
 func (UnimplementedVolumeServiceServer) mustEmbedUnimplementedVolumeServiceServer() {}
 func (UnimplementedVolumeServiceServer) testEmbeddedByValue()                       {}
@@ -216,6 +318,60 @@ func _VolumeService_DeleteVolume_Handler(srv interface{}, ctx context.Context, d
 	return interceptor(ctx, in, info, handler)
 }
 
+func _VolumeService_ListVolumeFiles_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListVolumeFilesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(VolumeServiceServer).ListVolumeFiles(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: VolumeService_ListVolumeFiles_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(VolumeServiceServer).ListVolumeFiles(ctx, req.(*ListVolumeFilesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _VolumeService_PutVolumeFile_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(VolumeServiceServer).PutVolumeFile(&grpc.GenericServerStream[PutVolumeFileRequest, PutVolumeFileResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type VolumeService_PutVolumeFileServer = grpc.ClientStreamingServer[PutVolumeFileRequest, PutVolumeFileResponse]
+
+func _VolumeService_GetVolumeFile_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(GetVolumeFileRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(VolumeServiceServer).GetVolumeFile(m, &grpc.GenericServerStream[GetVolumeFileRequest, GetVolumeFileResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type VolumeService_GetVolumeFileServer = grpc.ServerStreamingServer[GetVolumeFileResponse]
+
+func _VolumeService_DeleteVolumeFile_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DeleteVolumeFileRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(VolumeServiceServer).DeleteVolumeFile(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: VolumeService_DeleteVolumeFile_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(VolumeServiceServer).DeleteVolumeFile(ctx, req.(*DeleteVolumeFileRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // VolumeService_ServiceDesc is the grpc.ServiceDesc for VolumeService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -239,7 +395,26 @@ var VolumeService_ServiceDesc = grpc.ServiceDesc{
 			MethodName: "DeleteVolume",
 			Handler:    _VolumeService_DeleteVolume_Handler,
 		},
+		{
+			MethodName: "ListVolumeFiles",
+			Handler:    _VolumeService_ListVolumeFiles_Handler,
+		},
+		{
+			MethodName: "DeleteVolumeFile",
+			Handler:    _VolumeService_DeleteVolumeFile_Handler,
+		},
 	},
-	Streams:  []grpc.StreamDesc{},
+	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "PutVolumeFile",
+			Handler:       _VolumeService_PutVolumeFile_Handler,
+			ClientStreams: true,
+		},
+		{
+			StreamName:    "GetVolumeFile",
+			Handler:       _VolumeService_GetVolumeFile_Handler,
+			ServerStreams: true,
+		},
+	},
 	Metadata: "api/levers9/v1/volume.proto",
 }
