@@ -60,3 +60,47 @@ func (a *app) printSeccompReport(r *v1.SeccompReport) error {
 	}
 	return w.Flush()
 }
+
+// printTaskMounts is task show's "Volume mounts (log mode)" block: the
+// mounts volume mount validation's log mode let through that enforce would
+// refuse. Nothing is printed for a task that had none.
+func (a *app) printTaskMounts(t *v1.Task) {
+	if len(t.GetMountFindings()) == 0 {
+		return
+	}
+	fmt.Fprintln(a.io.Out, "\nVolume mounts (log mode): enforce would refuse")
+	w := newTab(a)
+	fmt.Fprintln(w, "VOLUME\tPATH\tWHY")
+	for _, f := range t.GetMountFindings() {
+		fmt.Fprintf(w, "%s\t%s\t%s\n", f.GetVolume(), f.GetPath(), f.GetReason())
+	}
+	w.Flush()
+}
+
+// printMountReport is security report's volume mount block.
+func (a *app) printMountReport(r *v1.MountReport) error {
+	if r == nil {
+		return nil
+	}
+	verdict := "no: see below"
+	switch {
+	case r.GetMode() == "enforce" && r.GetTasksWithFindings() == 0:
+		verdict = "already enforced"
+	case r.GetTasksWithVolumes() == 0:
+		verdict = "unknown: no task mounted a volume yet"
+	case r.GetSafeToEnforce():
+		verdict = "yes: no task mounted a volume where enforce would refuse it"
+	}
+	fmt.Fprintf(a.io.Out, "\nvolume mount validation %s, %d task(s) with volumes, %d with a mount enforce would refuse (last 7 days)\n",
+		r.GetMode(), r.GetTasksWithVolumes(), r.GetTasksWithFindings())
+	fmt.Fprintf(a.io.Out, "volume mounts safe to enforce: %s\n", verdict)
+	if len(r.GetFindings()) == 0 {
+		return nil
+	}
+	w := newTab(a)
+	fmt.Fprintln(w, "TASK\tVOLUME\tPATH\tWHY")
+	for _, f := range r.GetFindings() {
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", f.GetTaskId(), f.GetFinding().GetVolume(), f.GetFinding().GetPath(), f.GetFinding().GetReason())
+	}
+	return w.Flush()
+}

@@ -16,14 +16,16 @@ func (a *app) securityCmd() *cobra.Command {
 	var pool string
 	report := &cobra.Command{
 		Use:   "report --pool NAME",
-		Short: "What the pool's egress rules and seccomp refused, or would have in observe/log mode: is enforce safe?",
+		Short: "What the pool's egress rules, seccomp and volume mount validation refused, or would have in observe/log mode: is enforce safe?",
 		Long: `Merge the latest egress readiness reports of the pool's machines: connections the egress
 chains refused (enforce) or would have refused (observe), by class, task and sampled destination,
 over the agents' report window. "safe to enforce" means machines reported, each could see its
 containers' traffic (a machine whose container subnet is routed elsewhere, e.g. through a bridge an
 earlier agent left, makes it "unknown"), and nothing would have been refused. Then the pool's
 seccomp: the syscalls its log mode let through that enforce would refuse, with counts and tasks,
-over the tasks of the last 7 days.`,
+over the tasks of the last 7 days. Last, volume mount validation: the volume mounts of those tasks
+that worker.volumeMountValidation enforce would refuse (over /proc, /etc, "/"...), which log mode
+let through.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			resp, err := rpc(a, func(ctx context.Context, conn *grpc.ClientConn) (*v1.GetReadinessReportResponse, error) {
@@ -51,7 +53,10 @@ over the tasks of the last 7 days.`,
 				fmt.Fprintf(a.io.Out, "machines without a report: %v\n", r.MachinesSilent)
 			}
 			if r.Total == 0 {
-				return a.printSeccompReport(resp.Seccomp)
+				if err := a.printSeccompReport(resp.Seccomp); err != nil {
+					return err
+				}
+				return a.printMountReport(resp.Mounts)
 			}
 			fmt.Fprintf(a.io.Out, "\n%d connection(s) refused or would have been:\n", r.Total)
 			w := newTab(a)
@@ -70,7 +75,10 @@ over the tasks of the last 7 days.`,
 			if err := w.Flush(); err != nil {
 				return err
 			}
-			return a.printSeccompReport(resp.Seccomp)
+			if err := a.printSeccompReport(resp.Seccomp); err != nil {
+				return err
+			}
+			return a.printMountReport(resp.Mounts)
 		},
 	}
 	report.Flags().StringVar(&pool, "pool", "", "the pool to report on")

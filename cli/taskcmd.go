@@ -218,6 +218,7 @@ func (a *app) printTask(t *v1.Task) {
 	}
 	w.Flush()
 	a.printTaskSeccomp(t)
+	a.printTaskMounts(t)
 	a.printApplied(t)
 }
 

@@ -71,6 +71,12 @@ func (p *streamPrinter) event(ev *sdk.TaskEvent) error {
 		_, err := fmt.Fprintln(w, l.GetText())
 		return err
 	}
+	if m := ev.GetMounts(); m != nil {
+		for _, f := range m.GetFindings() {
+			p.marker("volume %s at %s: %s; worker.volumeMountValidation log let it through, enforce would refuse it", f.GetVolume(), f.GetPath(), f.GetReason())
+		}
+		return nil
+	}
 	s := ev.GetState()
 	if s == nil {
 		return nil

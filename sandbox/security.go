@@ -44,6 +44,8 @@ const (
 const (
 	EnvSecurityProfile = "LEVERS9_SECURITY_PROFILE"
 	EnvSeccomp         = "LEVERS9_SECCOMP"
+	// EnvVolumeMountValidation may ask for enforce on a pool at log.
+	EnvVolumeMountValidation = "LEVERS9_VOLUME_MOUNT_VALIDATION"
 )
 
 // Security is a pool's worker.containerSecurity block (after per-pool
@@ -146,8 +148,11 @@ var profileRank = map[Profile]int{ProfileLegacy: 0, ProfileHardened: 1}
 
 var seccompRank = map[SeccompMode]int{SeccompOff: 0, SeccompLog: 1, SeccompEnforce: 2}
 
-// Tighten applies a task's LEVERS9_SECURITY_PROFILE and LEVERS9_SECCOMP
-// requests to its pool's settings. Asking for the pool's own level is fine;
+// mountRank ranks "" (the node's own mode, at least log) with log.
+var mountRank = map[MountValidation]int{MountValidationLog: 0, MountValidationEnforce: 1}
+
+// Tighten applies a task's LEVERS9_SECURITY_PROFILE, LEVERS9_SECCOMP and
+// LEVERS9_VOLUME_MOUNT_VALIDATION requests to its pool's settings. Asking for the pool's own level is fine;
 // asking for anything looser is refused with ErrPermissionDenied, and an
 // unknown value with ErrInvalidArgument, each naming the variable.
 func Tighten(pool Security, env []string) (Security, error) {
@@ -180,6 +185,18 @@ func Tighten(pool Security, env []string) (Security, error) {
 				errs = append(errs, fmt.Errorf("env %s: %q is looser than the pool's %q: %w", k, v, pool.Seccomp, errdefs.ErrPermissionDenied))
 			default:
 				out.Seccomp = want
+			}
+		case EnvVolumeMountValidation:
+			want := MountValidation(v)
+			r, known := mountRank[want]
+			switch {
+			case !known:
+				errs = append(errs, fmt.Errorf("env %s: %q is not log or enforce: %w", k, v, errdefs.ErrInvalidArgument))
+			case r < mountRank[pool.MountValidation]:
+				errs = append(errs, fmt.Errorf("env %s: %q is looser than the pool's %q: %w", k, v, pool.MountValidation, errdefs.ErrPermissionDenied))
+			case r > mountRank[pool.MountValidation]:
+				// Asking for log keeps "" (the node's mode, maybe enforce).
+				out.MountValidation = want
 			}
 		}
 	}

@@ -368,6 +368,9 @@ func TestTighten(t *testing.T) {
 		{[]string{"LEVERS9_SECURITY_PROFILE=legacy"}, pool, errdefs.IsPermissionDenied},
 		{[]string{"LEVERS9_SECCOMP=strict"}, pool, errdefs.IsInvalidArgument},
 		{[]string{"OTHER=1", "LEVERS9_SECCOMPX=off"}, pool, nil},
+		{[]string{"LEVERS9_VOLUME_MOUNT_VALIDATION=enforce"}, Security{Profile: ProfileHardened, Seccomp: SeccompLog, Runtime: RuntimeRunc, MountValidation: MountValidationEnforce}, nil},
+		{[]string{"LEVERS9_VOLUME_MOUNT_VALIDATION=log"}, pool, nil},
+		{[]string{"LEVERS9_VOLUME_MOUNT_VALIDATION=off"}, pool, errdefs.IsInvalidArgument},
 	} {
 		got, err := Tighten(pool, tc.env)
 		if tc.errKind == nil && err != nil || tc.errKind != nil && !tc.errKind(err) {
@@ -384,6 +387,10 @@ func TestTighten(t *testing.T) {
 	got, err := Tighten(legacyPool, []string{"LEVERS9_SECURITY_PROFILE=hardened", "LEVERS9_SECCOMP=enforce"})
 	if err != nil || got.Profile != ProfileHardened || got.Seccomp != SeccompEnforce {
 		t.Errorf("tightening a legacy pool: %+v %v", got, err)
+	}
+	enforcing := Security{Profile: ProfileHardened, Seccomp: SeccompEnforce, MountValidation: MountValidationEnforce}
+	if _, err := Tighten(enforcing, []string{"LEVERS9_VOLUME_MOUNT_VALIDATION=log"}); !errdefs.IsPermissionDenied(err) {
+		t.Errorf("log on a pool at enforce: %v", err)
 	}
 }
 

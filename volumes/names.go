@@ -23,14 +23,14 @@ func ValidateName(name string) error {
 	return nil
 }
 
-// deniedTargets are container paths a volume may never be mounted over or
-// under: the kernel's and the runtime's own filesystems and the
-// container's identity.
+// deniedTargets are container paths a volume may not be mounted over or
+// under (worker.volumeMountValidation): the kernel's and the runtime's own
+// filesystems and the container's identity.
 var deniedTargets = []string{"/proc", "/sys", "/dev", "/etc", "/run/secrets", "/bin", "/sbin", "/usr", "/lib", "/lib64", "/boot"}
 
-// ValidateTarget checks a container path for a volume: absolute, clean,
-// not "/", and not on, under or above /proc, /sys, /dev, /etc and the
-// system directories.
+// ValidateTarget checks that a container path for a volume is absolute
+// and clean. Whether it is a safe place is UnsafeTarget's question, since
+// volume mount validation may only report it (log mode).
 func ValidateTarget(p string) error {
 	if !path.IsAbs(p) {
 		return fmt.Errorf("volume path %q: not absolute: %w", p, errdefs.ErrInvalidArgument)
@@ -38,15 +38,23 @@ func ValidateTarget(p string) error {
 	if path.Clean(p) != p {
 		return fmt.Errorf("volume path %q: not clean (want %q): %w", p, path.Clean(p), errdefs.ErrInvalidArgument)
 	}
+	return nil
+}
+
+// UnsafeTarget says why a clean, absolute container path is no place for
+// a volume ("over /proc", "the container's root"), or "" when it is one:
+// "/", and on, under or above /proc, /sys, /dev, /etc, /run/secrets and
+// the system directories.
+func UnsafeTarget(p string) string {
 	if p == "/" {
-		return fmt.Errorf("volume path %q: the container's root: %w", p, errdefs.ErrPermissionDenied)
+		return "the container's root"
 	}
 	for _, d := range deniedTargets {
 		if p == d || strings.HasPrefix(p, d+"/") || strings.HasPrefix(d, p+"/") {
-			return fmt.Errorf("volume path %q: over %s: %w", p, d, errdefs.ErrPermissionDenied)
+			return "over " + d
 		}
 	}
-	return nil
+	return ""
 }
 
 // Ref is a task's request for a volume: NAME:/path[:ro].

@@ -39,9 +39,8 @@ type VolumeMounter interface {
 }
 
 // volumeHook mounts the task's volumes on the node and binds them into
-// the container. It judges the volume side of mount validation itself:
-// only volumes of the task's workspace, only at allowed container paths
-// (volumes.ValidateTarget); the sandbox forces nosuid,nodev on the bind.
+// the container. It judges the volume side of mount validation itself
+// (checkVolumes); the sandbox forces nosuid,nodev on the bind.
 // The host side is the agent's own FUSE mount, so the binds go out as the
 // agent's mounts, never as host paths a task named.
 type volumeHook struct {
@@ -60,8 +59,16 @@ var (
 
 func (h *volumeHook) Name() string { return "volumes" }
 
-// checkVolumes reports every volume the task may not mount.
+// checkVolumes reports every volume the task may not mount: a volume of
+// another workspace always; a path no volume may take (over /proc, /etc,
+// "/"...) unless the task's volume mount validation is log, which the
+// controlplane reported at submit. An unset mode (a controlplane that does
+// not push one) refuses, as before modes existed.
 func checkVolumes(t Task) error {
+	mode := t.Security.MountValidation
+	if eff, err := sandbox.Tighten(t.Security, t.Env); err == nil {
+		mode = eff.MountValidation
+	}
 	var errs []error
 	for i, v := range t.Volumes {
 		if v.Workspace == "" || v.Workspace != v.TaskWorkspace {
@@ -69,6 +76,8 @@ func checkVolumes(t Task) error {
 		}
 		if err := volumes.ValidateTarget(v.Path); err != nil {
 			errs = append(errs, fmt.Errorf("task.volumes[%d] %s: %w", i, v.Name, err))
+		} else if why := volumes.UnsafeTarget(v.Path); why != "" && mode != sandbox.MountValidationLog {
+			errs = append(errs, fmt.Errorf("task.volumes[%d] %s at %s: %s (worker.volumeMountValidation enforce): %w", i, v.Name, v.Path, why, errdefs.ErrPermissionDenied))
 		}
 	}
 	return errors.Join(errs...)

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/levers9/levers9/internal/errdefs"
+	"github.com/levers9/levers9/sandbox"
 	"github.com/levers9/levers9/volumes"
 )
 
@@ -31,17 +32,33 @@ func TestVolumeHookRefuses(t *testing.T) {
 	for _, tt := range []struct {
 		name string
 		v    Volume
-		want string
+		// mode is the pool's pushed volume mount validation; env the
+		// task's.
+		mode sandbox.MountValidation
+		env  []string
+		want string // "" when the hook lets it through
 	}{
-		{"another workspace", vol("v1", "ws_b", "ws_a", "/data"), "another workspace"},
-		{"over /proc", vol("v1", "ws_a", "ws_a", "/proc"), "over /proc"},
-		{"under /sys", vol("v1", "ws_a", "ws_a", "/sys/fs"), "over /sys"},
-		{"the root", vol("v1", "ws_a", "ws_a", "/"), "root"},
+		{"another workspace", vol("v1", "ws_b", "ws_a", "/data"), "enforce", nil, "another workspace"},
+		{"another workspace under log", vol("v1", "ws_b", "ws_a", "/data"), "log", nil, "another workspace"},
+		{"over /proc", vol("v1", "ws_a", "ws_a", "/proc"), "enforce", nil, "over /proc"},
+		{"under /sys", vol("v1", "ws_a", "ws_a", "/sys/fs"), "enforce", nil, "over /sys"},
+		{"the root", vol("v1", "ws_a", "ws_a", "/"), "enforce", nil, "root"},
+		{"over /proc, mode unset", vol("v1", "ws_a", "ws_a", "/proc"), "", nil, "over /proc"},
+		{"over /proc under log", vol("v1", "ws_a", "ws_a", "/proc"), "log", nil, ""},
+		{"under /etc under log", vol("v1", "ws_a", "ws_a", "/etc/data"), "log", nil, ""},
+		{"log tightened by the task", vol("v1", "ws_a", "ws_a", "/etc/data"), "log", []string{"LEVERS9_VOLUME_MOUNT_VALIDATION=enforce"}, "over /etc"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			m := &countingMounter{held: map[string]int{}}
 			h := &volumeHook{mounter: m}
-			err := h.Prestart(context.Background(), &PrestartRequest{Task: Task{Volumes: []Volume{tt.v}}}, &PrestartResponse{})
+			task := Task{Volumes: []Volume{tt.v}, Env: tt.env, Security: sandbox.Security{MountValidation: tt.mode}}
+			err := h.Prestart(context.Background(), &PrestartRequest{Task: task}, &PrestartResponse{})
+			if tt.want == "" {
+				if err != nil || m.held["v1"] != 1 {
+					t.Fatalf("Prestart = %v, held %d; want it mounted", err, m.held["v1"])
+				}
+				return
+			}
 			if err == nil || !strings.Contains(err.Error(), tt.want) || !errdefs.IsPermissionDenied(err) {
 				t.Fatalf("Prestart = %v, want permission denied naming %q", err, tt.want)
 			}

@@ -34,7 +34,33 @@ func (s *SecurityService) GetReadinessReport(ctx context.Context, req *v1.GetRea
 		return nil, errdefs.ToGRPC(err)
 	}
 	sc, err := s.seccomp(ctx, req.GetPool())
-	return &v1.GetReadinessReportResponse{Report: rep, Seccomp: sc}, errdefs.ToGRPC(err)
+	if err != nil {
+		return nil, errdefs.ToGRPC(err)
+	}
+	mounts, err := s.mounts(ctx, req.GetPool())
+	return &v1.GetReadinessReportResponse{Report: rep, Seccomp: sc, Mounts: mounts}, errdefs.ToGRPC(err)
+}
+
+// mounts is what volume mount validation judged for the caller's tasks of
+// a pool over seccompWindow (as long as their events are kept). Safe to
+// enforce means: tasks of the pool mounted volumes and none had a mount
+// enforce would refuse.
+func (s *SecurityService) mounts(ctx context.Context, pool string) (*v1.MountReport, error) {
+	p, err := auth.MustPrincipal(ctx)
+	if err != nil {
+		return nil, err
+	}
+	got, err := s.Store.PoolMountFindings(ctx, p.WorkspaceID, pool, s.now().Add(-seccompWindow))
+	if err != nil {
+		return nil, err
+	}
+	out := &v1.MountReport{Mode: s.Config.Worker.EffectiveMountValidation(pool), TasksWithVolumes: uint32(got.WithVolumes),
+		TasksWithFindings: uint32(got.WithFindings), SafeToEnforce: got.WithVolumes > 0 && got.WithFindings == 0}
+	for _, f := range got.Findings {
+		out.Findings = append(out.Findings, &v1.MountTaskFinding{TaskId: f.TaskID,
+			Finding: &v1.MountFinding{Volume: f.Volume, Path: f.Path, Reason: f.Reason}})
+	}
+	return out, nil
 }
 
 // seccomp sums what seccomp log mode recorded for the caller's tasks of a

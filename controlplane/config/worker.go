@@ -12,7 +12,8 @@ type Worker struct {
 	ContainerSecurity ContainerSecurity `yaml:"containerSecurity"`
 	// ContainerServerAuth requires authentication on servers tasks expose.
 	ContainerServerAuth bool `yaml:"containerServerAuth"`
-	// VolumeMountValidation is log or enforce (default log).
+	// VolumeMountValidation is log or enforce (default enforce). It judges
+	// where volumes mount (submit and agent) and their host sources (agent).
 	VolumeMountValidation string `yaml:"volumeMountValidation"`
 	// JobResourcesEnforced makes worker pods of Kubernetes pools request the
 	// CPU, memory and nvidia.com/gpu of the work they take, so the NVIDIA
@@ -133,7 +134,7 @@ func (w *Worker) withDefaults() {
 	}
 	setDefault(&cs.Egress.Mode, "enforce")
 	setDefault(&cs.ApparmorProfile, sandbox.AppArmorProfileName)
-	setDefault(&w.VolumeMountValidation, "log")
+	setDefault(&w.VolumeMountValidation, "enforce")
 	if w.JobResourcesEnforced == nil {
 		w.JobResourcesEnforced = boolPtr(true)
 	}

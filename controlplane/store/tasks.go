@@ -46,6 +46,17 @@ type Task struct {
 	IdempotencyKey  string
 	CreatedAt       time.Time
 	FinishedAt      *time.Time
+	// MountFindings are the volume mounts volume mount validation's log
+	// mode let through at submit.
+	MountFindings []MountFinding
+}
+
+// MountFinding is a volume mount of a task that volume mount validation
+// judged unsafe.
+type MountFinding struct {
+	Volume string `json:"volume"`
+	Path   string `json:"path"`
+	Reason string `json:"reason"`
 }
 
 // Attempt is a row of task_attempts.
@@ -74,12 +85,12 @@ type Attempt struct {
 }
 
 const taskColumns = `id, workspace_id, pool, spec, cpu_millis, memory_bytes, gpus, gpu_type, retries, state, attempts,
-	cancel_requested, exit_code, message, coalesce(idempotency_key, ''), created_at, finished_at`
+	cancel_requested, exit_code, message, coalesce(idempotency_key, ''), created_at, finished_at, mount_findings`
 
 func scanTask(row interface{ Scan(...any) error }) (Task, error) {
 	var t Task
 	err := row.Scan(&t.ID, &t.WorkspaceID, &t.Pool, &t.Spec, &t.CPUMillis, &t.MemoryBytes, &t.GPUs, &t.GPUType, &t.Retries,
-		&t.State, &t.Attempts, &t.CancelRequested, &t.ExitCode, &t.Message, &t.IdempotencyKey, &t.CreatedAt, &t.FinishedAt)
+		&t.State, &t.Attempts, &t.CancelRequested, &t.ExitCode, &t.Message, &t.IdempotencyKey, &t.CreatedAt, &t.FinishedAt, &t.MountFindings)
 	return t, err
 }
 
@@ -101,11 +112,15 @@ func (s *Store) InsertTask(ctx context.Context, t Task) (Task, bool, error) {
 	if t.IdempotencyKey != "" {
 		key = t.IdempotencyKey
 	}
-	row := s.pool.QueryRow(ctx, `INSERT INTO tasks (id, workspace_id, pool, spec, cpu_millis, memory_bytes, gpus, gpu_type, retries, state, idempotency_key, created_at)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $12, $10, $11)
+	findings := t.MountFindings
+	if findings == nil {
+		findings = []MountFinding{}
+	}
+	row := s.pool.QueryRow(ctx, `INSERT INTO tasks (id, workspace_id, pool, spec, cpu_millis, memory_bytes, gpus, gpu_type, retries, state, idempotency_key, created_at, mount_findings)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $12, $10, $11, $13)
 		ON CONFLICT (workspace_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
 		RETURNING `+taskColumns,
-		t.ID, t.WorkspaceID, t.Pool, t.Spec, t.CPUMillis, t.MemoryBytes, t.GPUs, t.GPUType, t.Retries, key, t.CreatedAt, TaskPending)
+		t.ID, t.WorkspaceID, t.Pool, t.Spec, t.CPUMillis, t.MemoryBytes, t.GPUs, t.GPUType, t.Retries, key, t.CreatedAt, TaskPending, findings)
 	got, err := scanTask(row)
 	if err == nil {
 		return got, false, nil

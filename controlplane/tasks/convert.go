@@ -111,7 +111,16 @@ func taskPB(t store.Task, atts []store.Attempt) *v1.Task {
 			ExitCode: exitCodePB(a.ExitCode), Message: a.Message, DroppedLines: uint64(a.DroppedLines), ImageDigest: a.ImageDigest,
 			Reason: reasonPB(a.Reason), Summary: a.Summary, AppliedSecurity: appliedPB(a.AppliedSecurity)})
 	}
+	pb.MountFindings = mountFindingsPB(t.MountFindings)
 	return pb
+}
+
+func mountFindingsPB(fs []store.MountFinding) []*v1.MountFinding {
+	var out []*v1.MountFinding
+	for _, f := range fs {
+		out = append(out, &v1.MountFinding{Volume: f.Volume, Path: f.Path, Reason: f.Reason})
+	}
+	return out
 }
 
 // attemptFor is the attempt as the agent runs it.

@@ -14,3 +14,6 @@ func (w *Workers) ReconcileForTest(ctx context.Context, pool string) error {
 	}
 	return fmt.Errorf("no Kubernetes pool %s with a client", pool)
 }
+
+// JudgeMounts is judgeMounts.
+var JudgeMounts = judgeMounts

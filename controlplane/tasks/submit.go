@@ -45,7 +45,7 @@ func (s *Submitter) Stop() { s.life.stop() }
 // Submit validates spec, stores the task and queues it. With an idempotency
 // key used before in the workspace it returns that task (existing=true).
 func (s *Submitter) Submit(ctx context.Context, workspaceID string, spec *v1.TaskSpec, key string) (*v1.Task, bool, error) {
-	spec, note, err := s.resolve(ctx, workspaceID, spec, key)
+	spec, note, findings, err := s.resolve(ctx, workspaceID, spec, key)
 	if err != nil {
 		return nil, false, err
 	}
@@ -55,7 +55,7 @@ func (s *Submitter) Submit(ctx context.Context, workspaceID string, spec *v1.Tas
 	}
 	row, existing, err := s.d.store.InsertTask(ctx, store.Task{ID: ids.New("t"), WorkspaceID: workspaceID, Pool: spec.Pool, Spec: specJSON,
 		CPUMillis: spec.CpuMillis, MemoryBytes: int64(spec.MemoryBytes), GPUs: int(spec.Gpus), GPUType: spec.GpuType,
-		Retries: int(spec.Retries), IdempotencyKey: key, CreatedAt: s.d.now()})
+		Retries: int(spec.Retries), IdempotencyKey: key, CreatedAt: s.d.now(), MountFindings: findings})
 	if err != nil {
 		return nil, false, err
 	}
@@ -65,6 +65,10 @@ func (s *Submitter) Submit(ctx context.Context, workspaceID string, spec *v1.Tas
 			msg += ": " + note
 		}
 		s.events.publishState(ctx, row.ID, 0, &v1.StateChange{TaskState: v1.TaskState_TASK_STATE_PENDING, Message: msg})
+		if len(row.MountFindings) > 0 {
+			s.events.Publish(ctx, row.ID, &v1.TaskEvent{Event: &v1.TaskEvent_Mounts{Mounts: &v1.MountsLogged{Findings: mountFindingsPB(row.MountFindings)}}})
+			s.d.log.Warn("volume mounts allowed in log mode that enforce would refuse", "task_id", row.ID, "pool", row.Pool, "findings", row.MountFindings)
+		}
 		if err := s.q.add(ctx, store.PendingTask{ID: row.ID, WorkspaceID: workspaceID, Pool: row.Pool, CreatedAt: row.CreatedAt}); err != nil {
 			// The rescuer puts it back from Postgres; the task is not lost.
 			s.d.log.Warn("task not queued in Redis yet", "task_id", row.ID, "err", err)

@@ -35,28 +35,33 @@ var (
 // problem is named at once. Then it refuses looser security than the
 // pool's, and a task no machine of its pool that may serve the workspace
 // could ever hold. note, when set, says why the task will wait.
-func (s *Submitter) resolve(ctx context.Context, workspaceID string, in *v1.TaskSpec, key string) (spec *v1.TaskSpec, note string, err error) {
+// findings are the volume mounts log mode lets through.
+func (s *Submitter) resolve(ctx context.Context, workspaceID string, in *v1.TaskSpec, key string) (spec *v1.TaskSpec, note string, findings []store.MountFinding, err error) {
 	spec, _ = proto.Clone(in).(*v1.TaskSpec)
 	if spec == nil {
 		spec = &v1.TaskSpec{}
 	}
 	if errs := s.fillAndCheck(spec, key); len(errs) > 0 {
-		return nil, "", fmt.Errorf("task spec: %w: %w", errdefs.ErrInvalidArgument, errors.Join(errs...))
+		return nil, "", nil, fmt.Errorf("task spec: %w: %w", errdefs.ErrInvalidArgument, errors.Join(errs...))
 	}
-	if err := s.checkSecurity(spec); err != nil {
-		return nil, "", err
+	sec, err := s.checkSecurity(spec)
+	if err != nil {
+		return nil, "", nil, err
+	}
+	if findings, err = judgeMounts(spec, sec.MountValidation); err != nil {
+		return nil, "", nil, err
 	}
 	if err := s.checkSecrets(ctx, workspaceID, spec); err != nil {
-		return nil, "", err
+		return nil, "", nil, err
 	}
 	if err := s.checkVolumes(ctx, workspaceID, spec); err != nil {
-		return nil, "", err
+		return nil, "", nil, err
 	}
 	note, err = s.checkFits(ctx, workspaceID, spec)
 	if err != nil {
-		return nil, "", err
+		return nil, "", nil, err
 	}
-	return spec, note, nil
+	return spec, note, findings, nil
 }
 
 // fillAndCheck fills spec's defaults and returns every problem in it.
@@ -125,13 +130,16 @@ func (s *Submitter) fillAndCheck(spec *v1.TaskSpec, key string) []error {
 }
 
 // checkSecurity refuses a task env that asks for looser security than its
-// pool (the agent applies the tighter one).
-func (s *Submitter) checkSecurity(spec *v1.TaskSpec) error {
-	sec := s.d.config.Worker.EffectiveSecurity(spec.Pool)
-	if _, err := sandbox.Tighten(sandbox.Security{Profile: sandbox.Profile(sec.Profile), Seccomp: sandbox.SeccompMode(sec.Seccomp)}, envList(spec.Env)); err != nil {
-		return fmt.Errorf("task security in pool %s: %w", spec.Pool, err)
+// pool (the agent applies the tighter one) and returns what applies.
+func (s *Submitter) checkSecurity(spec *v1.TaskSpec) (sandbox.Security, error) {
+	w := &s.d.config.Worker
+	sec := w.EffectiveSecurity(spec.Pool)
+	eff, err := sandbox.Tighten(sandbox.Security{Profile: sandbox.Profile(sec.Profile), Seccomp: sandbox.SeccompMode(sec.Seccomp),
+		MountValidation: sandbox.MountValidation(w.EffectiveMountValidation(spec.Pool))}, envList(spec.Env))
+	if err != nil {
+		return eff, fmt.Errorf("task security in pool %s: %w", spec.Pool, err)
 	}
-	return nil
+	return eff, nil
 }
 
 // checkFits refuses a task no machine of its pool could ever hold, so a

@@ -11,13 +11,15 @@ import (
 	v1 "github.com/levers9/levers9/api/levers9/v1"
 	"github.com/levers9/levers9/controlplane/store"
 	"github.com/levers9/levers9/internal/errdefs"
+	"github.com/levers9/levers9/sandbox"
 	"github.com/levers9/levers9/volumes"
 )
 
 // Task volumes. A task names volumes of its workspace (TaskSpec.volumes,
 // NAME at a container path, optionally read-only). Submit checks the
-// names and paths (never over /proc, /sys, /dev, /etc or "/") and that
-// each volume exists and is not being deleted; the task row keeps the
+// names and paths, judges where they mount (volume mount validation: never
+// over /proc, /sys, /dev, /etc or "/" under enforce, reported under log),
+// and that each volume exists and is not being deleted; the task row keeps the
 // references only. The Scheduler resolves them when it pushes an attempt
 // and sends the node what it needs to mount each (TaskAttempt.volumes),
 // for that push only; a volume deleted by then fails the attempt.
@@ -44,6 +46,27 @@ func checkVolumeRefs(spec *v1.TaskSpec) []error {
 		paths[ref.Path] = true
 	}
 	return errs
+}
+
+// judgeMounts applies volume mount validation to the paths of
+// spec.volumes: under enforce a path no volume may take (over /proc, /etc,
+// "/"...) refuses the task, naming each; under log each is a finding the
+// task keeps and reports.
+func judgeMounts(spec *v1.TaskSpec, mode sandbox.MountValidation) ([]store.MountFinding, error) {
+	var out []store.MountFinding
+	for _, r := range spec.Volumes {
+		if why := volumes.UnsafeTarget(r.GetPath()); why != "" {
+			out = append(out, store.MountFinding{Volume: r.GetName(), Path: r.GetPath(), Reason: why})
+		}
+	}
+	if len(out) == 0 || mode != sandbox.MountValidationEnforce {
+		return out, nil
+	}
+	errs := make([]error, len(out))
+	for i, f := range out {
+		errs[i] = fmt.Errorf("volume %s at %s: %s", f.Volume, f.Path, f.Reason)
+	}
+	return nil, fmt.Errorf("task spec: pool %s has worker.volumeMountValidation enforce: %w: %w", spec.Pool, errdefs.ErrPermissionDenied, errors.Join(errs...))
 }
 
 // checkVolumes refuses a task naming a volume its workspace does not have

@@ -29,7 +29,8 @@ type shownVolume struct {
 // behind `levers9 volume`, and tasks on the real agents mounting a volume
 // with FUSE and runc: one task writes, later tasks read it back (on
 // whichever machine they land), a read-only mount refuses writes, a mount
-// over /proc is refused, and a volume a task uses cannot be deleted.
+// over /proc is refused under enforce and reported under log, and a volume
+// a task uses cannot be deleted.
 func TestVolumes(t *testing.T) {
 	if _, err := os.Stat("/dev/fuse"); err != nil {
 		testenv.Missing(t, "/dev/fuse: %v", err)
@@ -48,6 +49,10 @@ func TestVolumes(t *testing.T) {
 		sw := seaweedtest.StartWith(t, weed, env.PG, dir, c.Controlplane.PublicHost)
 		c.Volumes.SeaweedFS.FilerAddr = sw.Cluster.FilerAddr()
 		c.Volumes.SeaweedFS.FilerURL = sw.Cluster.FilerURL()
+		// Log, to see both modes: a task may ask for enforce.
+		c.Worker.VolumeMountValidation = "log"
+		// Parked: a pool no machine joins, where tasks wait.
+		c.Worker.Pools["parked"] = config.Pool{Runtime: "runc"}
 	})
 
 	if out, errOut, err := w.cli(t, "volume", "create", "data", "--quota", "64M"); err != nil || !strings.Contains(out, "volume data created") {
@@ -138,17 +143,71 @@ func TestVolumes(t *testing.T) {
 		}
 	})
 
-	t.Run("a mount over /proc is refused", func(t *testing.T) {
+	t.Run("a mount over /proc is refused under enforce and reported under log", func(t *testing.T) {
+		// The stack's pools are at log; a task may ask for enforce.
 		before := len(w.tasks(t))
-		_, errOut, err := w.cli(t, "run", "--volume", "data:/proc", "--", "true")
-		if err == nil || !strings.Contains(errOut, "/proc") {
-			t.Fatalf("--volume data:/proc: %v\n%s", err, errOut)
+		_, errOut, err := w.cli(t, "run", "--env", "LEVERS9_VOLUME_MOUNT_VALIDATION=enforce", "--volume", "data:/proc", "--", "true")
+		if err == nil || !strings.Contains(errOut, "volume data at /proc: over /proc") || !strings.Contains(errOut, "enforce") {
+			t.Fatalf("--volume data:/proc under enforce: %v\n%s", err, errOut)
 		}
 		if n := len(w.tasks(t)); n != before {
-			t.Fatalf("a task was stored: %d tasks, %d before", n, before)
+			t.Fatalf("a refused task was stored: %d tasks, %d before", n, before)
 		}
 		if _, errOut, err := w.cli(t, "run", "--volume", "nope:/data", "--", "true"); err == nil || !strings.Contains(errOut, "nope") {
 			t.Fatalf("an unknown volume: %v\n%s", err, errOut)
+		}
+
+		// Under log: stored with its finding, which task show and the
+		// pool's security report carry. runc itself will not bind over
+		// /proc, so it goes to a pool without machines and is cancelled.
+		out, errOut, err := w.cli(t, "run", "--detach", "--pool", "parked", "--volume", "data:/proc", "--", "true")
+		if err != nil {
+			t.Fatalf("--volume data:/proc under log: %v\n%s", err, errOut)
+		}
+		id := strings.TrimSpace(out)
+		var shown struct {
+			MountFindings []struct{ Volume, Path, Reason string } `json:"mountFindings"`
+		}
+		w.cliJSON(t, &shown, "task", "show", id)
+		if len(shown.MountFindings) != 1 || shown.MountFindings[0].Path != "/proc" || shown.MountFindings[0].Reason != "over /proc" {
+			t.Fatalf("task show %s: findings %+v", id, shown.MountFindings)
+		}
+		_, _, _ = w.cli(t, "task", "cancel", id)
+
+		// A path the runtime can bind under log: the task runs, its
+		// stream says what enforce would refuse.
+		r := w.start(t, "run", "--volume", "data:/etc/data", "--", "sh", "-c", "echo seen > /etc/data/etc-mark && echo ran")
+		code := r.wait(t, 120*time.Second)
+		so, se := r.out()
+		if code != 0 || !strings.Contains(so, "ran") || !strings.Contains(se, "volume data at /etc/data: over /etc") {
+			t.Fatalf("--volume data:/etc/data under log: exit %d\nstdout:\n%s\nstderr:\n%s", code, so, se)
+		}
+
+		type report struct {
+			Mounts struct {
+				Mode              string `json:"mode"`
+				TasksWithVolumes  int    `json:"tasksWithVolumes"`
+				TasksWithFindings int    `json:"tasksWithFindings"`
+				Findings          []struct {
+					TaskID  string `json:"taskId"`
+					Finding struct{ Path string } `json:"finding"`
+				} `json:"findings"`
+			} `json:"mounts"`
+		}
+		var rep report
+		w.cliJSON(t, &rep, "security", "report", "--pool", "default")
+		m := rep.Mounts
+		if m.Mode != "log" || m.TasksWithFindings != 1 || m.TasksWithVolumes < 3 || len(m.Findings) != 1 || m.Findings[0].Finding.Path != "/etc/data" {
+			t.Fatalf("security report mounts, pool default: %+v", m)
+		}
+		var parked report
+		w.cliJSON(t, &parked, "security", "report", "--pool", "parked")
+		if m := parked.Mounts; m.TasksWithFindings != 1 || len(m.Findings) != 1 || m.Findings[0].TaskID != id {
+			t.Fatalf("security report mounts, pool parked: %+v", m)
+		}
+		text, _, err := w.cli(t, "security", "report", "--pool", "default")
+		if err != nil || !strings.Contains(text, "volume mounts safe to enforce: no") {
+			t.Fatalf("security report: %v\n%s", err, text)
 		}
 	})
 

@@ -397,7 +397,10 @@ type GetReadinessReportResponse struct {
 	Report *ReadinessReport       `protobuf:"bytes,1,opt,name=report,proto3" json:"report,omitempty"`
 	// What the pool's seccomp log mode recorded: the syscalls enforce would
 	// refuse.
-	Seccomp       *SeccompReport `protobuf:"bytes,30,opt,name=seccomp,proto3" json:"seccomp,omitempty"`
+	Seccomp *SeccompReport `protobuf:"bytes,30,opt,name=seccomp,proto3" json:"seccomp,omitempty"`
+	// What the pool's volume mount validation judged: the volume mounts
+	// its log mode let through that enforce would refuse.
+	Mounts        *MountReport `protobuf:"bytes,31,opt,name=mounts,proto3" json:"mounts,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -446,6 +449,149 @@ func (x *GetReadinessReportResponse) GetSeccomp() *SeccompReport {
 	return nil
 }
 
+func (x *GetReadinessReportResponse) GetMounts() *MountReport {
+	if x != nil {
+		return x.Mounts
+	}
+	return nil
+}
+
+// MountTaskFinding is a finding of one task.
+type MountTaskFinding struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	TaskId        string                 `protobuf:"bytes,1,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
+	Finding       *MountFinding          `protobuf:"bytes,2,opt,name=finding,proto3" json:"finding,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MountTaskFinding) Reset() {
+	*x = MountTaskFinding{}
+	mi := &file_api_levers9_v1_security_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MountTaskFinding) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MountTaskFinding) ProtoMessage() {}
+
+func (x *MountTaskFinding) ProtoReflect() protoreflect.Message {
+	mi := &file_api_levers9_v1_security_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MountTaskFinding.ProtoReflect.Descriptor instead.
+func (*MountTaskFinding) Descriptor() ([]byte, []int) {
+	return file_api_levers9_v1_security_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *MountTaskFinding) GetTaskId() string {
+	if x != nil {
+		return x.TaskId
+	}
+	return ""
+}
+
+func (x *MountTaskFinding) GetFinding() *MountFinding {
+	if x != nil {
+		return x.Finding
+	}
+	return nil
+}
+
+// MountReport is what a pool's worker.volumeMountValidation judged for the
+// caller's tasks over the report's window.
+type MountReport struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The pool's mode (log or enforce).
+	Mode string `protobuf:"bytes,1,opt,name=mode,proto3" json:"mode,omitempty"`
+	// Tasks of the pool that asked for volumes, and how many of them had a
+	// mount enforce would refuse.
+	TasksWithVolumes  uint32 `protobuf:"varint,2,opt,name=tasks_with_volumes,json=tasksWithVolumes,proto3" json:"tasks_with_volumes,omitempty"`
+	TasksWithFindings uint32 `protobuf:"varint,3,opt,name=tasks_with_findings,json=tasksWithFindings,proto3" json:"tasks_with_findings,omitempty"`
+	// Up to 50 findings, most recent first.
+	Findings []*MountTaskFinding `protobuf:"bytes,4,rep,name=findings,proto3" json:"findings,omitempty"`
+	// Tasks of the pool mounted volumes and none had a finding.
+	SafeToEnforce bool `protobuf:"varint,5,opt,name=safe_to_enforce,json=safeToEnforce,proto3" json:"safe_to_enforce,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MountReport) Reset() {
+	*x = MountReport{}
+	mi := &file_api_levers9_v1_security_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MountReport) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MountReport) ProtoMessage() {}
+
+func (x *MountReport) ProtoReflect() protoreflect.Message {
+	mi := &file_api_levers9_v1_security_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MountReport.ProtoReflect.Descriptor instead.
+func (*MountReport) Descriptor() ([]byte, []int) {
+	return file_api_levers9_v1_security_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *MountReport) GetMode() string {
+	if x != nil {
+		return x.Mode
+	}
+	return ""
+}
+
+func (x *MountReport) GetTasksWithVolumes() uint32 {
+	if x != nil {
+		return x.TasksWithVolumes
+	}
+	return 0
+}
+
+func (x *MountReport) GetTasksWithFindings() uint32 {
+	if x != nil {
+		return x.TasksWithFindings
+	}
+	return 0
+}
+
+func (x *MountReport) GetFindings() []*MountTaskFinding {
+	if x != nil {
+		return x.Findings
+	}
+	return nil
+}
+
+func (x *MountReport) GetSafeToEnforce() bool {
+	if x != nil {
+		return x.SafeToEnforce
+	}
+	return false
+}
+
 // SeccompSyscallReport is one syscall across a pool's tasks.
 type SeccompSyscallReport struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
@@ -461,7 +607,7 @@ type SeccompSyscallReport struct {
 
 func (x *SeccompSyscallReport) Reset() {
 	*x = SeccompSyscallReport{}
-	mi := &file_api_levers9_v1_security_proto_msgTypes[6]
+	mi := &file_api_levers9_v1_security_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -473,7 +619,7 @@ func (x *SeccompSyscallReport) String() string {
 func (*SeccompSyscallReport) ProtoMessage() {}
 
 func (x *SeccompSyscallReport) ProtoReflect() protoreflect.Message {
-	mi := &file_api_levers9_v1_security_proto_msgTypes[6]
+	mi := &file_api_levers9_v1_security_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -486,7 +632,7 @@ func (x *SeccompSyscallReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SeccompSyscallReport.ProtoReflect.Descriptor instead.
 func (*SeccompSyscallReport) Descriptor() ([]byte, []int) {
-	return file_api_levers9_v1_security_proto_rawDescGZIP(), []int{6}
+	return file_api_levers9_v1_security_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *SeccompSyscallReport) GetSyscall() string {
@@ -536,7 +682,7 @@ type SeccompReport struct {
 
 func (x *SeccompReport) Reset() {
 	*x = SeccompReport{}
-	mi := &file_api_levers9_v1_security_proto_msgTypes[7]
+	mi := &file_api_levers9_v1_security_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -548,7 +694,7 @@ func (x *SeccompReport) String() string {
 func (*SeccompReport) ProtoMessage() {}
 
 func (x *SeccompReport) ProtoReflect() protoreflect.Message {
-	mi := &file_api_levers9_v1_security_proto_msgTypes[7]
+	mi := &file_api_levers9_v1_security_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -561,7 +707,7 @@ func (x *SeccompReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SeccompReport.ProtoReflect.Descriptor instead.
 func (*SeccompReport) Descriptor() ([]byte, []int) {
-	return file_api_levers9_v1_security_proto_rawDescGZIP(), []int{7}
+	return file_api_levers9_v1_security_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *SeccompReport) GetMode() string {
@@ -604,7 +750,7 @@ var File_api_levers9_v1_security_proto protoreflect.FileDescriptor
 const file_api_levers9_v1_security_proto_rawDesc = "" +
 	"\n" +
 	"\x1dapi/levers9/v1/security.proto\x12\n" +
-	"levers9.v1\x1a\x1fgoogle/protobuf/timestamp.proto\">\n" +
+	"levers9.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x19api/levers9/v1/task.proto\">\n" +
 	"\x10EgressClassCount\x12\x14\n" +
 	"\x05class\x18\x01 \x01(\tR\x05class\x12\x14\n" +
 	"\x05count\x18\x02 \x01(\x04R\x05count\"Q\n" +
@@ -633,10 +779,20 @@ const file_api_levers9_v1_security_proto_rawDesc = "" +
 	"\x05blind\x18Z \x01(\tR\x05blind\x12%\n" +
 	"\x0emachines_blind\x18[ \x03(\tR\rmachinesBlind\"/\n" +
 	"\x19GetReadinessReportRequest\x12\x12\n" +
-	"\x04pool\x18\x01 \x01(\tR\x04pool\"\x86\x01\n" +
+	"\x04pool\x18\x01 \x01(\tR\x04pool\"\xb7\x01\n" +
 	"\x1aGetReadinessReportResponse\x123\n" +
 	"\x06report\x18\x01 \x01(\v2\x1b.levers9.v1.ReadinessReportR\x06report\x123\n" +
-	"\aseccomp\x18\x1e \x01(\v2\x19.levers9.v1.SeccompReportR\aseccomp\"w\n" +
+	"\aseccomp\x18\x1e \x01(\v2\x19.levers9.v1.SeccompReportR\aseccomp\x12/\n" +
+	"\x06mounts\x18\x1f \x01(\v2\x17.levers9.v1.MountReportR\x06mounts\"_\n" +
+	"\x10MountTaskFinding\x12\x17\n" +
+	"\atask_id\x18\x01 \x01(\tR\x06taskId\x122\n" +
+	"\afinding\x18\x02 \x01(\v2\x18.levers9.v1.MountFindingR\afinding\"\xe1\x01\n" +
+	"\vMountReport\x12\x12\n" +
+	"\x04mode\x18\x01 \x01(\tR\x04mode\x12,\n" +
+	"\x12tasks_with_volumes\x18\x02 \x01(\rR\x10tasksWithVolumes\x12.\n" +
+	"\x13tasks_with_findings\x18\x03 \x01(\rR\x11tasksWithFindings\x128\n" +
+	"\bfindings\x18\x04 \x03(\v2\x1c.levers9.v1.MountTaskFindingR\bfindings\x12&\n" +
+	"\x0fsafe_to_enforce\x18\x05 \x01(\bR\rsafeToEnforce\"w\n" +
 	"\x14SeccompSyscallReport\x12\x18\n" +
 	"\asyscall\x18\x01 \x01(\tR\asyscall\x12\x14\n" +
 	"\x05count\x18\x02 \x01(\x04R\x05count\x12\x14\n" +
@@ -663,7 +819,7 @@ func file_api_levers9_v1_security_proto_rawDescGZIP() []byte {
 	return file_api_levers9_v1_security_proto_rawDescData
 }
 
-var file_api_levers9_v1_security_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
+var file_api_levers9_v1_security_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
 var file_api_levers9_v1_security_proto_goTypes = []any{
 	(*EgressClassCount)(nil),           // 0: levers9.v1.EgressClassCount
 	(*EgressTaskCount)(nil),            // 1: levers9.v1.EgressTaskCount
@@ -671,26 +827,32 @@ var file_api_levers9_v1_security_proto_goTypes = []any{
 	(*ReadinessReport)(nil),            // 3: levers9.v1.ReadinessReport
 	(*GetReadinessReportRequest)(nil),  // 4: levers9.v1.GetReadinessReportRequest
 	(*GetReadinessReportResponse)(nil), // 5: levers9.v1.GetReadinessReportResponse
-	(*SeccompSyscallReport)(nil),       // 6: levers9.v1.SeccompSyscallReport
-	(*SeccompReport)(nil),              // 7: levers9.v1.SeccompReport
-	(*timestamppb.Timestamp)(nil),      // 8: google.protobuf.Timestamp
+	(*MountTaskFinding)(nil),           // 6: levers9.v1.MountTaskFinding
+	(*MountReport)(nil),                // 7: levers9.v1.MountReport
+	(*SeccompSyscallReport)(nil),       // 8: levers9.v1.SeccompSyscallReport
+	(*SeccompReport)(nil),              // 9: levers9.v1.SeccompReport
+	(*timestamppb.Timestamp)(nil),      // 10: google.protobuf.Timestamp
+	(*MountFinding)(nil),               // 11: levers9.v1.MountFinding
 }
 var file_api_levers9_v1_security_proto_depIdxs = []int32{
-	8, // 0: levers9.v1.ReadinessReport.from:type_name -> google.protobuf.Timestamp
-	8, // 1: levers9.v1.ReadinessReport.to:type_name -> google.protobuf.Timestamp
-	0, // 2: levers9.v1.ReadinessReport.by_class:type_name -> levers9.v1.EgressClassCount
-	1, // 3: levers9.v1.ReadinessReport.by_task:type_name -> levers9.v1.EgressTaskCount
-	2, // 4: levers9.v1.ReadinessReport.destinations:type_name -> levers9.v1.EgressDestination
-	3, // 5: levers9.v1.GetReadinessReportResponse.report:type_name -> levers9.v1.ReadinessReport
-	7, // 6: levers9.v1.GetReadinessReportResponse.seccomp:type_name -> levers9.v1.SeccompReport
-	6, // 7: levers9.v1.SeccompReport.syscalls:type_name -> levers9.v1.SeccompSyscallReport
-	4, // 8: levers9.v1.SecurityService.GetReadinessReport:input_type -> levers9.v1.GetReadinessReportRequest
-	5, // 9: levers9.v1.SecurityService.GetReadinessReport:output_type -> levers9.v1.GetReadinessReportResponse
-	9, // [9:10] is the sub-list for method output_type
-	8, // [8:9] is the sub-list for method input_type
-	8, // [8:8] is the sub-list for extension type_name
-	8, // [8:8] is the sub-list for extension extendee
-	0, // [0:8] is the sub-list for field type_name
+	10, // 0: levers9.v1.ReadinessReport.from:type_name -> google.protobuf.Timestamp
+	10, // 1: levers9.v1.ReadinessReport.to:type_name -> google.protobuf.Timestamp
+	0,  // 2: levers9.v1.ReadinessReport.by_class:type_name -> levers9.v1.EgressClassCount
+	1,  // 3: levers9.v1.ReadinessReport.by_task:type_name -> levers9.v1.EgressTaskCount
+	2,  // 4: levers9.v1.ReadinessReport.destinations:type_name -> levers9.v1.EgressDestination
+	3,  // 5: levers9.v1.GetReadinessReportResponse.report:type_name -> levers9.v1.ReadinessReport
+	9,  // 6: levers9.v1.GetReadinessReportResponse.seccomp:type_name -> levers9.v1.SeccompReport
+	7,  // 7: levers9.v1.GetReadinessReportResponse.mounts:type_name -> levers9.v1.MountReport
+	11, // 8: levers9.v1.MountTaskFinding.finding:type_name -> levers9.v1.MountFinding
+	6,  // 9: levers9.v1.MountReport.findings:type_name -> levers9.v1.MountTaskFinding
+	8,  // 10: levers9.v1.SeccompReport.syscalls:type_name -> levers9.v1.SeccompSyscallReport
+	4,  // 11: levers9.v1.SecurityService.GetReadinessReport:input_type -> levers9.v1.GetReadinessReportRequest
+	5,  // 12: levers9.v1.SecurityService.GetReadinessReport:output_type -> levers9.v1.GetReadinessReportResponse
+	12, // [12:13] is the sub-list for method output_type
+	11, // [11:12] is the sub-list for method input_type
+	11, // [11:11] is the sub-list for extension type_name
+	11, // [11:11] is the sub-list for extension extendee
+	0,  // [0:11] is the sub-list for field type_name
 }
 
 func init() { file_api_levers9_v1_security_proto_init() }
@@ -698,13 +860,14 @@ func file_api_levers9_v1_security_proto_init() {
 	if File_api_levers9_v1_security_proto != nil {
 		return
 	}
+	file_api_levers9_v1_task_proto_init()
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_levers9_v1_security_proto_rawDesc), len(file_api_levers9_v1_security_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   8,
+			NumMessages:   10,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -848,6 +848,9 @@ type Task struct {
 	// Syscalls seccomp log mode let through that enforce would have
 	// refused, summed over the attempts (pools with seccomp: log, runc).
 	SeccompLogged []*SeccompSyscall `protobuf:"bytes,30,rep,name=seccomp_logged,json=seccompLogged,proto3" json:"seccomp_logged,omitempty"`
+	// Volume mounts worker.volumeMountValidation log mode let through that
+	// enforce would have refused (judged at submit).
+	MountFindings []*MountFinding `protobuf:"bytes,31,rep,name=mount_findings,json=mountFindings,proto3" json:"mount_findings,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -952,6 +955,122 @@ func (x *Task) GetSeccompLogged() []*SeccompSyscall {
 	return nil
 }
 
+func (x *Task) GetMountFindings() []*MountFinding {
+	if x != nil {
+		return x.MountFindings
+	}
+	return nil
+}
+
+// MountFinding is one volume mount of a task that volume mount validation
+// judges unsafe: refused under enforce, reported under log.
+type MountFinding struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The volume's name and the container path it was asked at.
+	Volume string `protobuf:"bytes,1,opt,name=volume,proto3" json:"volume,omitempty"`
+	Path   string `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
+	// Why ("over /proc", "the container's root").
+	Reason        string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MountFinding) Reset() {
+	*x = MountFinding{}
+	mi := &file_api_levers9_v1_task_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MountFinding) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MountFinding) ProtoMessage() {}
+
+func (x *MountFinding) ProtoReflect() protoreflect.Message {
+	mi := &file_api_levers9_v1_task_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MountFinding.ProtoReflect.Descriptor instead.
+func (*MountFinding) Descriptor() ([]byte, []int) {
+	return file_api_levers9_v1_task_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *MountFinding) GetVolume() string {
+	if x != nil {
+		return x.Volume
+	}
+	return ""
+}
+
+func (x *MountFinding) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *MountFinding) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+// MountsLogged lists the mounts log mode let through for a task.
+type MountsLogged struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Findings      []*MountFinding        `protobuf:"bytes,1,rep,name=findings,proto3" json:"findings,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MountsLogged) Reset() {
+	*x = MountsLogged{}
+	mi := &file_api_levers9_v1_task_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MountsLogged) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MountsLogged) ProtoMessage() {}
+
+func (x *MountsLogged) ProtoReflect() protoreflect.Message {
+	mi := &file_api_levers9_v1_task_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MountsLogged.ProtoReflect.Descriptor instead.
+func (*MountsLogged) Descriptor() ([]byte, []int) {
+	return file_api_levers9_v1_task_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *MountsLogged) GetFindings() []*MountFinding {
+	if x != nil {
+		return x.Findings
+	}
+	return nil
+}
+
 type SubmitTaskRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Spec  *TaskSpec              `protobuf:"bytes,1,opt,name=spec,proto3" json:"spec,omitempty"`
@@ -963,7 +1082,7 @@ type SubmitTaskRequest struct {
 
 func (x *SubmitTaskRequest) Reset() {
 	*x = SubmitTaskRequest{}
-	mi := &file_api_levers9_v1_task_proto_msgTypes[5]
+	mi := &file_api_levers9_v1_task_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -975,7 +1094,7 @@ func (x *SubmitTaskRequest) String() string {
 func (*SubmitTaskRequest) ProtoMessage() {}
 
 func (x *SubmitTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_levers9_v1_task_proto_msgTypes[5]
+	mi := &file_api_levers9_v1_task_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -988,7 +1107,7 @@ func (x *SubmitTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitTaskRequest.ProtoReflect.Descriptor instead.
 func (*SubmitTaskRequest) Descriptor() ([]byte, []int) {
-	return file_api_levers9_v1_task_proto_rawDescGZIP(), []int{5}
+	return file_api_levers9_v1_task_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *SubmitTaskRequest) GetSpec() *TaskSpec {
@@ -1016,7 +1135,7 @@ type SubmitTaskResponse struct {
 
 func (x *SubmitTaskResponse) Reset() {
 	*x = SubmitTaskResponse{}
-	mi := &file_api_levers9_v1_task_proto_msgTypes[6]
+	mi := &file_api_levers9_v1_task_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1028,7 +1147,7 @@ func (x *SubmitTaskResponse) String() string {
 func (*SubmitTaskResponse) ProtoMessage() {}
 
 func (x *SubmitTaskResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_levers9_v1_task_proto_msgTypes[6]
+	mi := &file_api_levers9_v1_task_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1041,7 +1160,7 @@ func (x *SubmitTaskResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitTaskResponse.ProtoReflect.Descriptor instead.
 func (*SubmitTaskResponse) Descriptor() ([]byte, []int) {
-	return file_api_levers9_v1_task_proto_rawDescGZIP(), []int{6}
+	return file_api_levers9_v1_task_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *SubmitTaskResponse) GetTask() *Task {
@@ -1067,7 +1186,7 @@ type GetTaskRequest struct {
 
 func (x *GetTaskRequest) Reset() {
 	*x = GetTaskRequest{}
-	mi := &file_api_levers9_v1_task_proto_msgTypes[7]
+	mi := &file_api_levers9_v1_task_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1079,7 +1198,7 @@ func (x *GetTaskRequest) String() string {
 func (*GetTaskRequest) ProtoMessage() {}
 
 func (x *GetTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_levers9_v1_task_proto_msgTypes[7]
+	mi := &file_api_levers9_v1_task_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1092,7 +1211,7 @@ func (x *GetTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTaskRequest.ProtoReflect.Descriptor instead.
 func (*GetTaskRequest) Descriptor() ([]byte, []int) {
-	return file_api_levers9_v1_task_proto_rawDescGZIP(), []int{7}
+	return file_api_levers9_v1_task_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *GetTaskRequest) GetId() string {
@@ -1111,7 +1230,7 @@ type GetTaskResponse struct {
 
 func (x *GetTaskResponse) Reset() {
 	*x = GetTaskResponse{}
-	mi := &file_api_levers9_v1_task_proto_msgTypes[8]
+	mi := &file_api_levers9_v1_task_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1123,7 +1242,7 @@ func (x *GetTaskResponse) String() string {
 func (*GetTaskResponse) ProtoMessage() {}
 
 func (x *GetTaskResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_levers9_v1_task_proto_msgTypes[8]
+	mi := &file_api_levers9_v1_task_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1136,7 +1255,7 @@ func (x *GetTaskResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTaskResponse.ProtoReflect.Descriptor instead.
 func (*GetTaskResponse) Descriptor() ([]byte, []int) {
-	return file_api_levers9_v1_task_proto_rawDescGZIP(), []int{8}
+	return file_api_levers9_v1_task_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *GetTaskResponse) GetTask() *Task {
@@ -1159,7 +1278,7 @@ type ListTasksRequest struct {
 
 func (x *ListTasksRequest) Reset() {
 	*x = ListTasksRequest{}
-	mi := &file_api_levers9_v1_task_proto_msgTypes[9]
+	mi := &file_api_levers9_v1_task_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1171,7 +1290,7 @@ func (x *ListTasksRequest) String() string {
 func (*ListTasksRequest) ProtoMessage() {}
 
 func (x *ListTasksRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_levers9_v1_task_proto_msgTypes[9]
+	mi := &file_api_levers9_v1_task_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1184,7 +1303,7 @@ func (x *ListTasksRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTasksRequest.ProtoReflect.Descriptor instead.
 func (*ListTasksRequest) Descriptor() ([]byte, []int) {
-	return file_api_levers9_v1_task_proto_rawDescGZIP(), []int{9}
+	return file_api_levers9_v1_task_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ListTasksRequest) GetPageSize() int32 {
@@ -1218,7 +1337,7 @@ type ListTasksResponse struct {
 
 func (x *ListTasksResponse) Reset() {
 	*x = ListTasksResponse{}
-	mi := &file_api_levers9_v1_task_proto_msgTypes[10]
+	mi := &file_api_levers9_v1_task_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1230,7 +1349,7 @@ func (x *ListTasksResponse) String() string {
 func (*ListTasksResponse) ProtoMessage() {}
 
 func (x *ListTasksResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_levers9_v1_task_proto_msgTypes[10]
+	mi := &file_api_levers9_v1_task_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1243,7 +1362,7 @@ func (x *ListTasksResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTasksResponse.ProtoReflect.Descriptor instead.
 func (*ListTasksResponse) Descriptor() ([]byte, []int) {
-	return file_api_levers9_v1_task_proto_rawDescGZIP(), []int{10}
+	return file_api_levers9_v1_task_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ListTasksResponse) GetTasks() []*Task {
@@ -1269,7 +1388,7 @@ type CancelTaskRequest struct {
 
 func (x *CancelTaskRequest) Reset() {
 	*x = CancelTaskRequest{}
-	mi := &file_api_levers9_v1_task_proto_msgTypes[11]
+	mi := &file_api_levers9_v1_task_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1281,7 +1400,7 @@ func (x *CancelTaskRequest) String() string {
 func (*CancelTaskRequest) ProtoMessage() {}
 
 func (x *CancelTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_levers9_v1_task_proto_msgTypes[11]
+	mi := &file_api_levers9_v1_task_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1294,7 +1413,7 @@ func (x *CancelTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelTaskRequest.ProtoReflect.Descriptor instead.
 func (*CancelTaskRequest) Descriptor() ([]byte, []int) {
-	return file_api_levers9_v1_task_proto_rawDescGZIP(), []int{11}
+	return file_api_levers9_v1_task_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *CancelTaskRequest) GetId() string {
@@ -1313,7 +1432,7 @@ type CancelTaskResponse struct {
 
 func (x *CancelTaskResponse) Reset() {
 	*x = CancelTaskResponse{}
-	mi := &file_api_levers9_v1_task_proto_msgTypes[12]
+	mi := &file_api_levers9_v1_task_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1325,7 +1444,7 @@ func (x *CancelTaskResponse) String() string {
 func (*CancelTaskResponse) ProtoMessage() {}
 
 func (x *CancelTaskResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_levers9_v1_task_proto_msgTypes[12]
+	mi := &file_api_levers9_v1_task_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1338,7 +1457,7 @@ func (x *CancelTaskResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelTaskResponse.ProtoReflect.Descriptor instead.
 func (*CancelTaskResponse) Descriptor() ([]byte, []int) {
-	return file_api_levers9_v1_task_proto_rawDescGZIP(), []int{12}
+	return file_api_levers9_v1_task_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *CancelTaskResponse) GetTask() *Task {
@@ -1362,7 +1481,7 @@ type FollowTaskRequest struct {
 
 func (x *FollowTaskRequest) Reset() {
 	*x = FollowTaskRequest{}
-	mi := &file_api_levers9_v1_task_proto_msgTypes[13]
+	mi := &file_api_levers9_v1_task_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1374,7 +1493,7 @@ func (x *FollowTaskRequest) String() string {
 func (*FollowTaskRequest) ProtoMessage() {}
 
 func (x *FollowTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_levers9_v1_task_proto_msgTypes[13]
+	mi := &file_api_levers9_v1_task_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1387,7 +1506,7 @@ func (x *FollowTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FollowTaskRequest.ProtoReflect.Descriptor instead.
 func (*FollowTaskRequest) Descriptor() ([]byte, []int) {
-	return file_api_levers9_v1_task_proto_rawDescGZIP(), []int{13}
+	return file_api_levers9_v1_task_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *FollowTaskRequest) GetId() string {
@@ -1425,7 +1544,7 @@ type LogLine struct {
 
 func (x *LogLine) Reset() {
 	*x = LogLine{}
-	mi := &file_api_levers9_v1_task_proto_msgTypes[14]
+	mi := &file_api_levers9_v1_task_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1437,7 +1556,7 @@ func (x *LogLine) String() string {
 func (*LogLine) ProtoMessage() {}
 
 func (x *LogLine) ProtoReflect() protoreflect.Message {
-	mi := &file_api_levers9_v1_task_proto_msgTypes[14]
+	mi := &file_api_levers9_v1_task_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1450,7 +1569,7 @@ func (x *LogLine) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogLine.ProtoReflect.Descriptor instead.
 func (*LogLine) Descriptor() ([]byte, []int) {
-	return file_api_levers9_v1_task_proto_rawDescGZIP(), []int{14}
+	return file_api_levers9_v1_task_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *LogLine) GetStream() LogStream {
@@ -1493,7 +1612,7 @@ type StateChange struct {
 
 func (x *StateChange) Reset() {
 	*x = StateChange{}
-	mi := &file_api_levers9_v1_task_proto_msgTypes[15]
+	mi := &file_api_levers9_v1_task_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1505,7 +1624,7 @@ func (x *StateChange) String() string {
 func (*StateChange) ProtoMessage() {}
 
 func (x *StateChange) ProtoReflect() protoreflect.Message {
-	mi := &file_api_levers9_v1_task_proto_msgTypes[15]
+	mi := &file_api_levers9_v1_task_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1518,7 +1637,7 @@ func (x *StateChange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StateChange.ProtoReflect.Descriptor instead.
 func (*StateChange) Descriptor() ([]byte, []int) {
-	return file_api_levers9_v1_task_proto_rawDescGZIP(), []int{15}
+	return file_api_levers9_v1_task_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *StateChange) GetTaskState() TaskState {
@@ -1588,6 +1707,7 @@ type TaskEvent struct {
 	//	*TaskEvent_Log
 	//	*TaskEvent_State
 	//	*TaskEvent_Seccomp
+	//	*TaskEvent_Mounts
 	Event         isTaskEvent_Event `protobuf_oneof:"event"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1595,7 +1715,7 @@ type TaskEvent struct {
 
 func (x *TaskEvent) Reset() {
 	*x = TaskEvent{}
-	mi := &file_api_levers9_v1_task_proto_msgTypes[16]
+	mi := &file_api_levers9_v1_task_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1607,7 +1727,7 @@ func (x *TaskEvent) String() string {
 func (*TaskEvent) ProtoMessage() {}
 
 func (x *TaskEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_api_levers9_v1_task_proto_msgTypes[16]
+	mi := &file_api_levers9_v1_task_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1620,7 +1740,7 @@ func (x *TaskEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskEvent.ProtoReflect.Descriptor instead.
 func (*TaskEvent) Descriptor() ([]byte, []int) {
-	return file_api_levers9_v1_task_proto_rawDescGZIP(), []int{16}
+	return file_api_levers9_v1_task_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *TaskEvent) GetCursor() string {
@@ -1678,6 +1798,15 @@ func (x *TaskEvent) GetSeccomp() *SeccompLogged {
 	return nil
 }
 
+func (x *TaskEvent) GetMounts() *MountsLogged {
+	if x != nil {
+		if x, ok := x.Event.(*TaskEvent_Mounts); ok {
+			return x.Mounts
+		}
+	}
+	return nil
+}
+
 type isTaskEvent_Event interface {
 	isTaskEvent_Event()
 }
@@ -1696,11 +1825,18 @@ type TaskEvent_Seccomp struct {
 	Seccomp *SeccompLogged `protobuf:"bytes,30,opt,name=seccomp,proto3,oneof"`
 }
 
+type TaskEvent_Mounts struct {
+	// Volume mounts validation's log mode let through (once, at submit).
+	Mounts *MountsLogged `protobuf:"bytes,31,opt,name=mounts,proto3,oneof"`
+}
+
 func (*TaskEvent_Log) isTaskEvent_Event() {}
 
 func (*TaskEvent_State) isTaskEvent_Event() {}
 
 func (*TaskEvent_Seccomp) isTaskEvent_Event() {}
+
+func (*TaskEvent_Mounts) isTaskEvent_Event() {}
 
 // SeccompSyscall is a syscall that seccomp log mode let through and
 // enforce would have refused, with how often the kernel logged it (a lower
@@ -1717,7 +1853,7 @@ type SeccompSyscall struct {
 
 func (x *SeccompSyscall) Reset() {
 	*x = SeccompSyscall{}
-	mi := &file_api_levers9_v1_task_proto_msgTypes[17]
+	mi := &file_api_levers9_v1_task_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1729,7 +1865,7 @@ func (x *SeccompSyscall) String() string {
 func (*SeccompSyscall) ProtoMessage() {}
 
 func (x *SeccompSyscall) ProtoReflect() protoreflect.Message {
-	mi := &file_api_levers9_v1_task_proto_msgTypes[17]
+	mi := &file_api_levers9_v1_task_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1742,7 +1878,7 @@ func (x *SeccompSyscall) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SeccompSyscall.ProtoReflect.Descriptor instead.
 func (*SeccompSyscall) Descriptor() ([]byte, []int) {
-	return file_api_levers9_v1_task_proto_rawDescGZIP(), []int{17}
+	return file_api_levers9_v1_task_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *SeccompSyscall) GetSyscall() string {
@@ -1769,7 +1905,7 @@ type SeccompLogged struct {
 
 func (x *SeccompLogged) Reset() {
 	*x = SeccompLogged{}
-	mi := &file_api_levers9_v1_task_proto_msgTypes[18]
+	mi := &file_api_levers9_v1_task_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1781,7 +1917,7 @@ func (x *SeccompLogged) String() string {
 func (*SeccompLogged) ProtoMessage() {}
 
 func (x *SeccompLogged) ProtoReflect() protoreflect.Message {
-	mi := &file_api_levers9_v1_task_proto_msgTypes[18]
+	mi := &file_api_levers9_v1_task_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1794,7 +1930,7 @@ func (x *SeccompLogged) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SeccompLogged.ProtoReflect.Descriptor instead.
 func (*SeccompLogged) Descriptor() ([]byte, []int) {
-	return file_api_levers9_v1_task_proto_rawDescGZIP(), []int{18}
+	return file_api_levers9_v1_task_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *SeccompLogged) GetSyscalls() []*SeccompSyscall {
@@ -1872,7 +2008,7 @@ const file_api_levers9_v1_task_proto_rawDesc = "" +
 	"\rapparmor_note\x18\r \x01(\tR\fapparmorNote\x12\x1f\n" +
 	"\vegress_mode\x18\x0e \x01(\tR\n" +
 	"egressMode\x12\x14\n" +
-	"\x05notes\x18\x0f \x03(\tR\x05notes\"\xcc\x03\n" +
+	"\x05notes\x18\x0f \x03(\tR\x05notes\"\x8d\x04\n" +
 	"\x04Task\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12(\n" +
 	"\x04spec\x18\x02 \x01(\v2\x14.levers9.v1.TaskSpecR\x04spec\x12+\n" +
@@ -1885,9 +2021,16 @@ const file_api_levers9_v1_task_proto_rawDesc = "" +
 	"\amessage\x18\a \x01(\tR\amessage\x12/\n" +
 	"\battempts\x18\b \x03(\v2\x13.levers9.v1.AttemptR\battempts\x12'\n" +
 	"\x0fidempotency_key\x18\t \x01(\tR\x0eidempotencyKey\x12A\n" +
-	"\x0eseccomp_logged\x18\x1e \x03(\v2\x1a.levers9.v1.SeccompSyscallR\rseccompLoggedB\f\n" +
+	"\x0eseccomp_logged\x18\x1e \x03(\v2\x1a.levers9.v1.SeccompSyscallR\rseccompLogged\x12?\n" +
+	"\x0emount_findings\x18\x1f \x03(\v2\x18.levers9.v1.MountFindingR\rmountFindingsB\f\n" +
 	"\n" +
-	"_exit_code\"f\n" +
+	"_exit_code\"R\n" +
+	"\fMountFinding\x12\x16\n" +
+	"\x06volume\x18\x01 \x01(\tR\x06volume\x12\x12\n" +
+	"\x04path\x18\x02 \x01(\tR\x04path\x12\x16\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\"D\n" +
+	"\fMountsLogged\x124\n" +
+	"\bfindings\x18\x01 \x03(\v2\x18.levers9.v1.MountFindingR\bfindings\"f\n" +
 	"\x11SubmitTaskRequest\x12(\n" +
 	"\x04spec\x18\x01 \x01(\v2\x14.levers9.v1.TaskSpecR\x04spec\x12'\n" +
 	"\x0fidempotency_key\x18\x02 \x01(\tR\x0eidempotencyKey\"V\n" +
@@ -1931,14 +2074,15 @@ const file_api_levers9_v1_task_proto_rawDesc = "" +
 	"\x06reason\x18\a \x01(\x0e2\x19.levers9.v1.FailureReasonR\x06reason\x12\x18\n" +
 	"\asummary\x18\b \x01(\tR\asummaryB\f\n" +
 	"\n" +
-	"_exit_code\"\x87\x02\n" +
+	"_exit_code\"\xbb\x02\n" +
 	"\tTaskEvent\x12\x16\n" +
 	"\x06cursor\x18\x01 \x01(\tR\x06cursor\x12.\n" +
 	"\x04time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12\x18\n" +
 	"\aattempt\x18\x03 \x01(\x05R\aattempt\x12'\n" +
 	"\x03log\x18\x04 \x01(\v2\x13.levers9.v1.LogLineH\x00R\x03log\x12/\n" +
 	"\x05state\x18\x05 \x01(\v2\x17.levers9.v1.StateChangeH\x00R\x05state\x125\n" +
-	"\aseccomp\x18\x1e \x01(\v2\x19.levers9.v1.SeccompLoggedH\x00R\aseccompB\a\n" +
+	"\aseccomp\x18\x1e \x01(\v2\x19.levers9.v1.SeccompLoggedH\x00R\aseccomp\x122\n" +
+	"\x06mounts\x18\x1f \x01(\v2\x18.levers9.v1.MountsLoggedH\x00R\x06mountsB\a\n" +
 	"\x05event\"@\n" +
 	"\x0eSeccompSyscall\x12\x18\n" +
 	"\asyscall\x18\x01 \x01(\tR\asyscall\x12\x14\n" +
@@ -1999,7 +2143,7 @@ func file_api_levers9_v1_task_proto_rawDescGZIP() []byte {
 }
 
 var file_api_levers9_v1_task_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_api_levers9_v1_task_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
+var file_api_levers9_v1_task_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
 var file_api_levers9_v1_task_proto_goTypes = []any{
 	(TaskState)(0),                // 0: levers9.v1.TaskState
 	(AttemptState)(0),             // 1: levers9.v1.AttemptState
@@ -2010,70 +2154,75 @@ var file_api_levers9_v1_task_proto_goTypes = []any{
 	(*Attempt)(nil),               // 6: levers9.v1.Attempt
 	(*AppliedSecurity)(nil),       // 7: levers9.v1.AppliedSecurity
 	(*Task)(nil),                  // 8: levers9.v1.Task
-	(*SubmitTaskRequest)(nil),     // 9: levers9.v1.SubmitTaskRequest
-	(*SubmitTaskResponse)(nil),    // 10: levers9.v1.SubmitTaskResponse
-	(*GetTaskRequest)(nil),        // 11: levers9.v1.GetTaskRequest
-	(*GetTaskResponse)(nil),       // 12: levers9.v1.GetTaskResponse
-	(*ListTasksRequest)(nil),      // 13: levers9.v1.ListTasksRequest
-	(*ListTasksResponse)(nil),     // 14: levers9.v1.ListTasksResponse
-	(*CancelTaskRequest)(nil),     // 15: levers9.v1.CancelTaskRequest
-	(*CancelTaskResponse)(nil),    // 16: levers9.v1.CancelTaskResponse
-	(*FollowTaskRequest)(nil),     // 17: levers9.v1.FollowTaskRequest
-	(*LogLine)(nil),               // 18: levers9.v1.LogLine
-	(*StateChange)(nil),           // 19: levers9.v1.StateChange
-	(*TaskEvent)(nil),             // 20: levers9.v1.TaskEvent
-	(*SeccompSyscall)(nil),        // 21: levers9.v1.SeccompSyscall
-	(*SeccompLogged)(nil),         // 22: levers9.v1.SeccompLogged
-	nil,                           // 23: levers9.v1.TaskSpec.EnvEntry
-	(*durationpb.Duration)(nil),   // 24: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil), // 25: google.protobuf.Timestamp
+	(*MountFinding)(nil),          // 9: levers9.v1.MountFinding
+	(*MountsLogged)(nil),          // 10: levers9.v1.MountsLogged
+	(*SubmitTaskRequest)(nil),     // 11: levers9.v1.SubmitTaskRequest
+	(*SubmitTaskResponse)(nil),    // 12: levers9.v1.SubmitTaskResponse
+	(*GetTaskRequest)(nil),        // 13: levers9.v1.GetTaskRequest
+	(*GetTaskResponse)(nil),       // 14: levers9.v1.GetTaskResponse
+	(*ListTasksRequest)(nil),      // 15: levers9.v1.ListTasksRequest
+	(*ListTasksResponse)(nil),     // 16: levers9.v1.ListTasksResponse
+	(*CancelTaskRequest)(nil),     // 17: levers9.v1.CancelTaskRequest
+	(*CancelTaskResponse)(nil),    // 18: levers9.v1.CancelTaskResponse
+	(*FollowTaskRequest)(nil),     // 19: levers9.v1.FollowTaskRequest
+	(*LogLine)(nil),               // 20: levers9.v1.LogLine
+	(*StateChange)(nil),           // 21: levers9.v1.StateChange
+	(*TaskEvent)(nil),             // 22: levers9.v1.TaskEvent
+	(*SeccompSyscall)(nil),        // 23: levers9.v1.SeccompSyscall
+	(*SeccompLogged)(nil),         // 24: levers9.v1.SeccompLogged
+	nil,                           // 25: levers9.v1.TaskSpec.EnvEntry
+	(*durationpb.Duration)(nil),   // 26: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil), // 27: google.protobuf.Timestamp
 }
 var file_api_levers9_v1_task_proto_depIdxs = []int32{
-	23, // 0: levers9.v1.TaskSpec.env:type_name -> levers9.v1.TaskSpec.EnvEntry
-	24, // 1: levers9.v1.TaskSpec.timeout:type_name -> google.protobuf.Duration
+	25, // 0: levers9.v1.TaskSpec.env:type_name -> levers9.v1.TaskSpec.EnvEntry
+	26, // 1: levers9.v1.TaskSpec.timeout:type_name -> google.protobuf.Duration
 	5,  // 2: levers9.v1.TaskSpec.volumes:type_name -> levers9.v1.VolumeRef
 	1,  // 3: levers9.v1.Attempt.state:type_name -> levers9.v1.AttemptState
-	25, // 4: levers9.v1.Attempt.scheduled_at:type_name -> google.protobuf.Timestamp
-	25, // 5: levers9.v1.Attempt.started_at:type_name -> google.protobuf.Timestamp
-	25, // 6: levers9.v1.Attempt.finished_at:type_name -> google.protobuf.Timestamp
+	27, // 4: levers9.v1.Attempt.scheduled_at:type_name -> google.protobuf.Timestamp
+	27, // 5: levers9.v1.Attempt.started_at:type_name -> google.protobuf.Timestamp
+	27, // 6: levers9.v1.Attempt.finished_at:type_name -> google.protobuf.Timestamp
 	2,  // 7: levers9.v1.Attempt.reason:type_name -> levers9.v1.FailureReason
 	7,  // 8: levers9.v1.Attempt.applied_security:type_name -> levers9.v1.AppliedSecurity
 	4,  // 9: levers9.v1.Task.spec:type_name -> levers9.v1.TaskSpec
 	0,  // 10: levers9.v1.Task.state:type_name -> levers9.v1.TaskState
-	25, // 11: levers9.v1.Task.created_at:type_name -> google.protobuf.Timestamp
-	25, // 12: levers9.v1.Task.finished_at:type_name -> google.protobuf.Timestamp
+	27, // 11: levers9.v1.Task.created_at:type_name -> google.protobuf.Timestamp
+	27, // 12: levers9.v1.Task.finished_at:type_name -> google.protobuf.Timestamp
 	6,  // 13: levers9.v1.Task.attempts:type_name -> levers9.v1.Attempt
-	21, // 14: levers9.v1.Task.seccomp_logged:type_name -> levers9.v1.SeccompSyscall
-	4,  // 15: levers9.v1.SubmitTaskRequest.spec:type_name -> levers9.v1.TaskSpec
-	8,  // 16: levers9.v1.SubmitTaskResponse.task:type_name -> levers9.v1.Task
-	8,  // 17: levers9.v1.GetTaskResponse.task:type_name -> levers9.v1.Task
-	0,  // 18: levers9.v1.ListTasksRequest.states:type_name -> levers9.v1.TaskState
-	8,  // 19: levers9.v1.ListTasksResponse.tasks:type_name -> levers9.v1.Task
-	8,  // 20: levers9.v1.CancelTaskResponse.task:type_name -> levers9.v1.Task
-	3,  // 21: levers9.v1.LogLine.stream:type_name -> levers9.v1.LogStream
-	0,  // 22: levers9.v1.StateChange.task_state:type_name -> levers9.v1.TaskState
-	1,  // 23: levers9.v1.StateChange.attempt_state:type_name -> levers9.v1.AttemptState
-	2,  // 24: levers9.v1.StateChange.reason:type_name -> levers9.v1.FailureReason
-	25, // 25: levers9.v1.TaskEvent.time:type_name -> google.protobuf.Timestamp
-	18, // 26: levers9.v1.TaskEvent.log:type_name -> levers9.v1.LogLine
-	19, // 27: levers9.v1.TaskEvent.state:type_name -> levers9.v1.StateChange
-	22, // 28: levers9.v1.TaskEvent.seccomp:type_name -> levers9.v1.SeccompLogged
-	21, // 29: levers9.v1.SeccompLogged.syscalls:type_name -> levers9.v1.SeccompSyscall
-	9,  // 30: levers9.v1.TaskService.SubmitTask:input_type -> levers9.v1.SubmitTaskRequest
-	11, // 31: levers9.v1.TaskService.GetTask:input_type -> levers9.v1.GetTaskRequest
-	13, // 32: levers9.v1.TaskService.ListTasks:input_type -> levers9.v1.ListTasksRequest
-	15, // 33: levers9.v1.TaskService.CancelTask:input_type -> levers9.v1.CancelTaskRequest
-	17, // 34: levers9.v1.TaskService.FollowTask:input_type -> levers9.v1.FollowTaskRequest
-	10, // 35: levers9.v1.TaskService.SubmitTask:output_type -> levers9.v1.SubmitTaskResponse
-	12, // 36: levers9.v1.TaskService.GetTask:output_type -> levers9.v1.GetTaskResponse
-	14, // 37: levers9.v1.TaskService.ListTasks:output_type -> levers9.v1.ListTasksResponse
-	16, // 38: levers9.v1.TaskService.CancelTask:output_type -> levers9.v1.CancelTaskResponse
-	20, // 39: levers9.v1.TaskService.FollowTask:output_type -> levers9.v1.TaskEvent
-	35, // [35:40] is the sub-list for method output_type
-	30, // [30:35] is the sub-list for method input_type
-	30, // [30:30] is the sub-list for extension type_name
-	30, // [30:30] is the sub-list for extension extendee
-	0,  // [0:30] is the sub-list for field type_name
+	23, // 14: levers9.v1.Task.seccomp_logged:type_name -> levers9.v1.SeccompSyscall
+	9,  // 15: levers9.v1.Task.mount_findings:type_name -> levers9.v1.MountFinding
+	9,  // 16: levers9.v1.MountsLogged.findings:type_name -> levers9.v1.MountFinding
+	4,  // 17: levers9.v1.SubmitTaskRequest.spec:type_name -> levers9.v1.TaskSpec
+	8,  // 18: levers9.v1.SubmitTaskResponse.task:type_name -> levers9.v1.Task
+	8,  // 19: levers9.v1.GetTaskResponse.task:type_name -> levers9.v1.Task
+	0,  // 20: levers9.v1.ListTasksRequest.states:type_name -> levers9.v1.TaskState
+	8,  // 21: levers9.v1.ListTasksResponse.tasks:type_name -> levers9.v1.Task
+	8,  // 22: levers9.v1.CancelTaskResponse.task:type_name -> levers9.v1.Task
+	3,  // 23: levers9.v1.LogLine.stream:type_name -> levers9.v1.LogStream
+	0,  // 24: levers9.v1.StateChange.task_state:type_name -> levers9.v1.TaskState
+	1,  // 25: levers9.v1.StateChange.attempt_state:type_name -> levers9.v1.AttemptState
+	2,  // 26: levers9.v1.StateChange.reason:type_name -> levers9.v1.FailureReason
+	27, // 27: levers9.v1.TaskEvent.time:type_name -> google.protobuf.Timestamp
+	20, // 28: levers9.v1.TaskEvent.log:type_name -> levers9.v1.LogLine
+	21, // 29: levers9.v1.TaskEvent.state:type_name -> levers9.v1.StateChange
+	24, // 30: levers9.v1.TaskEvent.seccomp:type_name -> levers9.v1.SeccompLogged
+	10, // 31: levers9.v1.TaskEvent.mounts:type_name -> levers9.v1.MountsLogged
+	23, // 32: levers9.v1.SeccompLogged.syscalls:type_name -> levers9.v1.SeccompSyscall
+	11, // 33: levers9.v1.TaskService.SubmitTask:input_type -> levers9.v1.SubmitTaskRequest
+	13, // 34: levers9.v1.TaskService.GetTask:input_type -> levers9.v1.GetTaskRequest
+	15, // 35: levers9.v1.TaskService.ListTasks:input_type -> levers9.v1.ListTasksRequest
+	17, // 36: levers9.v1.TaskService.CancelTask:input_type -> levers9.v1.CancelTaskRequest
+	19, // 37: levers9.v1.TaskService.FollowTask:input_type -> levers9.v1.FollowTaskRequest
+	12, // 38: levers9.v1.TaskService.SubmitTask:output_type -> levers9.v1.SubmitTaskResponse
+	14, // 39: levers9.v1.TaskService.GetTask:output_type -> levers9.v1.GetTaskResponse
+	16, // 40: levers9.v1.TaskService.ListTasks:output_type -> levers9.v1.ListTasksResponse
+	18, // 41: levers9.v1.TaskService.CancelTask:output_type -> levers9.v1.CancelTaskResponse
+	22, // 42: levers9.v1.TaskService.FollowTask:output_type -> levers9.v1.TaskEvent
+	38, // [38:43] is the sub-list for method output_type
+	33, // [33:38] is the sub-list for method input_type
+	33, // [33:33] is the sub-list for extension type_name
+	33, // [33:33] is the sub-list for extension extendee
+	0,  // [0:33] is the sub-list for field type_name
 }
 
 func init() { file_api_levers9_v1_task_proto_init() }
@@ -2083,11 +2232,12 @@ func file_api_levers9_v1_task_proto_init() {
 	}
 	file_api_levers9_v1_task_proto_msgTypes[2].OneofWrappers = []any{}
 	file_api_levers9_v1_task_proto_msgTypes[4].OneofWrappers = []any{}
-	file_api_levers9_v1_task_proto_msgTypes[15].OneofWrappers = []any{}
-	file_api_levers9_v1_task_proto_msgTypes[16].OneofWrappers = []any{
+	file_api_levers9_v1_task_proto_msgTypes[17].OneofWrappers = []any{}
+	file_api_levers9_v1_task_proto_msgTypes[18].OneofWrappers = []any{
 		(*TaskEvent_Log)(nil),
 		(*TaskEvent_State)(nil),
 		(*TaskEvent_Seccomp)(nil),
+		(*TaskEvent_Mounts)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -2095,7 +2245,7 @@ func file_api_levers9_v1_task_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_levers9_v1_task_proto_rawDesc), len(file_api_levers9_v1_task_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   20,
+			NumMessages:   22,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
