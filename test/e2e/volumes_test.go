@@ -189,7 +189,7 @@ func TestVolumes(t *testing.T) {
 				TasksWithVolumes  int    `json:"tasksWithVolumes"`
 				TasksWithFindings int    `json:"tasksWithFindings"`
 				Findings          []struct {
-					TaskID  string `json:"taskId"`
+					TaskID  string                `json:"taskId"`
 					Finding struct{ Path string } `json:"finding"`
 				} `json:"findings"`
 			} `json:"mounts"`
