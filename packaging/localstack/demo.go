@@ -81,14 +81,15 @@ func runVolumeDemo(ctx context.Context, p Paths, st *State, out io.Writer, say f
 	default:
 		return fmt.Errorf("create the volume %s: %w (%s=0 runs make up without volumes)", demoVolume, err, VolumesEnv)
 	}
+	say("volume demo: a task appends a line to %s:/data/hello, a second task reads it", demoVolume)
 	tasks := v1.NewTaskServiceClient(conn)
-	if err := demoTask(ctx, p, tasks, "volume demo: a task writes "+demoVolume+":/data/hello", out, say, &v1.TaskSpec{
+	if err := demoTask(ctx, p, tasks, "volume demo, writer", out, say, &v1.TaskSpec{
 		Volumes: []*v1.VolumeRef{{Name: demoVolume, Path: "/data"}},
 		Command: []string{"sh", "-c", `echo "written by task $(uname -n) at $(date -u +%H:%M:%S)" >> /data/hello; echo wrote /data/hello`},
 	}); err != nil {
 		return err
 	}
-	return demoTask(ctx, p, tasks, "volume demo: a second task reads it (read-only)", out, say, &v1.TaskSpec{
+	return demoTask(ctx, p, tasks, "volume demo, reader (read-only)", out, say, &v1.TaskSpec{
 		Volumes: []*v1.VolumeRef{{Name: demoVolume, Path: "/data", ReadOnly: true}},
 		Command: []string{"sh", "-c", "tail -n 3 /data/hello"},
 	})
@@ -103,7 +104,7 @@ func demoTask(ctx context.Context, p Paths, tasks v1.TaskServiceClient, what str
 	if err != nil {
 		return fmt.Errorf("submit the %s: %w", what, err)
 	}
-	say("%s: task %s submitted; its output:", what, sub.Task.Id)
+	say("%s %s submitted; its output:", what, sub.Task.Id)
 	stream, err := tasks.FollowTask(ctx, &v1.FollowTaskRequest{Id: sub.Task.Id})
 	if err != nil {
 		return fmt.Errorf("follow the %s: %w", what, err)
@@ -131,6 +132,6 @@ func demoTask(ctx context.Context, p Paths, tasks v1.TaskServiceClient, what str
 		}
 		return fmt.Errorf("the %s %s did not succeed (%s); see %s", what, sub.Task.Id, msg, p.file("agent.log"))
 	}
-	say("%s: succeeded", what)
+	say("%s succeeded", what)
 	return nil
 }
