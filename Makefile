@@ -18,9 +18,10 @@ build:
 release:
 	@bash packaging/release/release.sh
 
-# Brings up Postgres, Redis and the controlplane on free local ports under
-# .levers9-dev/, bootstraps the first workspace and saves the CLI context
-# "local".
+# Brings up Postgres, Redis, a single-node SeaweedFS for volumes
+# (LEVERS9_VOLUMES=0 skips it; its weed takes 10-20 minutes to build the
+# first time) and the controlplane on free local ports under .levers9-dev/,
+# bootstraps the first workspace and saves the CLI context "local".
 up: deps build
 	@go run ./packaging/dev/stack up
 

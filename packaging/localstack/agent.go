@@ -45,13 +45,26 @@ func (p Paths) agentFor(pool string, slot int) localAgent {
 	return localAgent{pool: pool, dir: p.file("agent-" + pool), pid: p.file("agent-" + pool + ".pid"), log: p.file("agent-" + pool + ".log")}
 }
 
+// withWeed adds --weed when weed is not "".
+func (a localAgent) withWeed(weed string) localAgent {
+	if weed != "" {
+		a.args = append(slices.Clip(a.args), "--weed", weed)
+	}
+	return a
+}
+
+// argsFile keeps the flags the running agent was started with, so a
+// change (volumes turned on or off, another registry port) restarts it.
+func (a localAgent) argsFile() string { return strings.TrimSuffix(a.pid, ".pid") + ".args" }
+
 // maxPoolAgents bounds the extra agents (each claims its own subnets
 // from the host allocator).
 const maxPoolAgents = 46
 
 // ensureAgents runs one agent per declared pool, stops the agents of
-// pools no longer declared, and waits for each to be online.
-func ensureAgents(ctx context.Context, p Paths, st *State, pools []string, say func(string, ...any)) error {
+// pools no longer declared, and waits for each to be online. weed, when
+// not "", is the binary the agents mount volumes with.
+func ensureAgents(ctx context.Context, p Paths, st *State, pools []string, weed string, say func(string, ...any)) error {
 	if st.PoolMachines == nil {
 		st.PoolMachines = map[string]*PoolMachine{}
 	}
@@ -63,7 +76,7 @@ func ensureAgents(ctx context.Context, p Paths, st *State, pools []string, say f
 	}
 	for _, pool := range pools {
 		if pool == "default" {
-			if err := ensureAgent(ctx, p, st, p.agentFor(pool, 0), &st.LocalMachineID, say); err != nil {
+			if err := ensureAgent(ctx, p, st, p.agentFor(pool, 0).withWeed(weed), &st.LocalMachineID, say); err != nil {
 				return err
 			}
 			continue
@@ -76,7 +89,7 @@ func ensureAgents(ctx context.Context, p Paths, st *State, pools []string, say f
 			}
 			st.PoolMachines[pool] = pm
 		}
-		if err := ensureAgent(ctx, p, st, p.agentFor(pool, pm.Slot), &pm.MachineID, say); err != nil {
+		if err := ensureAgent(ctx, p, st, p.agentFor(pool, pm.Slot).withWeed(weed), &pm.MachineID, say); err != nil {
 			return err
 		}
 	}
@@ -114,13 +127,17 @@ func freeSlot(st *State) int {
 // a remote box runs, and keeps its agent running in the background.
 // *machineID is the machine it joined as ("" before the first join).
 func ensureAgent(ctx context.Context, p Paths, st *State, a localAgent, machineID *string, say func(string, ...any)) error {
-	if pidAlive(a.pid) {
-		say("agent of pool %s already running", a.pool)
-		return waitOnline(ctx, p, st, a, *machineID, say)
-	}
-	stateDir := filepath.Join(a.dir, "state")
 	// The local registry is plain HTTP on loopback.
 	agentArgs := append([]string{"--insecure-registries", fmt.Sprintf("127.0.0.1:%d", st.RegistryPort)}, a.args...)
+	wantArgs := strings.Join(agentArgs, "\n")
+	if pidAlive(a.pid) {
+		if old, _ := os.ReadFile(a.argsFile()); string(old) == wantArgs {
+			say("agent of pool %s already running", a.pool)
+			return waitOnline(ctx, p, st, a, *machineID, say)
+		}
+		stopProcess(a.pid, fmt.Sprintf("the agent of pool %s (its flags changed)", a.pool), say)
+	}
+	stateDir := filepath.Join(a.dir, "state")
 	var cmd *exec.Cmd
 	if _, err := os.Stat(filepath.Join(stateDir, "agent.json")); err == nil {
 		say("starting the agent of pool %s (already joined)", a.pool)
@@ -149,6 +166,9 @@ func ensureAgent(ctx context.Context, p Paths, st *State, a localAgent, machineI
 		return fmt.Errorf("start the agent of pool %s: %w", a.pool, err)
 	}
 	if err := os.WriteFile(a.pid, []byte(strconv.Itoa(cmd.Process.Pid)), 0o644); err != nil {
+		return err
+	}
+	if err := os.WriteFile(a.argsFile(), []byte(wantArgs), 0o644); err != nil {
 		return err
 	}
 	_ = cmd.Process.Release()

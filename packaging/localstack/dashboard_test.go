@@ -159,8 +159,9 @@ func TestEnsureDashboard(t *testing.T) {
 		t.Errorf("second web run: pid %d -> %d, output:\n%s", webPid, pid2, out.String())
 	}
 	var next bytes.Buffer
-	printNext(&next, webURL, url)
-	if !strings.Contains(next.String(), "dashboard: "+webURL) || !strings.Contains(next.String(), "dashboard API: "+url) {
+	printNext(&next, webURL, url, true)
+	if !strings.Contains(next.String(), "dashboard: "+webURL) || !strings.Contains(next.String(), "dashboard API: "+url) ||
+		!strings.Contains(next.String(), "levers9 run --volume data:/data") {
 		t.Errorf("the closing lines do not name the dashboard:\n%s", next.String())
 	}
 	logb, _ := os.ReadFile(p.file("dashboard-api.log"))

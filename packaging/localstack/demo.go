@@ -12,6 +12,7 @@ import (
 
 	v1 "github.com/levers9/levers9/api/levers9/v1"
 	"github.com/levers9/levers9/internal/devstack"
+	"github.com/levers9/levers9/internal/errdefs"
 	"github.com/levers9/levers9/sandbox/image/build"
 	"github.com/levers9/levers9/sdk"
 )
@@ -55,17 +56,58 @@ func runDemo(ctx context.Context, p Paths, st *State, out io.Writer, say func(st
 	defer conn.Close()
 	ctx, cancel := context.WithTimeout(metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+st.AdminToken), 3*time.Minute)
 	defer cancel()
-	tasks := v1.NewTaskServiceClient(conn)
-	// The CLI's defaults (retries included), as `levers9 run` would send.
-	sub, err := tasks.SubmitTask(ctx, &v1.SubmitTaskRequest{Spec: &v1.TaskSpec{Retries: sdk.DefaultRetries,
-		Command: []string{"sh", "-c", `echo "hello from a levers9 task on $(uname -n), in a hardened container"; id`}}})
+	return demoTask(ctx, p, v1.NewTaskServiceClient(conn), "demo task", out, say,
+		&v1.TaskSpec{Command: []string{"sh", "-c", `echo "hello from a levers9 task on $(uname -n), in a hardened container"; id`}})
+}
+
+// demoVolume is the volume the volume demo writes and reads.
+const demoVolume = "demo"
+
+// runVolumeDemo makes the volume demo (once) and has one task write a
+// file to it and a second one, mounting it read-only, read it back.
+func runVolumeDemo(ctx context.Context, p Paths, st *State, out io.Writer, say func(string, ...any)) error {
+	conn, err := dialLocal(p, st)
 	if err != nil {
-		return fmt.Errorf("submit the demo task: %w", err)
+		return err
 	}
-	say("demo task %s submitted; its output:", sub.Task.Id)
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+st.AdminToken), 3*time.Minute)
+	defer cancel()
+	_, err = v1.NewVolumeServiceClient(conn).CreateVolume(ctx, &v1.CreateVolumeRequest{Name: demoVolume})
+	switch {
+	case err == nil:
+		say("volume %s created (SeaweedFS)", demoVolume)
+	case errdefs.IsAlreadyExists(errdefs.FromGRPC(err)):
+	default:
+		return fmt.Errorf("create the volume %s: %w (%s=0 runs make up without volumes)", demoVolume, err, VolumesEnv)
+	}
+	say("volume demo: a task appends a line to %s:/data/hello, a second task reads it", demoVolume)
+	tasks := v1.NewTaskServiceClient(conn)
+	if err := demoTask(ctx, p, tasks, "volume demo, writer", out, say, &v1.TaskSpec{
+		Volumes: []*v1.VolumeRef{{Name: demoVolume, Path: "/data"}},
+		Command: []string{"sh", "-c", `echo "written by task $(uname -n) at $(date -u +%H:%M:%S)" >> /data/hello; echo wrote /data/hello`},
+	}); err != nil {
+		return err
+	}
+	return demoTask(ctx, p, tasks, "volume demo, reader (read-only)", out, say, &v1.TaskSpec{
+		Volumes: []*v1.VolumeRef{{Name: demoVolume, Path: "/data", ReadOnly: true}},
+		Command: []string{"sh", "-c", "tail -n 3 /data/hello"},
+	})
+}
+
+// demoTask submits spec with the CLI's defaults (retries included, as
+// `levers9 run` would send), prints its output and waits for it to
+// succeed.
+func demoTask(ctx context.Context, p Paths, tasks v1.TaskServiceClient, what string, out io.Writer, say func(string, ...any), spec *v1.TaskSpec) error {
+	spec.Retries = sdk.DefaultRetries
+	sub, err := tasks.SubmitTask(ctx, &v1.SubmitTaskRequest{Spec: spec})
+	if err != nil {
+		return fmt.Errorf("submit the %s: %w", what, err)
+	}
+	say("%s %s submitted; its output:", what, sub.Task.Id)
 	stream, err := tasks.FollowTask(ctx, &v1.FollowTaskRequest{Id: sub.Task.Id})
 	if err != nil {
-		return fmt.Errorf("follow the demo task: %w", err)
+		return fmt.Errorf("follow the %s: %w", what, err)
 	}
 	var final *v1.StateChange
 	for {
@@ -74,7 +116,7 @@ func runDemo(ctx context.Context, p Paths, st *State, out io.Writer, say func(st
 			break
 		}
 		if err != nil {
-			return fmt.Errorf("follow the demo task %s: %w", sub.Task.Id, err)
+			return fmt.Errorf("follow the %s %s: %w", what, sub.Task.Id, err)
 		}
 		if l := ev.GetLog(); l != nil {
 			fmt.Fprintf(out, "    | %s\n", l.Text)
@@ -88,8 +130,8 @@ func runDemo(ctx context.Context, p Paths, st *State, out io.Writer, say func(st
 		if final != nil {
 			msg = strings.TrimPrefix(final.TaskState.String(), "TASK_STATE_") + ": " + final.Message
 		}
-		return fmt.Errorf("the demo task %s did not succeed (%s); see %s", sub.Task.Id, msg, p.file("agent.log"))
+		return fmt.Errorf("the %s %s did not succeed (%s); see %s", what, sub.Task.Id, msg, p.file("agent.log"))
 	}
-	say("demo task succeeded")
+	say("%s succeeded", what)
 	return nil
 }

@@ -27,9 +27,16 @@ func Down(ctx context.Context, p Paths, out io.Writer) error {
 		stopProcess(pidFile, "the agent of pool "+pool, say)
 	}
 	releaseNetwork(ctx, st, say)
+	// An agent unmounts its volumes when their tasks end; what a stopped
+	// agent left (a task still running, a crash) goes here.
+	if n := len(unmountVolumes(p, say)); n == 0 {
+		say("no volume mounts left under %s", p.Dir)
+	}
 	stopProcess(p.file("dashboard-web.pid"), "the dashboard web app", say)
 	stopProcess(p.file("dashboard-api.pid"), "the dashboard API", say)
 	stopProcess(p.file("controlplane.pid"), "the controlplane", say)
+	// The filer keeps its metadata in Postgres: stop it first.
+	stopSeaweed(p, say)
 	if fileExists(p.file("registry/registry.pid")) {
 		say("stopping the image registry")
 		_ = (&devstack.Registry{Dir: p.file("registry")}).Stop()

@@ -7,7 +7,11 @@
 // sign-in on (dashboard.go). The controlplane config it writes is merged
 // with the user's optional levers9.local.yaml (repository root) and
 // .levers9-dev/controlplane.local.yaml (merge.go), and one local agent
-// runs per declared pool (agent.go). Running Up twice is harmless. Secrets
+// runs per declared pool (agent.go). Unless LEVERS9_VOLUMES=0 it runs a
+// single-node SeaweedFS for volumes (seaweedfs.go: master, volume server
+// and filer, the filer's metadata in the stack's Postgres), hands the
+// agents the weed binary, and Down unmounts what their volumes left
+// mounted. Running Up twice is harmless. Secrets
 // reach the processes through 0600 files, never argv. Not for production.
 package localstack
 
@@ -52,6 +56,8 @@ type State struct {
 	DashboardSessionSecret string `json:"dashboardSessionSecret,omitempty"`
 	// DashboardWebPort is the dashboard web app's.
 	DashboardWebPort int `json:"dashboardWebPort,omitempty"`
+	// SeaweedFS are the local SeaweedFS's ports (nil until it first ran).
+	SeaweedFS *SeaweedPorts `json:"seaweedfs,omitempty"`
 }
 
 // PoolMachine is the local machine of a pool other than default.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os"
 )
 
 // Run dispatches `up` or `down`.
@@ -20,7 +21,7 @@ func Run(ctx context.Context, args []string, p Paths, out io.Writer) error {
 		if err != nil {
 			return err
 		}
-		printNext(out, st.DashboardWebURL(), st.DashboardURL())
+		printNext(out, st.DashboardWebURL(), st.DashboardURL(), volumesEnabled(os.Getenv) && st.SeaweedFS != nil)
 		return nil
 	case "down":
 		return Down(ctx, p, out)
@@ -28,7 +29,7 @@ func Run(ctx context.Context, args []string, p Paths, out io.Writer) error {
 	return fmt.Errorf("unknown command %q: usage: stack up|down", args[0])
 }
 
-func printNext(out io.Writer, webURL, apiURL string) {
+func printNext(out io.Writer, webURL, apiURL string, volumes bool) {
 	fmt.Fprintf(out, "\ndashboard: %s  (development sign-in on: any email; NAME%s is an admin)\n", webURL, dashboardAdmins)
 	fmt.Fprintf(out, "dashboard API: %s  (see dashboard/api/API.md)\n", apiURL)
 	fmt.Fprint(out, `
@@ -39,6 +40,16 @@ levers9 is up. Try:
   levers9 machine list
   levers9 token create --name laptop
   printf 'USER=app\nPASSWORD=hunter2\n' | levers9 secret put db
-Stop it with: make down   (data stays in .levers9-dev/)
 `)
+	if volumes {
+		fmt.Fprint(out, `Volumes (SeaweedFS under .levers9-dev/seaweedfs/):
+  levers9 volume create data
+  levers9 run --volume data:/data -- sh -c 'date > /data/x'
+  levers9 run --volume data:/data:ro -- cat /data/x
+  levers9 volume ls data
+`)
+	} else {
+		fmt.Fprintf(out, "Volumes are off (%s=0): make up without it runs SeaweedFS for them.\n", VolumesEnv)
+	}
+	fmt.Fprint(out, "Stop it with: make down   (data stays in .levers9-dev/)\n")
 }

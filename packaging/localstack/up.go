@@ -26,6 +26,7 @@ import (
 	"github.com/levers9/levers9/enroll"
 	"github.com/levers9/levers9/internal/devstack"
 	"github.com/levers9/levers9/internal/procstat"
+	"github.com/levers9/levers9/internal/seaweed"
 )
 
 // Up brings the stack up (or finds it up) and saves the "local" CLI
@@ -75,6 +76,10 @@ func Up(ctx context.Context, p Paths, out io.Writer) error {
 		}
 	}
 
+	weed, sw, err := ensureVolumes(ctx, p, st, out, say)
+	if err != nil {
+		return err
+	}
 	if err := ensureRegistry(ctx, p, st, say); err != nil {
 		return err
 	}
@@ -93,7 +98,7 @@ func Up(ctx context.Context, p Paths, out io.Writer) error {
 	if err := st.save(p); err != nil {
 		return err
 	}
-	pools, changed, err := writeControlplaneConfig(p, st, say)
+	pools, changed, err := writeControlplaneConfig(p, st, sw, say)
 	if err != nil {
 		return err
 	}
@@ -128,10 +133,16 @@ func Up(ctx context.Context, p Paths, out io.Writer) error {
 	if err := ensureDashboardWeb(ctx, p, dashboardWebDir(p), st, say); err != nil {
 		return err
 	}
-	if err := ensureAgents(ctx, p, st, pools, say); err != nil {
+	if err := ensureAgents(ctx, p, st, pools, weed, say); err != nil {
 		return err
 	}
-	return runDemo(ctx, p, st, out, say)
+	if err := runDemo(ctx, p, st, out, say); err != nil {
+		return err
+	}
+	if sw == nil {
+		return nil
+	}
+	return runVolumeDemo(ctx, p, st, out, say)
 }
 
 func fileExists(path string) bool {
@@ -175,11 +186,12 @@ func ensureCert(p Paths) error {
 }
 
 // writeControlplaneConfig writes .levers9-dev/controlplane.yaml: make up's
-// keys (ports, certificate, secrets, the demo image) with the user's
+// keys (ports, certificate, secrets, the demo image, the local SeaweedFS
+// filer when sw is not nil) with the user's
 // local files merged over them (see mergeLocalConfig), checked by the
 // controlplane's own loader. It returns the declared pools and whether
 // the file changed.
-func writeControlplaneConfig(p Paths, st *State, say func(string, ...any)) ([]string, bool, error) {
+func writeControlplaneConfig(p Paths, st *State, sw *seaweed.Layout, say func(string, ...any)) ([]string, bool, error) {
 	yml := fmt.Sprintf(`# Written by make up; holds secrets (mode 0600).
 controlplane:
   grpcAddr: 127.0.0.1:%d
@@ -208,6 +220,14 @@ worker:
   defaultImage: %s
 `, st.GRPCPort, st.RESTPort, st.TunnelPort, st.MetricsPort, p.file("tls/cert.pem"), p.file("tls/key.pem"), st.BootstrapSecret,
 		st.PostgresPort, st.PostgresPassword, st.EncryptionKey, st.RedisPort, st.RedisPassword, st.DemoImage)
+	if sw != nil {
+		yml += fmt.Sprintf(`volumes:
+  # The local SeaweedFS make up runs (unless LEVERS9_VOLUMES=0).
+  seaweedfs:
+    filerAddr: %s
+    filerURL: %s
+`, sw.FilerAddr(), sw.FilerURL())
+	}
 	out, used, err := mergeLocalConfig([]byte(yml), p.localConfigFiles(), os.LookupEnv)
 	if err != nil {
 		return nil, false, err
