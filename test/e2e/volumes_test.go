@@ -166,13 +166,17 @@ func TestVolumes(t *testing.T) {
 		}
 		id := strings.TrimSpace(out)
 		var shown struct {
-			MountFindings []struct{ Volume, Path, Reason string } `json:"mountFindings"`
+			Task struct {
+				MountFindings []struct{ Volume, Path, Reason string } `json:"mountFindings"`
+			} `json:"task"`
 		}
 		w.cliJSON(t, &shown, "task", "show", id)
-		if len(shown.MountFindings) != 1 || shown.MountFindings[0].Path != "/proc" || shown.MountFindings[0].Reason != "over /proc" {
-			t.Fatalf("task show %s: findings %+v", id, shown.MountFindings)
+		if _, errOut, err := w.cli(t, "task", "cancel", id); err != nil {
+			t.Fatalf("task cancel %s: %v\n%s", id, err, errOut)
 		}
-		_, _, _ = w.cli(t, "task", "cancel", id)
+		if f := shown.Task.MountFindings; len(f) != 1 || f[0].Volume != "data" || f[0].Path != "/proc" || f[0].Reason != "over /proc" {
+			t.Fatalf("task show %s: findings %+v", id, f)
+		}
 
 		// A path the runtime can bind under log: the task runs, its
 		// stream says what enforce would refuse.
