@@ -1,14 +1,20 @@
 package e2e
 
 import (
+	"bytes"
+	"context"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/levers9/levers9/controlplane/auth"
 	"github.com/levers9/levers9/controlplane/config"
 	"github.com/levers9/levers9/controlplane/controlplanetest"
+	"github.com/levers9/levers9/controlplane/store"
+	"github.com/levers9/levers9/internal/ids"
 	"github.com/levers9/levers9/internal/seaweed/seaweedtest"
 	"github.com/levers9/levers9/internal/testenv"
 )
@@ -28,7 +34,8 @@ type shownVolume struct {
 // TestVolumes: a real SeaweedFS (filer metadata in the stack's Postgres)
 // behind `levers9 volume`, and tasks on the real agents mounting a volume
 // with FUSE and runc: one task writes, later tasks read it back (on
-// whichever machine they land), a read-only mount refuses writes, a mount
+// whichever machine they land), another workspace sees none of it (API and
+// mount, on the same machines), a read-only mount refuses writes, a mount
 // over /proc is refused under enforce and reported under log, and a volume
 // a task uses cannot be deleted.
 func TestVolumes(t *testing.T) {
@@ -53,6 +60,10 @@ func TestVolumes(t *testing.T) {
 		c.Worker.VolumeMountValidation = "log"
 		// Parked: a pool no machine joins, where tasks wait.
 		c.Worker.Pools["parked"] = config.Pool{Runtime: "runc"}
+		// Shared, so a second workspace's tasks run on the same machines.
+		def := c.Worker.Pools["default"]
+		def.Shared = true
+		c.Worker.Pools["default"] = def
 	})
 
 	if out, errOut, err := w.cli(t, "volume", "create", "data", "--quota", "64M"); err != nil || !strings.Contains(out, "volume data created") {
@@ -89,6 +100,44 @@ func TestVolumes(t *testing.T) {
 		w.cliJSON(t, &v, "volume", "show", "data")
 		if v.Stats.Files != "1" || v.Stats.Bytes != "7" || v.QuotaBytes != "67108864" {
 			t.Fatalf("volume show: %+v", v)
+		}
+	})
+
+	t.Run("another workspace sees none of it, through the API or a mount", func(t *testing.T) {
+		tok := seedWorkspace(t, w.in.Config.Database.Postgres.ConnString(), "other")
+		asOther := func(args ...string) (string, string, error) {
+			cmd := exec.Command(filepath.Join(bin, "levers9"), args...)
+			cmd.Env = append(os.Environ(), "LEVERS9_HOME="+w.home, "LEVERS9_TOKEN="+tok)
+			var out, errb bytes.Buffer
+			cmd.Stdout, cmd.Stderr = &out, &errb
+			err := cmd.Run()
+			return out.String(), errb.String(), err
+		}
+		if out, errOut, err := asOther("volume", "list", "-o", "json"); err != nil || strings.Contains(out, "data") {
+			t.Fatalf("the other workspace's volume list: %v\n%s\n%s", err, out, errOut)
+		}
+		for _, args := range [][]string{
+			{"volume", "show", "data"}, {"volume", "ls", "data"}, {"volume", "get", "data", "/ckpt/state", "-"},
+			{"volume", "delete", "data"}, {"run", "--volume", "data:/d", "--", "true"},
+		} {
+			if out, errOut, err := asOther(args...); err == nil || strings.Contains(out, "step-1") {
+				t.Fatalf("the other workspace: %v: %v\n%s\n%s", args, err, out, errOut)
+			}
+		}
+		// Its own volume of the same name is another directory.
+		if _, errOut, err := asOther("volume", "create", "data"); err != nil {
+			t.Fatalf("the other workspace's volume create: %v\n%s", err, errOut)
+		}
+		out, errOut, err := asOther("run", "--volume", "data:/d", "--", "sh", "-c",
+			"test ! -e /d/ckpt/state && echo other-side > /d/other && echo isolated")
+		if err != nil || !strings.Contains(out, "isolated") {
+			t.Fatalf("the other workspace's task: %v\n%s\n%s", err, out, errOut)
+		}
+		r := w.start(t, "run", "--volume", "data:/data:ro", "--", "sh", "-c", "test ! -e /data/other && cat /data/ckpt/state")
+		code := r.wait(t, 120*time.Second)
+		so, se := r.out()
+		if code != 0 || !strings.Contains(so, "step-1") {
+			t.Fatalf("the first workspace after the other wrote: exit %d\nstdout:\n%s\nstderr:\n%s", code, so, se)
 		}
 	})
 
@@ -272,4 +321,25 @@ func TestVolumes(t *testing.T) {
 			}
 		}
 	})
+}
+
+// seedWorkspace makes another workspace with an admin token straight in
+// the store (no API creates workspaces) and returns the token.
+func seedWorkspace(t *testing.T, pg, name string) string {
+	t.Helper()
+	ctx := context.Background()
+	st, err := store.Open(ctx, pg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	ws := store.Workspace{ID: ids.New("ws"), Name: name, CreatedAt: time.Now()}
+	if err := st.CreateWorkspace(ctx, ws); err != nil {
+		t.Fatal(err)
+	}
+	id, tok, hash := auth.Mint()
+	if err := st.CreateToken(ctx, store.Token{ID: id, WorkspaceID: ws.ID, Name: "admin", Role: store.RoleAdmin, Hash: hash, CreatedAt: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	return tok
 }
