@@ -72,7 +72,8 @@ func setupContainers(t *testing.T) containerBundle {
 }
 
 // run runs script in a container of rt with the mounts and returns its exit
-// code and output; onOutput, when set, is polled while it runs.
+// code and output; whileRunning, when set, is called once the container
+// started, with its output so far, before the wait.
 func (c containerBundle) run(t *testing.T, rt sandbox.RuntimeName, name string, mounts []sandbox.Mount, user, script string, whileRunning func(out *testenv.SyncBuffer)) (int, string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -99,7 +100,8 @@ func (c containerBundle) run(t *testing.T, rt sandbox.RuntimeName, name string, 
 // runtimes, as the agent does: a runsc task's writes reach the volume (a
 // second mount, standing in for another machine, and a runc task see them),
 // a runsc task sees what another machine changes while it runs, a
-// read-only bind refuses writes under runsc, and nosuid,nodev hold.
+// read-only bind refuses writes under runsc, gVisor's mount table has
+// nosuid, and no host device is reachable through a volume (nodev).
 func TestMountedInContainers(t *testing.T) {
 	b := setup(t)
 	c := setupContainers(t)
