@@ -115,7 +115,13 @@ func (r *OCI) root(dir string) string { return filepath.Join(dir, "root") }
 func (r *OCI) globalArgs(dir string, opts CreateOpts) []string {
 	args := []string{"--root", r.root(dir), "--log", filepath.Join(dir, "runtime.log")}
 	if r.name == RuntimeRunsc {
-		args = append(args, "--oci-seccomp")
+		// Volumes (bind mounts) are shared with the host and with other
+		// machines: the sentry revalidates what it cached of them, so a
+		// task sees files another machine changes while it runs ("shared",
+		// runsc's default, stated so a changed default cannot cache them
+		// for the task's life). No --overlay2: its default wraps only the
+		// root, never a bind mount, so a task's writes reach the volume.
+		args = append(args, "--oci-seccomp", "--file-access-mounts=shared")
 		if opts.OwnNetwork {
 			args = append(args, "--network=none")
 		}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -325,5 +326,29 @@ func TestMissingRuntimeBinary(t *testing.T) {
 	}
 	if err := rt.Delete(ctx, "l9s-gone"); err != nil {
 		t.Errorf("delete after failed start: %v", err)
+	}
+}
+
+// TestGlobalArgsVolumes: runsc gets shared file access for bind mounts (a
+// volume's files change on other machines while a task runs) and no
+// --overlay2 that could wrap a bind mount and keep a task's writes inside
+// the sandbox; runc gets neither.
+func TestGlobalArgsVolumes(t *testing.T) {
+	for _, tc := range []struct {
+		rt         RuntimeName
+		wantShared bool
+	}{{RuntimeRunsc, true}, {RuntimeRunc, false}} {
+		t.Run(string(tc.rt), func(t *testing.T) {
+			r := &OCI{name: tc.rt}
+			args := r.globalArgs("/run/x/c", CreateOpts{OwnNetwork: true})
+			if got := slices.Contains(args, "--file-access-mounts=shared"); got != tc.wantShared {
+				t.Errorf("args %q: --file-access-mounts=shared %v, want %v", args, got, tc.wantShared)
+			}
+			for _, a := range args {
+				if strings.HasPrefix(a, "--overlay") || strings.HasPrefix(a, "--file-access-mounts=exclusive") {
+					t.Errorf("args %q: %s", args, a)
+				}
+			}
+		})
 	}
 }

@@ -56,55 +56,8 @@ func TestRunscPoolAgentInRootNamespace(t *testing.T) {
 		}
 		c.Worker.DefaultImage = res.Ref
 	})
-	out, errOut, err := w.cli(t, "machine", "create", "--pool", "gvisor", "--name", "host")
-	if err != nil {
-		t.Fatalf("machine create: %v %s", err, errOut)
-	}
-	id := regexp.MustCompile(`machine (m_[a-z2-7]+)`).FindStringSubmatch(out)[1]
-
-	// The agent's bridge gets subnets, and its egress log a netlink group,
-	// no other agent on this host uses (a `make up` agent has the defaults).
-	n, _ := rand.Int(rand.Reader, big.NewInt(16*256)) // three hex digits in the v6 prefix below
-	v4 := fmt.Sprintf("10.%d.%d.0/24", 230+n.Int64()/256, n.Int64()%256)
-	v6 := fmt.Sprintf("fd6c:7639:9%03x::/64", n.Int64())
-	nflog := fmt.Sprint(40000 + n.Int64())
-	root := t.TempDir()
-	agentOut := &testenv.SyncBuffer{}
-	cmd := exec.Command("sh", filepath.Join(w.home, "machines", id+".sh"), "--foreground",
-		"--state-dir", filepath.Join(root, "state"), "--etc-dir", filepath.Join(root, "etc"), "--bin-dir", filepath.Join(root, "bin"),
-		"--", "--insecure-registries", registry, "--subnet-v4", v4, "--subnet-v6", v6, "--nflog-group", nflog)
-	cmd.Stdout, cmd.Stderr = agentOut, agentOut
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	// The agent leaves its bridge and chains for the next agent; this one
-	// has none, so take them out of the host's namespace (runs after the
-	// agent stopped).
-	t.Cleanup(func() {
-		n, err := egress.NewNode(egress.Config{Prefix: agent.NodeConfig{MachineID: id}.WithDefaults().Prefix,
-			SubnetV4: v4, SubnetV6: v6, Resolvers: []string{"192.0.2.53"}, StateDir: filepath.Join(root, "state", "network")}, nil, nil)
-		if err == nil {
-			err = n.Uninstall(context.Background())
-		}
-		if err != nil {
-			t.Errorf("remove the agent's network: %v", err)
-		}
-	})
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("agent output:\n%s", agentOut.String())
-		}
-		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM)
-		done := make(chan struct{})
-		go func() { _ = cmd.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(15 * time.Second):
-			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-			<-done
-		}
-	})
+	ha := startHostAgent(t, w, "gvisor", registry)
+	root, v4 := ha.root, ha.subnetV4
 	var inv struct {
 		Machines []struct {
 			State     string `json:"state"`
@@ -195,6 +148,73 @@ nc -w 10 ` + cpHost + ` ` + cpPort + ` -e true && echo reached-controlplane`
 		}
 	})
 	t.Run("applied security", func(t *testing.T) { checkRunscApplied(t, w, root) })
+}
+
+// hostAgent is a machine whose agent runs in the host's root network
+// namespace.
+type hostAgent struct {
+	id string
+	// root holds the agent's state, etc and bin directories.
+	root string
+	// subnetV4 is its bridge's IPv4 subnet.
+	subnetV4 string
+}
+
+// startHostAgent creates a machine of pool and runs its agent in the host's
+// root network namespace, as `make up` runs it (the other end-to-end
+// machines live in namespaces of their own), until the test ends.
+func startHostAgent(t *testing.T, w *joinWorld, pool, registry string) hostAgent {
+	t.Helper()
+	out, errOut, err := w.cli(t, "machine", "create", "--pool", pool, "--name", "host")
+	if err != nil {
+		t.Fatalf("machine create: %v %s", err, errOut)
+	}
+	id := regexp.MustCompile(`machine (m_[a-z2-7]+)`).FindStringSubmatch(out)[1]
+
+	// The agent's bridge gets subnets, and its egress log a netlink group,
+	// no other agent on this host uses (a `make up` agent has the defaults).
+	n, _ := rand.Int(rand.Reader, big.NewInt(16*256)) // three hex digits in the v6 prefix below
+	v4 := fmt.Sprintf("10.%d.%d.0/24", 230+n.Int64()/256, n.Int64()%256)
+	v6 := fmt.Sprintf("fd6c:7639:9%03x::/64", n.Int64())
+	nflog := fmt.Sprint(40000 + n.Int64())
+	root := t.TempDir()
+	agentOut := &testenv.SyncBuffer{}
+	cmd := exec.Command("sh", filepath.Join(w.home, "machines", id+".sh"), "--foreground",
+		"--state-dir", filepath.Join(root, "state"), "--etc-dir", filepath.Join(root, "etc"), "--bin-dir", filepath.Join(root, "bin"),
+		"--", "--insecure-registries", registry, "--subnet-v4", v4, "--subnet-v6", v6, "--nflog-group", nflog)
+	cmd.Stdout, cmd.Stderr = agentOut, agentOut
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	// The agent leaves its bridge and chains for the next agent; this one
+	// has none, so take them out of the host's namespace (runs after the
+	// agent stopped).
+	t.Cleanup(func() {
+		n, err := egress.NewNode(egress.Config{Prefix: agent.NodeConfig{MachineID: id}.WithDefaults().Prefix,
+			SubnetV4: v4, SubnetV6: v6, Resolvers: []string{"192.0.2.53"}, StateDir: filepath.Join(root, "state", "network")}, nil, nil)
+		if err == nil {
+			err = n.Uninstall(context.Background())
+		}
+		if err != nil {
+			t.Errorf("remove the agent's network: %v", err)
+		}
+	})
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("agent output:\n%s", agentOut.String())
+		}
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM)
+		done := make(chan struct{})
+		go func() { _ = cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(15 * time.Second):
+			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+			<-done
+		}
+	})
+	return hostAgent{id: id, root: root, subnetV4: v4}
 }
 
 // probeFiles is the sandbox's probe (sandbox/internal/probe) as /probe and
