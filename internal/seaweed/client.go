@@ -85,6 +85,9 @@ func SplitMountEnv(env []string) (MountCredentials, []string) {
 	return c, rest
 }
 
+// MountConfigFiles are the files WriteMountConfig writes.
+var MountConfigFiles = []string{"ca.crt", "client.crt", "client.key", "security.toml"}
+
 // WriteMountConfig writes c into dir, weed mount's working directory: the
 // PEM files and a security.toml pointing at them, each 0600 (weed reads
 // ./security.toml first). Errors name files, never their content.
