@@ -64,7 +64,18 @@ func main() {
 		log.Fatal(err)
 	}
 	defer c.Stop()
-	d := seaweedfs.New(seaweedfs.Config{Bin: weed, FilerAddr: c.FilerAddr(), FilerURL: c.FilerURL(), StateDir: filepath.Join(dir, "state")})
+	// Secured as in production: the mount's TLS and read tokens are part
+	// of what is measured.
+	sec, err := c.Security()
+	if err != nil {
+		log.Fatal(err)
+	}
+	creds, err := sec.MountCredentials()
+	if err != nil {
+		log.Fatal(err)
+	}
+	d := seaweedfs.New(seaweedfs.Config{Bin: weed, FilerAddr: c.FilerAddr(), FilerURL: c.FilerURL(), FilerKeys: sec.FilerKeys(),
+		Env: creds.Env(), StateDir: filepath.Join(dir, "state")})
 	v := volumes.Volume{ID: "vol_bench", Workspace: "ws_bench"}
 	if err := d.Create(ctx, v); err != nil {
 		log.Fatal(err)

@@ -346,7 +346,9 @@ func (d *Driver) Unmount(ctx context.Context, target string) error {
 	if err := unmountTarget(target); err != nil {
 		errs = append(errs, err)
 	}
-	removeMountConfig(d.stateFor(target))
+	if d.cfg.StateDir != "" {
+		removeMountConfig(d.stateFor(target))
+	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("unmounting %s: %w", target, err)
 	}
@@ -389,6 +391,10 @@ func (d *Driver) UnmountAll(ctx context.Context, root string) ([]string, error) 
 		if err := unmountTarget(m.Target); err != nil {
 			errs = append(errs, err)
 			continue
+		}
+		if d.cfg.StateDir != "" {
+			// A killed agent's mount left its credentials too.
+			removeMountConfig(d.stateFor(m.Target))
 		}
 		done = append(done, m.Target)
 	}
