@@ -47,6 +47,9 @@ func (m *volumeMounter) target(v taskrun.Volume) string {
 	return filepath.Join(m.Root, "mnt", v.ID+"-"+mode)
 }
 
+// stateDir holds the mounts' logs, caches and credentials.
+func (m *volumeMounter) stateDir() string { return filepath.Join(m.Root, "state") }
+
 // driverLocked returns the driver for v, made on first use.
 func (m *volumeMounter) driverLocked(v taskrun.Volume) (*seaweedfs.Driver, error) {
 	if v.Driver != seaweedfs.DriverName {
@@ -57,10 +60,9 @@ func (m *volumeMounter) driverLocked(v taskrun.Volume) (*seaweedfs.Driver, error
 	}
 	d := m.drivers[v.FilerAddr]
 	if d == nil {
-		// Credentials come per push; the mount process of a volume gets
-		// those of the attempt that mounted it first.
-		d = seaweedfs.New(seaweedfs.Config{Bin: m.WeedPath, FilerAddr: v.FilerAddr, FilerURL: v.FilerURL, Env: v.Env,
-			StateDir: filepath.Join(m.Root, "state"), Logger: m.Logger})
+		// Credentials come per push (MountOptions.Env), not per driver.
+		d = seaweedfs.New(seaweedfs.Config{Bin: m.WeedPath, FilerAddr: v.FilerAddr, FilerURL: v.FilerURL,
+			StateDir: m.stateDir(), Logger: m.Logger})
 		m.drivers[v.FilerAddr] = d
 	}
 	return d, nil
@@ -83,7 +85,9 @@ func (m *volumeMounter) Acquire(ctx context.Context, v taskrun.Volume) (string, 
 		return "", fmt.Errorf("volume %s: %w", v.Name, err)
 	}
 	// Serialised under mu: mounts are rare and each waits for the kernel.
-	if err := d.Mount(ctx, v.Volume, t, volumes.MountOptions{ReadOnly: v.ReadOnly}); err != nil {
+	// The mount process gets the credentials of the attempt that mounted
+	// it first, as 0600 files in its state directory (never argv).
+	if err := d.Mount(ctx, v.Volume, t, volumes.MountOptions{ReadOnly: v.ReadOnly, Env: v.Env}); err != nil {
 		return "", err
 	}
 	m.users[t] = 1
@@ -118,7 +122,7 @@ func (m *volumeMounter) Release(ctx context.Context, v taskrun.Volume) error {
 // Reconcile unmounts what an earlier agent left under Root (its mount
 // processes died with it, leaving dead FUSE endpoints).
 func (m *volumeMounter) Reconcile(ctx context.Context) error {
-	left, err := seaweedfs.New(seaweedfs.Config{}).UnmountAll(ctx, m.Root)
+	left, err := seaweedfs.New(seaweedfs.Config{StateDir: m.stateDir()}).UnmountAll(ctx, m.Root)
 	if len(left) > 0 {
 		m.Logger.Info("unmounted volumes an earlier agent left", "targets", left)
 	}
@@ -131,7 +135,7 @@ func (m *volumeMounter) UnmountAll(ctx context.Context) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.users = map[string]int{}
-	_, err := seaweedfs.New(seaweedfs.Config{}).UnmountAll(ctx, m.Root)
+	_, err := seaweedfs.New(seaweedfs.Config{StateDir: m.stateDir()}).UnmountAll(ctx, m.Root)
 	for _, d := range m.drivers {
 		if _, derr := d.UnmountAll(ctx, m.Root); derr != nil && err == nil {
 			err = derr

@@ -35,6 +35,7 @@ func TestVolumeFiles(t *testing.T) {
 		sw := seaweedtest.StartWith(t, weed, env.PG, dir, "")
 		c.Volumes.SeaweedFS.FilerAddr = sw.Cluster.FilerAddr()
 		c.Volumes.SeaweedFS.FilerURL = sw.Cluster.FilerURL()
+		c.Volumes.SeaweedFS.SecurityDir = sw.Cluster.SecurityDir()
 	})
 	cli := func(stdin string, args ...string) (string, string) {
 		t.Helper()

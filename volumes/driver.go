@@ -31,6 +31,10 @@ type Stats struct {
 // MountOptions are per mount, not per volume.
 type MountOptions struct {
 	ReadOnly bool
+	// Env is this mount's credentials and settings for the driver's
+	// helper process (KEY=VALUE, the driver's own keys), as the attempt
+	// that mounts it brought them; never logged.
+	Env []string
 }
 
 // Driver is one filesystem behind volumes. A volume's life:

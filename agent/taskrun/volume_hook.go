@@ -24,8 +24,9 @@ type Volume struct {
 	ReadOnly bool
 	// FilerAddr and FilerURL reach the seaweedfs filer.
 	FilerAddr, FilerURL string
-	// Env is credentials for the mount process's environment: never
-	// logged, never written to disk.
+	// Env is credentials for the mount process (seaweed.MountCredentials
+	// as KEY=VALUE): never logged, never in the saved state; the driver
+	// writes them to 0600 files for the mount process only.
 	Env []string `json:"-"`
 }
 

@@ -109,7 +109,18 @@ func run(ctx context.Context, weed string, sizeMiB, files int) (err error) {
 		return err
 	}
 	defer c.Stop()
-	d := seaweedfs.New(seaweedfs.Config{Bin: weed, FilerAddr: c.FilerAddr(), FilerURL: c.FilerURL(), StateDir: filepath.Join(dir, "state")})
+	// Secured as in production: the mount's TLS and read tokens are part
+	// of what is measured.
+	sec, err := c.Security()
+	if err != nil {
+		return err
+	}
+	creds, err := sec.MountCredentials()
+	if err != nil {
+		return err
+	}
+	d := seaweedfs.New(seaweedfs.Config{Bin: weed, FilerAddr: c.FilerAddr(), FilerURL: c.FilerURL(), FilerKeys: sec.FilerKeys(),
+		Env: creds.Env(), StateDir: filepath.Join(dir, "state")})
 	mnt, mnt2 := filepath.Join(dir, "mnt"), filepath.Join(dir, "mnt2")
 	// Unmounted before the cluster stops (deferred calls run last first).
 	defer func() {

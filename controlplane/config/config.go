@@ -269,4 +269,12 @@ type SeaweedFS struct {
 	// deletes and measures volumes through (default http://HOST:PORT of
 	// FilerAddr). Env: LEVERS9_VOLUMES_SEAWEEDFS_FILERURL.
 	FilerURL string `yaml:"filerURL"`
+	// SecurityDir holds the cluster's credentials, 0600 files that
+	// internal/seaweed generates (make up writes
+	// .levers9-dev/seaweedfs/security): the controlplane signs its filer
+	// requests with the filer's JWT keys, and pushes the mount client
+	// certificate, key, CA and volume read key to the agent with each
+	// attempt that mounts a volume. Required with filerAddr; read at start.
+	// Env: LEVERS9_VOLUMES_SEAWEEDFS_SECURITYDIR.
+	SecurityDir string `yaml:"securityDir"`
 }

@@ -3,9 +3,13 @@ package config
 import (
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/levers9/levers9/internal/seaweed"
 )
 
 func envMap(m map[string]string) func(string) (string, bool) {
@@ -279,5 +283,48 @@ func TestCheckLabel(t *testing.T) {
 	}
 	if got := Unselected(map[string]string{"zone": "eu", "gpu": "l40s"}, map[string]string{"zone": "us"}); !slices.Equal(got, []string{"gpu=l40s", "zone=eu"}) {
 		t.Errorf("Unselected = %v", got)
+	}
+}
+
+// TestSeaweedFSSecurityDir: a filer needs the cluster's credentials, given
+// by file or environment, and a directory that lacks them or holds them
+// loosely is refused naming the files, never a key.
+func TestSeaweedFSSecurityDir(t *testing.T) {
+	t.Parallel()
+	good := filepath.Join(t.TempDir(), "sec")
+	sec, err := seaweed.EnsureSecurity(good)
+	if err != nil {
+		t.Fatal(err)
+	}
+	loose := filepath.Join(t.TempDir(), "loose")
+	if _, err := seaweed.EnsureSecurity(loose); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(filepath.Join(loose, "jwt-filer-write.key"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	const key = "volumes.seaweedfs.securityDir:"
+	for _, c := range []struct {
+		name, yml string
+		env       map[string]string
+		want      string // in the error; "" for none
+	}{
+		{"no volumes", "", nil, ""},
+		{"filer without credentials", "volumes: {seaweedfs: {filerAddr: '127.0.0.1:8888.18888'}}", nil, key + " required with volumes.seaweedfs.filerAddr"},
+		{"credentials without filer", "volumes: {seaweedfs: {securityDir: " + good + "}}", nil, key + " set without"},
+		{"missing dir", "volumes: {seaweedfs: {filerAddr: '127.0.0.1:8888.18888', securityDir: /nonexistent/l9}}", nil, "/nonexistent/l9/ca.crt"},
+		{"loose key", "volumes: {seaweedfs: {filerAddr: '127.0.0.1:8888.18888', securityDir: " + loose + "}}", nil, "jwt-filer-write.key: mode -rw-r--r--"},
+		{"good", "volumes: {seaweedfs: {filerAddr: '127.0.0.1:8888.18888', securityDir: " + good + "}}", nil, ""},
+		{"good by env", "volumes: {seaweedfs: {filerAddr: '127.0.0.1:8888.18888'}}", map[string]string{"LEVERS9_VOLUMES_SEAWEEDFS_SECURITYDIR": good}, ""},
+	} {
+		_, err := Load(strings.NewReader(c.yml), envMap(c.env))
+		switch {
+		case c.want == "" && err != nil:
+			t.Errorf("%s: %v", c.name, err)
+		case c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)):
+			t.Errorf("%s: %v, want %q", c.name, err, c.want)
+		case err != nil && strings.Contains(err.Error(), sec.FilerWriteKey):
+			t.Errorf("%s: a key in the error", c.name)
+		}
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/levers9/levers9/egress"
+	"github.com/levers9/levers9/internal/seaweed"
 	"github.com/levers9/levers9/sandbox"
 )
 
@@ -115,6 +116,7 @@ func (c *Config) Validate() error {
 	if kube {
 		validateKubeWorkers(bad, w)
 	}
+	validateSeaweedFS(bad, c.Volumes.SeaweedFS)
 	return errors.Join(errs...)
 }
 
@@ -194,5 +196,22 @@ func validateWorkerMetrics(bad func(key, format string, args ...any), m Metrics)
 	}
 	if m.WorkerMaxSeries < 1 || m.WorkerMaxSeries > 1_000_000 {
 		bad("controlplane.metrics.workerMaxSeries", "%d is not in 1..1000000", m.WorkerMaxSeries)
+	}
+}
+
+// validateSeaweedFS checks that a configured filer comes with the
+// cluster's credentials, and reads them (naming files, never keys).
+func validateSeaweedFS(bad func(key, format string, args ...any), sw SeaweedFS) {
+	const key = "volumes.seaweedfs.securityDir"
+	switch {
+	case sw.FilerAddr == "" && sw.SecurityDir == "":
+	case sw.FilerAddr == "":
+		bad(key, "set without volumes.seaweedfs.filerAddr")
+	case sw.SecurityDir == "":
+		bad(key, "required with volumes.seaweedfs.filerAddr: the directory of the SeaweedFS cluster's credentials (internal/seaweed writes it beside the cluster; make up's is .levers9-dev/seaweedfs/security), without which the filer refuses the controlplane")
+	default:
+		if _, err := seaweed.LoadSecurity(sw.SecurityDir); err != nil {
+			bad(key, "%v", err)
+		}
 	}
 }

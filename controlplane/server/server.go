@@ -239,10 +239,14 @@ func (s *Server) newDeps() (*api.Deps, error) {
 	deps := &api.Deps{Store: s.store, Bus: s.bus, Log: s.log.With("component", "api"),
 		BootstrapSecret: s.cfg.Controlplane.Auth.BootstrapSecret, Config: s.cfg, CA: s.agentCA, Metrics: s.metrics,
 		Dist:     agentdist.New(binDir, s.cfg.Controlplane.AgentDevBuilds, src, s.log.With("component", "agentdist")),
-		Presence: presence{s}, Volumes: volumeDrivers(s.cfg, s.log)}
+		Presence: presence{s}}
+	var mountEnv []string
 	var err error
+	if deps.Volumes, mountEnv, err = volumeDrivers(s.cfg, s.log); err != nil {
+		return nil, err
+	}
 	if s.tasks, err = tasks.New(tasks.Config{Store: s.store, Redis: s.bus.Redis(), Config: s.cfg, Log: s.log.With("component", "tasks"),
-		RegistryLogins: deps,
+		RegistryLogins: deps, VolumeMountEnv: mountEnv,
 		Agents: func() tasks.Agents {
 			if r := s.agents.Load(); r != nil {
 				return r

@@ -89,6 +89,10 @@ type Config struct {
 	// Kube gives the worker Job client of pools with provider kubernetes
 	// (kubepool.go); nil leaves their tasks waiting.
 	Kube KubeClients
+	// VolumeMountEnv is what a node needs to mount a seaweedfs volume
+	// (seaweed.MountCredentials as KEY=VALUE), pushed with each attempt
+	// that mounts one; never logged.
+	VolumeMountEnv []string
 	// WorkerJoin is what worker pods join with, read when a Job is made
 	// (the public endpoints are known only once the server listens).
 	WorkerJoin func() WorkerJoin
@@ -105,6 +109,8 @@ type deps struct {
 	clock   clock.Clock
 	tick    time.Duration
 	secrets SecretOpener
+	// volumeMountEnv is Config.VolumeMountEnv.
+	volumeMountEnv []string
 }
 
 func (d *deps) now() time.Time { return d.clock.Now() }
@@ -156,7 +162,8 @@ func New(cfg Config) (*Service, error) {
 		cfg.Tick = time.Second
 	}
 	d := &deps{store: cfg.Store, redis: cfg.Redis, config: cfg.Config, agentsF: cfg.Agents, logins: cfg.RegistryLogins, log: cfg.Log,
-		clock: clock.OrReal(cfg.Clock), tick: cfg.Tick, secrets: cfg.Secrets}
+		clock: clock.OrReal(cfg.Clock), tick: cfg.Tick, secrets: cfg.Secrets,
+		volumeMountEnv: cfg.VolumeMountEnv}
 	q := &queue{d: d}
 	ev := newEvents(d)
 	sch := newScheduler(d, q, ev)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	"google.golang.org/protobuf/encoding/protojson"
 
@@ -13,6 +14,7 @@ import (
 	"github.com/levers9/levers9/internal/errdefs"
 	"github.com/levers9/levers9/sandbox"
 	"github.com/levers9/levers9/volumes"
+	"github.com/levers9/levers9/volumes/seaweedfs"
 )
 
 // Task volumes. A task names volumes of its workspace (TaskSpec.volumes,
@@ -109,11 +111,17 @@ func (s *Scheduler) attachVolumes(ctx context.Context, t store.Task, ta *agentv1
 		if err != nil {
 			return err
 		}
-		ta.Volumes = append(ta.Volumes, &agentv1.VolumeMount{
+		vm := &agentv1.VolumeMount{
 			VolumeId: v.ID, Name: v.Name, WorkspaceId: v.WorkspaceID, TaskWorkspaceId: t.WorkspaceID,
 			Driver: v.Driver, Path: r.GetPath(), ReadOnly: r.GetReadOnly(), QuotaBytes: v.QuotaBytes,
 			FilerAddr: sw.FilerAddr, FilerUrl: sw.FilerURL,
-		})
+		}
+		if v.Driver == seaweedfs.DriverName {
+			// The mount credentials, for this push only: the node writes
+			// them to 0600 files for weed mount.
+			vm.Env = slices.Clone(s.d.volumeMountEnv)
+		}
+		ta.Volumes = append(ta.Volumes, vm)
 	}
 	return nil
 }

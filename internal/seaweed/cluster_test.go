@@ -108,6 +108,8 @@ func TestCluster(t *testing.T) {
 		}
 	})
 
+	checkSecured(t, env)
+
 	t.Run("killed server restarted", func(t *testing.T) {
 		vol := env.Cluster.Processes()[1]
 		old := vol.PID()

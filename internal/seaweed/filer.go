@@ -19,6 +19,8 @@ type Filer struct {
 	// URL is the filer's base URL, http://host:port.
 	URL    string
 	Client *http.Client
+	// Keys sign each request (a secured filer refuses one without).
+	Keys FilerKeys
 }
 
 // Entry is one directory entry as the filer lists it.
@@ -71,6 +73,13 @@ func (f *Filer) do(ctx context.Context, method, p string, q url.Values, body io.
 	}
 	for k, v := range hdr {
 		req.Header.Set(k, v)
+	}
+	key := f.Keys.Write
+	if method == http.MethodGet || method == http.MethodHead {
+		key = f.Keys.Read
+	}
+	if len(key) > 0 {
+		req.Header.Set("Authorization", "Bearer "+filerToken(key, 30*time.Second))
 	}
 	return f.client().Do(req)
 }

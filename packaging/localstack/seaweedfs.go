@@ -144,8 +144,11 @@ func ensureSeaweed(ctx context.Context, p Paths, st *State, bin string, say func
 		if err != nil {
 			return nil, err
 		}
-		say("SeaweedFS already running (master 127.0.0.1:%d, filer %s)", st.SeaweedFS.Master, l.FilerURL())
-		return l, nil
+		if seaweedSecured(l) {
+			say("SeaweedFS already running (master 127.0.0.1:%d, filer %s)", st.SeaweedFS.Master, l.FilerURL())
+			return l, nil
+		}
+		say("SeaweedFS runs without credentials (started by an older make up): restarting it secured")
 	}
 	stopSeaweed(p, say)
 	if st.SeaweedFS == nil {
@@ -204,6 +207,18 @@ func ensureSeaweed(ctx context.Context, p Paths, st *State, bin string, say func
 	}
 	say("SeaweedFS ready: filer %s", l.FilerURL())
 	return l, nil
+}
+
+// seaweedSecured reports whether the servers were started with the
+// cluster's credentials: each has its security.toml, and they load.
+func seaweedSecured(l *seaweed.Layout) bool {
+	for _, s := range l.Servers() {
+		if _, err := os.Stat(filepath.Join(s.Dir, "security.toml")); err != nil {
+			return false
+		}
+	}
+	_, err := l.Security()
+	return err == nil
 }
 
 // ensureDatabase creates database name in the stack's Postgres unless it

@@ -56,6 +56,16 @@ func TestSeaweedConfig(t *testing.T) {
 		}
 	}
 
+	// A cluster from before credentials is not taken as secured.
+	if seaweedSecured(l) {
+		t.Error("a cluster without security.toml files counts as secured")
+	}
+	if err := l.Prepare(); err != nil {
+		t.Fatal(err)
+	}
+	if !seaweedSecured(l) {
+		t.Error("a prepared cluster does not count as secured")
+	}
 	quiet := func(string, ...any) {}
 	if _, _, err := writeControlplaneConfig(p, st, l, quiet); err != nil {
 		t.Fatal(err)
@@ -68,7 +78,7 @@ func TestSeaweedConfig(t *testing.T) {
 		t.Errorf("controlplane.yaml mode %v, want 0600", fi.Mode().Perm())
 	}
 	cfg := loadConfig(t, p)
-	if sw := cfg.Volumes.SeaweedFS; sw.FilerAddr != "127.0.0.1:21005.21006" || sw.FilerURL != "http://127.0.0.1:21005" {
+	if sw := cfg.Volumes.SeaweedFS; sw.FilerAddr != "127.0.0.1:21005.21006" || sw.FilerURL != "http://127.0.0.1:21005" || sw.SecurityDir != l.SecurityDir() {
 		t.Errorf("volumes.seaweedfs = %+v", sw)
 	}
 

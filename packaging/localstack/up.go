@@ -226,7 +226,9 @@ worker:
   seaweedfs:
     filerAddr: %s
     filerURL: %s
-`, sw.FilerAddr(), sw.FilerURL())
+    # Its credentials (mTLS certificates, JWT keys; 0600 files).
+    securityDir: %s
+`, sw.FilerAddr(), sw.FilerURL(), sw.SecurityDir())
 	}
 	out, used, err := mergeLocalConfig([]byte(yml), p.localConfigFiles(), os.LookupEnv)
 	if err != nil {

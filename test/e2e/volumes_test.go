@@ -47,15 +47,17 @@ func TestVolumes(t *testing.T) {
 	// The agents' join scripts inherit the test's environment: this is how
 	// they find weed (levers9-agent --weed defaults to it).
 	t.Setenv(seaweedtest.BinEnv, weed)
+	var sw *seaweedtest.Env
 	w := setupTaskWorldWith(t, func(c *config.Config, _ *taskWorld) {
 		dir := t.TempDir()
 		if err := os.Chmod(dir, 0o755); err != nil {
 			t.Fatal(err)
 		}
 		// On the first box's host address, which both boxes reach.
-		sw := seaweedtest.StartWith(t, weed, env.PG, dir, c.Controlplane.PublicHost)
+		sw = seaweedtest.StartWith(t, weed, env.PG, dir, c.Controlplane.PublicHost)
 		c.Volumes.SeaweedFS.FilerAddr = sw.Cluster.FilerAddr()
 		c.Volumes.SeaweedFS.FilerURL = sw.Cluster.FilerURL()
+		c.Volumes.SeaweedFS.SecurityDir = sw.Cluster.SecurityDir()
 		// Log, to see both modes: a task may ask for enforce.
 		c.Worker.VolumeMountValidation = "log"
 		// Parked: a pool no machine joins, where tasks wait.
@@ -274,6 +276,8 @@ func TestVolumes(t *testing.T) {
 		if err == nil || !strings.Contains(errOut, "used by") {
 			t.Fatalf("delete while used: %v\n%s", err, errOut)
 		}
+		// While it is mounted: no process's argv holds a credential.
+		checkNoSecretInArgv(t, sw)
 		if code := r.wait(t, 60*time.Second); code != 0 {
 			t.Fatalf("the task exited %d", code)
 		}
@@ -342,4 +346,55 @@ func seedWorkspace(t *testing.T, pg, name string) string {
 		t.Fatal(err)
 	}
 	return tok
+}
+
+// checkNoSecretInArgv reads every process's argv (/proc/*/cmdline) while a
+// volume is mounted: none may hold the filer's Postgres password or any
+// of the cluster's keys, and the weed mount process has its credentials
+// in 0600 files in its working directory instead.
+func checkNoSecretInArgv(t *testing.T, sw *seaweedtest.Env) {
+	t.Helper()
+	creds, err := sw.Security.MountCredentials()
+	if err != nil {
+		t.Fatal(err)
+	}
+	caKey, err := os.ReadFile(filepath.Join(sw.Security.Dir, "ca.key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pem := func(b []byte) string { return strings.Split(string(b), "\n")[1] } // a line of the key itself
+	secrets := map[string]string{
+		"the Postgres password": sw.PG.Password, "the volume write key": sw.Security.VolumeWriteKey,
+		"the volume read key": sw.Security.VolumeReadKey, "the filer write key": sw.Security.FilerWriteKey,
+		"the filer read key": sw.Security.FilerReadKey, "the mount's client key": pem(creds.KeyPEM), "the CA key": pem(caKey),
+	}
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	var mounts int
+	for _, p := range procs {
+		b, err := os.ReadFile(p)
+		if err != nil || len(b) == 0 {
+			continue // gone, or a kernel thread
+		}
+		for what, s := range secrets {
+			if strings.Contains(string(b), s) {
+				t.Errorf("%s: argv holds %s", p, what)
+			}
+		}
+		args := strings.Split(string(b), "\x00")
+		if !strings.HasSuffix(args[0], "weed") || len(args) < 2 || args[1] != "mount" {
+			continue
+		}
+		mounts++
+		cwd, err := os.Readlink(filepath.Join(filepath.Dir(p), "cwd"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st, err := os.Stat(filepath.Join(cwd, "security.toml")); err != nil || st.Mode().Perm() != 0o600 {
+			t.Errorf("weed mount %s: security.toml in its working directory: %v, want 0600", p, err)
+		}
+	}
+	if mounts == 0 {
+		t.Fatal("no weed mount process while a task uses the volume")
+	}
+	t.Logf("checked the argv of %d processes, %d of them weed mount: no credential", len(procs), mounts)
 }

@@ -5,9 +5,13 @@
 // mounts it with `weed mount` (FUSE), supervised: a mount process that
 // dies is restarted, and UnmountAll removes what a killed agent left.
 //
-// Credentials (the filer's JWT key or TLS settings) go to weed in its
-// environment (WEED_* keys), never in argv. Its API is internal to levers9
-// and may change.
+// Credentials: the driver signs its filer requests with Config.FilerKeys;
+// a mount's credentials (seaweed.MountCredentials, in Config.Env or the
+// mount's MountOptions.Env) go to weed mount as 0600 files and a 0600
+// security.toml in the mount's state directory, its working directory,
+// removed at Unmount; other WEED_* settings go to its environment. None
+// ever goes in argv or an error. Its API is internal to levers9 and may
+// change.
 package seaweedfs
 
 import (
@@ -52,10 +56,13 @@ type Config struct {
 	FilerAddr string
 	// FilerURL is the filer's HTTP base URL (create, delete, stats).
 	FilerURL string
-	// Env is the credentials and settings for weed mount, KEY=VALUE with
-	// WEED_ keys (e.g. WEED_JWT_FILER_SIGNING_KEY): given to the process's
-	// environment only.
+	// Env is the credentials and settings for every weed mount, KEY=VALUE:
+	// seaweed.MountCredentials' entries (written to 0600 files) and WEED_
+	// keys (given to the process's environment). A mount's
+	// MountOptions.Env adds to it.
 	Env []string
+	// FilerKeys sign the driver's requests to the filer's HTTP API.
+	FilerKeys seaweed.FilerKeys
 	// StateDir holds each mount's log and cache.
 	StateDir string
 	Logger   *slog.Logger
@@ -82,7 +89,7 @@ func New(cfg Config) *Driver {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Driver{cfg: cfg, filer: &seaweed.Filer{URL: cfg.FilerURL}, mounts: map[string]*seaweed.Process{}}
+	return &Driver{cfg: cfg, filer: &seaweed.Filer{URL: cfg.FilerURL, Keys: cfg.FilerKeys}, mounts: map[string]*seaweed.Process{}}
 }
 
 // Name is "seaweedfs".
@@ -222,10 +229,18 @@ func (d *Driver) Mount(ctx context.Context, v volumes.Volume, target string, opt
 	if err := os.Chmod(target, 0o755); err != nil {
 		return fmt.Errorf("mounting volume %s: %w", v.ID, err)
 	}
+	creds, env := seaweed.SplitMountEnv(append(slices.Clone(d.cfg.Env), opts.Env...))
+	if !creds.Empty() {
+		// weed reads ./security.toml first: the state dir is its working
+		// directory.
+		if err := creds.WriteMountConfig(state); err != nil {
+			return fmt.Errorf("mounting volume %s: %w", v.ID, err)
+		}
+	}
 	p := &seaweed.Process{
 		Name: "weed-mount-" + v.ID, Bin: d.cfg.Bin,
 		Args:    d.MountArgs(v, target, cache, opts),
-		Env:     slices.Clone(d.cfg.Env),
+		Env:     env,
 		Dir:     state,
 		LogPath: filepath.Join(state, "mount.log"),
 		Logger:  d.cfg.Logger.With("volume_id", v.ID, "target", target),
@@ -242,6 +257,7 @@ func (d *Driver) Mount(ctx context.Context, v volumes.Volume, target string, opt
 	if err := waitMounted(ctx, target, 60*time.Second, p); err != nil {
 		_ = p.Stop()
 		_ = unmountTarget(target)
+		removeMountConfig(state)
 		return fmt.Errorf("mounting volume %s at %s: %w (log %s)", v.ID, target, err, p.LogPath)
 	}
 	d.mu.Lock()
@@ -330,10 +346,21 @@ func (d *Driver) Unmount(ctx context.Context, target string) error {
 	if err := unmountTarget(target); err != nil {
 		errs = append(errs, err)
 	}
+	if d.cfg.StateDir != "" {
+		removeMountConfig(d.stateFor(target))
+	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("unmounting %s: %w", target, err)
 	}
 	return nil
+}
+
+// removeMountConfig removes the credentials WriteMountConfig left in a
+// mount's state directory.
+func removeMountConfig(state string) {
+	for _, f := range seaweed.MountConfigFiles {
+		_ = os.Remove(filepath.Join(state, f))
+	}
 }
 
 // UnmountAll unmounts every weed mount under root, its own and those a
@@ -364,6 +391,10 @@ func (d *Driver) UnmountAll(ctx context.Context, root string) ([]string, error) 
 		if err := unmountTarget(m.Target); err != nil {
 			errs = append(errs, err)
 			continue
+		}
+		if d.cfg.StateDir != "" {
+			// A killed agent's mount left its credentials too.
+			removeMountConfig(d.stateFor(m.Target))
 		}
 		done = append(done, m.Target)
 	}

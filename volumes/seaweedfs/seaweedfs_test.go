@@ -7,11 +7,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/levers9/levers9/internal/seaweed"
 	"github.com/levers9/levers9/internal/seaweed/seaweedtest"
 	"github.com/levers9/levers9/internal/testenv"
 	"github.com/levers9/levers9/volumes"
@@ -22,6 +25,8 @@ type bundle struct {
 	env  *seaweedtest.Env
 	drv  *seaweedfs.Driver
 	root string // where the test mounts
+	// creds are the cluster's mount credentials (in drv's Env).
+	creds seaweed.MountCredentials
 }
 
 const testSecret = "l9-test-filer-signing-key-9f3a"
@@ -35,11 +40,17 @@ func setup(t *testing.T) bundle {
 	testenv.RequireBinary(t, "fusermount3")
 	env := seaweedtest.Start(t)
 	root := t.TempDir()
+	creds, err := env.Security.MountCredentials()
+	if err != nil {
+		t.Fatal(err)
+	}
 	drv := seaweedfs.New(seaweedfs.Config{
 		Bin: env.Bin, FilerAddr: env.Cluster.FilerAddr(), FilerURL: env.Cluster.FilerURL(),
-		// A stand-in credential: weed ignores an unknown WEED_ key, and the
-		// test checks it reaches the environment and not argv.
-		Env:      []string{"WEED_L9TEST_SECRET=" + testSecret},
+		FilerKeys: env.Security.FilerKeys(),
+		// The cluster's mount credentials, and a stand-in setting: weed
+		// ignores an unknown WEED_ key, and the test checks it reaches the
+		// environment and not argv.
+		Env:      append(creds.Env(), "WEED_L9TEST_SECRET="+testSecret),
 		StateDir: filepath.Join(root, "state"),
 	})
 	t.Cleanup(func() {
@@ -47,7 +58,7 @@ func setup(t *testing.T) bundle {
 			t.Errorf("unmounting at cleanup: %v", err)
 		}
 	})
-	return bundle{env: env, drv: drv, root: root}
+	return bundle{env: env, drv: drv, root: root, creds: creds}
 }
 
 func (b bundle) mount(t *testing.T, v volumes.Volume, name string, ro bool) string {
@@ -117,7 +128,54 @@ func TestVolume(t *testing.T) {
 			t.Fatal("the mount's argv holds the credential")
 		}
 		if !bytes.Contains(environ, []byte("WEED_L9TEST_SECRET="+testSecret)) {
-			t.Fatal("the mount's environment lacks the credential")
+			t.Fatal("the mount's environment lacks the setting")
+		}
+		for what, secret := range map[string][]byte{"read key": []byte(b.creds.VolumeReadKey), "client key": b.creds.KeyPEM[30:90]} {
+			if bytes.Contains(cmdline, secret) || bytes.Contains(environ, secret) {
+				t.Errorf("the mount's argv or environment holds the %s", what)
+			}
+		}
+		// They are in 0600 files in its working directory.
+		cwd, err := os.Readlink("/proc/" + strconv.Itoa(pid) + "/cwd")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range seaweed.MountConfigFiles {
+			st, err := os.Stat(filepath.Join(cwd, f))
+			if err != nil || st.Mode().Perm() != 0o600 {
+				t.Errorf("%s in the mount's working directory: %v, want 0600", f, err)
+			}
+		}
+	})
+
+	t.Run("a mount without credentials is refused", func(t *testing.T) {
+		for name, env := range map[string][]string{
+			"none": nil,
+			// The cluster's CA and read key, a client certificate of
+			// another cluster's CA.
+			"another CA's": otherCreds(t, b.creds).Env(),
+		} {
+			bare := seaweedfs.New(seaweedfs.Config{Bin: b.env.Bin, FilerAddr: b.env.Cluster.FilerAddr(), Env: env,
+				StateDir: filepath.Join(b.root, "state-bare")})
+			target := filepath.Join(b.root, "bare-"+strings.Fields(name)[0])
+			mctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			err := bare.Mount(mctx, v, target, volumes.MountOptions{})
+			cancel()
+			if err == nil {
+				_ = bare.Unmount(ctx, target)
+				t.Fatalf("mounting with %s credentials succeeded", name)
+			}
+			_ = bare.Unmount(ctx, target)
+			// Refused by the filer's TLS, not for another reason.
+			m := regexp.MustCompile(`\(log (\S+)\)`).FindStringSubmatch(err.Error())
+			if m == nil {
+				t.Fatalf("mounting with %s credentials: %v (no log named)", name, err)
+			}
+			log, _ := os.ReadFile(m[1])
+			if !bytes.Contains(log, []byte("failed to talk to filer")) {
+				t.Errorf("mounting with %s credentials failed, but not at the filer: %v\n%s", name, err, log)
+			}
+			t.Logf("%s: %s", name, bytes.TrimSpace(log))
 		}
 	})
 
@@ -139,6 +197,10 @@ func TestVolume(t *testing.T) {
 		}
 		if _, ok, _ := volumes.MountedAt(ro); ok {
 			t.Fatal("still mounted after Unmount")
+		}
+		// Unmount takes the credentials away: node-a and node-b keep theirs.
+		if left, _ := filepath.Glob(filepath.Join(b.root, "state", "mounts", "*", "client.key")); len(left) != 2 {
+			t.Fatalf("client keys left in mount state dirs: %q, want node-a's and node-b's", left)
 		}
 	})
 
@@ -228,6 +290,10 @@ func TestUnmountAllClearsWhatAKilledAgentLeft(t *testing.T) {
 	}
 	// Started by hand, as a previous agent would have: no supervisor here.
 	cmd := exec.Command(b.env.Bin, b.drv.MountArgs(v, target, cache, volumes.MountOptions{})...)
+	cmd.Dir = filepath.Join(b.root, "stale-state")
+	if err := b.creds.WriteMountConfig(cmd.Dir); err != nil {
+		t.Fatal(err)
+	}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -252,4 +318,20 @@ func TestUnmountAllClearsWhatAKilledAgentLeft(t *testing.T) {
 	if left, _ := volumes.MountsUnder(b.root, "fuse"); len(left) != 0 {
 		t.Fatalf("FUSE mounts left under %s: %+v", b.root, left)
 	}
+}
+
+// otherCreds are mine with the client certificate and key of another
+// cluster's CA.
+func otherCreds(t *testing.T, mine seaweed.MountCredentials) seaweed.MountCredentials {
+	t.Helper()
+	s, err := seaweed.EnsureSecurity(filepath.Join(t.TempDir(), "other"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := s.MountCredentials()
+	if err != nil {
+		t.Fatal(err)
+	}
+	mine.CertPEM, mine.KeyPEM = c.CertPEM, c.KeyPEM
+	return mine
 }

@@ -22,10 +22,13 @@ import (
 type Env struct {
 	Bin     string
 	Cluster *seaweed.Cluster
-	Filer   *seaweed.Filer
-	PG      *devstack.Postgres
-	DBName  string
-	Dir     string
+	// Filer is signed with the cluster's filer keys.
+	Filer *seaweed.Filer
+	// Security is the cluster's credentials (Cluster.SecurityDir).
+	Security *seaweed.Security
+	PG       *devstack.Postgres
+	DBName   string
+	Dir      string
 }
 
 // Bin returns the weed binary, skipping t (failing under CI) when it
@@ -103,5 +106,9 @@ func StartWith(t testing.TB, bin string, pg *devstack.Postgres, dir, host string
 			t.Errorf("stopping SeaweedFS: %v", err)
 		}
 	})
-	return &Env{Bin: bin, Cluster: c, Filer: &seaweed.Filer{URL: c.FilerURL()}, PG: pg, DBName: db, Dir: swDir}
+	sec, err := c.Security()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &Env{Bin: bin, Cluster: c, Filer: &seaweed.Filer{URL: c.FilerURL(), Keys: sec.FilerKeys()}, Security: sec, PG: pg, DBName: db, Dir: swDir}
 }
