@@ -495,9 +495,6 @@ func TestSchemaChecksTypes(t *testing.T) {
 		{"unknownTopLevel", true, "unknownTopLevel"},
 		{"pools.gpu.runtime", "docker", "runtime"},
 		{"config.worker.jobResourcesEnforced", "sometimes", "jobResourcesEnforced"},
-		{"config.volumes.seaweedfs.filerAddr", "filer", "filerAddr"},
-		{"config.volumes.seaweedfs.filerURL", "filer:8888", "filerURL"},
-		{"config.volumes.juicefs", map[string]any{}, "juicefs"},
 	} {
 		_, err := render(t, with(baseValues(), tc.path, tc.v))
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
@@ -571,19 +568,5 @@ func TestKubernetesPoolConfig(t *testing.T) {
 	}
 	if len(spec.ImagePullSecrets) != 1 || spec.ImagePullSecrets[0].Name != "regcred" || ctr.Image != k.Image || len(spec.Tolerations) != 1 {
 		t.Errorf("worker pod spec = %s", toYAML(spec))
-	}
-}
-
-// TestVolumesFiler: config.volumes.seaweedfs.filerAddr reaches the
-// controlplane's config, which derives the filer's URL from it; left
-// empty, the config still loads with no filer.
-func TestVolumesFiler(t *testing.T) {
-	t.Parallel()
-	c := loadConfig(t, mustRender(t, with(baseValues(), "config.volumes.seaweedfs.filerAddr", "seaweedfs-filer.storage.svc:8888.18888")))
-	if sw := c.Volumes.SeaweedFS; sw.FilerAddr != "seaweedfs-filer.storage.svc:8888.18888" || sw.FilerURL != "http://seaweedfs-filer.storage.svc:8888" {
-		t.Errorf("volumes.seaweedfs = %+v", sw)
-	}
-	if sw := loadConfig(t, mustRender(t, baseValues())).Volumes.SeaweedFS; sw.FilerAddr != "" {
-		t.Errorf("default volumes.seaweedfs = %+v, want no filer", sw)
 	}
 }
