@@ -37,6 +37,7 @@ func TestVolumesRunsc(t *testing.T) {
 		sw := seaweedtest.StartWith(t, weed, env.PG, dir, c.Controlplane.PublicHost)
 		c.Volumes.SeaweedFS.FilerAddr = sw.Cluster.FilerAddr()
 		c.Volumes.SeaweedFS.FilerURL = sw.Cluster.FilerURL()
+		c.Volumes.SeaweedFS.SecurityDir = sw.Cluster.SecurityDir()
 		c.Worker.Pools["gvisor"] = config.Pool{Runtime: "runsc"}
 	})
 	w.boxes = []*box{w.joinWorld.box}
