@@ -210,10 +210,18 @@ func WaitReady(ctx context.Context, s Server, within time.Duration, exited func(
 		resp, err := client.Get(s.ReadyURL)
 		if err == nil {
 			resp.Body.Close()
-			if resp.StatusCode < 500 {
+			switch {
+			case !fromSeaweed(resp):
+				// Another program took the port between freePort and the
+				// server's bind (the server then fails to start): its
+				// answer must not pass for this server's.
+				err = fmt.Errorf("%s answered %s, but not as SeaweedFS (Server %q, Content-Type %q): is another program on the port?",
+					s.ReadyURL, resp.Status, resp.Header.Get("Server"), resp.Header.Get("Content-Type"))
+			case resp.StatusCode < 500:
 				return nil
+			default:
+				err = fmt.Errorf("%s answered %s", s.ReadyURL, resp.Status)
 			}
-			err = fmt.Errorf("%s answered %s", s.ReadyURL, resp.Status)
 		}
 		last = err
 		if exited != nil && exited() {
@@ -226,6 +234,15 @@ func WaitReady(ctx context.Context, s Server, within time.Duration, exited func(
 		}
 	}
 	return fmt.Errorf("SeaweedFS %s: no answer on %s within %s: %v (log %s: %s)", s.Name, s.ReadyURL, within, last, s.LogPath, tailFile(s.LogPath, 1500))
+}
+
+// fromSeaweed reports whether an answer comes from a SeaweedFS server:
+// its volume server and filer name themselves in Server, and every
+// SeaweedFS error (a refused token included) and the master's status are
+// JSON, where net/http's own 404 is plain text.
+func fromSeaweed(resp *http.Response) bool {
+	return strings.HasPrefix(resp.Header.Get("Server"), "SeaweedFS") ||
+		strings.HasPrefix(resp.Header.Get("Content-Type"), "application/json")
 }
 
 // WaitWritable waits until the master can place a file: the volume server

@@ -1,11 +1,15 @@
 package seaweed_test
 
 import (
+	"context"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/levers9/levers9/internal/seaweed"
 )
@@ -104,5 +108,41 @@ func TestLayout(t *testing.T) {
 
 	if _, err := seaweed.NewLayout(seaweed.ClusterOptions{Dir: dir}); err == nil {
 		t.Error("NewLayout without a weed binary: no error")
+	}
+}
+
+// TestWaitReadyWantsSeaweedFS: an answer on the ready URL counts only when
+// it comes from SeaweedFS; another program that took the port (net/http's
+// plain 404) does not, and a filer refusing a token (JSON 401) does.
+func TestWaitReadyWantsSeaweedFS(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name    string
+		handler http.HandlerFunc
+		ready   bool
+	}{
+		{"another program", http.NotFound, false},
+		{"filer refusing a token", func(w http.ResponseWriter, _ *http.Request) {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusUnauthorized)
+			_, _ = w.Write([]byte(`{"error":"wrong jwt"}`))
+		}, true},
+		{"volume server", func(w http.ResponseWriter, _ *http.Request) {
+			w.Header().Set("Server", "SeaweedFS Volume 30GB 4.53")
+			_, _ = w.Write([]byte("ok"))
+		}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			srv := httptest.NewServer(tc.handler)
+			defer srv.Close()
+			err := seaweed.WaitReady(context.Background(), seaweed.Server{Name: "filer", ReadyURL: srv.URL + "/"}, 500*time.Millisecond, nil)
+			if tc.ready != (err == nil) {
+				t.Fatalf("ready=%v, err=%v", tc.ready, err)
+			}
+			if err != nil && !strings.Contains(err.Error(), "not as SeaweedFS") {
+				t.Fatalf("error does not say why: %v", err)
+			}
+		})
 	}
 }
