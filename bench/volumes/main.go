@@ -26,8 +26,6 @@ package main
 import (
 	"context"
 	"crypto/rand"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"flag"
 	"fmt"
@@ -124,12 +122,9 @@ func run(ctx context.Context, weed string, sizeMiB, files int) (err error) {
 	mnt, mnt2 := filepath.Join(dir, "mnt"), filepath.Join(dir, "mnt2")
 	// Unmounted before the cluster stops (deferred calls run last first).
 	defer func() {
+		// The driver removes each mount's control socket too.
 		if _, uerr := d.UnmountAll(bg, dir); uerr != nil {
 			err = errors.Join(err, uerr)
-			return
-		}
-		for _, t := range []string{mnt, mnt2} {
-			_ = os.Remove(weedSocket(t))
 		}
 	}()
 	v := volumes.Volume{ID: "vol_bench", Workspace: "ws_bench"}
@@ -267,14 +262,6 @@ func randomFile(path string, size int64) error {
 		return err
 	}
 	return f.Close()
-}
-
-// weedSocket is the control socket weed mount leaves in the system's temp
-// directory for a mount at target, named as volumes/seaweedfs names it
-// (socketFor): the driver does not remove it.
-func weedSocket(target string) string {
-	sum := sha256.Sum256([]byte(filepath.Clean(target)))
-	return filepath.Join(os.TempDir(), "l9-weed-"+hex.EncodeToString(sum[:8])+".sock")
 }
 
 // dropPages drops the page cache of the file at path.

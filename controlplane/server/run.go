@@ -13,13 +13,17 @@ import (
 )
 
 // Main runs the controlplane until ctx ends: it parses args, loads the
-// config (file plus LEVERS9_* from getenv), starts and waits.
+// config (file plus LEVERS9_* from getenv), starts and waits. With the
+// seaweedfs-credentials subcommand it only copies credentials and returns.
 func Main(ctx context.Context, args []string, getenv func(string) (string, bool), stdout, stderr io.Writer) error {
+	if len(args) > 0 && args[0] == SeaweedFSCredentialsCommand {
+		return seaweedFSCredentials(args[1:], stdout, stderr)
+	}
 	fs := flag.NewFlagSet("levers9-controlplane", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	cfgPath := fs.String("config", "", "path to the YAML config (keys: controlplane.*, database.*, worker.*); LEVERS9_* variables override it")
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "Usage: levers9-controlplane [--config FILE] [--version]\n\nRuns a levers9 controlplane replica: gRPC (default :1993), REST and health (:1994), /metrics (127.0.0.1:1996).\n\n")
+		fmt.Fprintf(stderr, "Usage: levers9-controlplane [--config FILE] [--version]\n       levers9-controlplane %s --from DIR --to DIR\n\nRuns a levers9 controlplane replica: gRPC (default :1993), REST and health (:1994), /metrics (127.0.0.1:1996).\n\n", SeaweedFSCredentialsCommand)
 		fs.PrintDefaults()
 	}
 	showVersion := fs.Bool("version", false, "print the version and commit, and exit")

@@ -101,6 +101,52 @@ func EnsureSecurity(dir string) (*Security, error) {
 	return LoadSecurity(dir)
 }
 
+// SecurityFiles are the files LoadSecurity needs in a security
+// directory: everything EnsureSecurity writes but the CA's key (ca.key),
+// which only signs certificates and which no server, mount or controlplane
+// reads, so it need not leave the directory it was made in.
+func SecurityFiles() []string {
+	out := []string{caCertFile}
+	for _, n := range certNames {
+		out = append(out, n+".crt", n+".key")
+	}
+	return append(out, volumeWriteKeyFile, volumeReadKeyFile, filerWriteKeyFile, filerReadKeyFile)
+}
+
+// CopySecurity copies SecurityFiles from one directory into another as
+// the caller's own files, each 0600 in a 0700 directory (made if need be),
+// and loads the copy. It is for credentials delivered with modes
+// LoadSecurity refuses: a Kubernetes Secret mounted in a pod whose
+// securityContext has an fsGroup is made 0440 and group-owned by it
+// whatever the volume's defaultMode, so the chart's init container copies
+// it into a memory-backed emptyDir with this (levers9-controlplane
+// seaweedfs-credentials). Other files in from are left behind. Errors name
+// files, never what they hold.
+func CopySecurity(from, to string) (*Security, error) {
+	if err := os.MkdirAll(to, 0o700); err != nil {
+		return nil, fmt.Errorf("copying SeaweedFS credentials: %w", err)
+	}
+	if err := os.Chmod(to, 0o700); err != nil {
+		return nil, fmt.Errorf("copying SeaweedFS credentials: %w", err)
+	}
+	var errs []error
+	for _, f := range SecurityFiles() {
+		// ReadFile follows a Secret volume's ..data symlinks.
+		b, err := os.ReadFile(filepath.Join(from, f))
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if err := writeSecret(filepath.Join(to, f), b); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("copying SeaweedFS credentials from %s to %s: %w", from, to, err)
+	}
+	return LoadSecurity(to)
+}
+
 // LoadSecurity reads the credentials in dir, naming every file that is
 // missing, unreadable or readable by others. Errors never hold a key.
 func LoadSecurity(dir string) (*Security, error) {

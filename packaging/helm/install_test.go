@@ -413,15 +413,29 @@ func TestInstallIntoKubernetes(t *testing.T) {
 	}
 
 	// Upgrade: more replicas, the tunnel on a NodePort, the legacy role,
-	// the dashboard.
+	// the dashboard, an existing SeaweedFS for volumes.
 	began = time.Now()
 	up := with(with(with(installValues(), "controlplane.replicas", 3), "tunnel.service.type", "NodePort"), "tunnel.service.nodePort", 31995)
-	up = dashboardValues(up)
+	up = seaweedValues(dashboardValues(up))
 	rel = b.upgrade(t, with(up, "rbac.legacyClusterWide", true))
 	t.Logf("helm upgrade: %d objects in %v", b.checkAccepted(t, rel), time.Since(began).Round(time.Millisecond))
 	d, err := b.cs.AppsV1().Deployments(releaseNS).Get(ctx, "levers9-controlplane", metav1.GetOptions{})
 	if err != nil || *d.Spec.Replicas != 3 {
-		t.Errorf("after upgrade: replicas %v (%v), want 3", d.Spec.Replicas, err)
+		t.Fatalf("after upgrade: replicas %v (%v), want 3", d.Spec.Replicas, err)
+	}
+	// The API server kept the credentials' init container and volumes as
+	// rendered (TestVolumesSeaweedFS checks what they do).
+	pod := d.Spec.Template.Spec
+	if len(pod.InitContainers) != 1 || pod.InitContainers[0].Name != "seaweedfs-credentials" {
+		t.Errorf("after upgrade: init containers %+v, want seaweedfs-credentials", pod.InitContainers)
+	}
+	for _, v := range pod.Volumes {
+		switch {
+		case v.Name == "seaweedfs-secret" && (v.Secret == nil || v.Secret.SecretName != testSWSecret || v.Secret.DefaultMode == nil || *v.Secret.DefaultMode != 0o400):
+			t.Errorf("after upgrade: volume %+v, want the Secret %s with mode 0400", v, testSWSecret)
+		case v.Name == "seaweedfs" && (v.EmptyDir == nil || v.EmptyDir.Medium != corev1.StorageMediumMemory):
+			t.Errorf("after upgrade: volume %+v, want a memory-backed emptyDir", v)
+		}
 	}
 	svc, err := b.cs.CoreV1().Services(releaseNS).Get(ctx, "levers9-tunnel", metav1.GetOptions{})
 	if err != nil {

@@ -21,6 +21,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"math"
 	"os"
@@ -199,8 +200,19 @@ func targetKey(target string) string {
 // socketFor is weed mount's control socket: a unix socket path must stay
 // under 108 bytes, which a state directory deep in a test's temp dir does
 // not, so it goes in the system's temp dir, named by the target's hash.
+// weed does not remove it when it exits, so the driver does (removeSocket)
+// wherever it ends a mount; this is the one place that names it.
 func socketFor(target string) string {
 	return filepath.Join(os.TempDir(), "l9-weed-"+targetKey(target)+".sock")
+}
+
+// removeSocket removes the control socket of a mount at target, once its
+// process is gone: a socket that is not there is fine.
+func removeSocket(target string) error {
+	if err := os.Remove(socketFor(target)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("removing weed mount's control socket: %w", err)
+	}
+	return nil
 }
 
 // Mount mounts the volume at target with a supervised weed mount and
@@ -257,6 +269,7 @@ func (d *Driver) Mount(ctx context.Context, v volumes.Volume, target string, opt
 	if err := waitMounted(ctx, target, 60*time.Second, p); err != nil {
 		_ = p.Stop()
 		_ = unmountTarget(target)
+		_ = removeSocket(target)
 		removeMountConfig(state)
 		return fmt.Errorf("mounting volume %s at %s: %w (log %s)", v.ID, target, err, p.LogPath)
 	}
@@ -346,6 +359,10 @@ func (d *Driver) Unmount(ctx context.Context, target string) error {
 	if err := unmountTarget(target); err != nil {
 		errs = append(errs, err)
 	}
+	// The process is stopped: its socket is left over.
+	if err := removeSocket(target); err != nil {
+		errs = append(errs, err)
+	}
 	if d.cfg.StateDir != "" {
 		removeMountConfig(d.stateFor(target))
 	}
@@ -391,6 +408,11 @@ func (d *Driver) UnmountAll(ctx context.Context, root string) ([]string, error) 
 		if err := unmountTarget(m.Target); err != nil {
 			errs = append(errs, err)
 			continue
+		}
+		// A killed agent's mount process is gone or, detached from its
+		// mount, serves nothing: its socket goes too.
+		if err := removeSocket(m.Target); err != nil {
+			errs = append(errs, fmt.Errorf("unmounting %s: %w", m.Target, err))
 		}
 		if d.cfg.StateDir != "" {
 			// A killed agent's mount left its credentials too.

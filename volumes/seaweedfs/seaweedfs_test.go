@@ -192,11 +192,18 @@ func TestVolume(t *testing.T) {
 		if !errors.Is(err, syscall.EROFS) && !errors.Is(err, syscall.EPERM) && !errors.Is(err, syscall.EACCES) {
 			t.Fatalf("write through the read-only mount: %v, want EROFS", err)
 		}
+		sock := seaweedfs.SocketForTest(ro)
+		if st, err := os.Stat(sock); err != nil || st.Mode().Type() != os.ModeSocket {
+			t.Fatalf("weed mount's control socket %s while mounted: %v (mode %v)", sock, err, st)
+		}
 		if err := b.drv.Unmount(ctx, ro); err != nil {
 			t.Fatal(err)
 		}
 		if _, ok, _ := volumes.MountedAt(ro); ok {
 			t.Fatal("still mounted after Unmount")
+		}
+		if _, err := os.Lstat(sock); !errors.Is(err, os.ErrNotExist) {
+			t.Fatalf("weed mount's control socket %s after Unmount: %v, want it gone", sock, err)
 		}
 		// Unmount takes the credentials away: node-a and node-b keep theirs.
 		if left, _ := filepath.Glob(filepath.Join(b.root, "state", "mounts", "*", "client.key")); len(left) != 2 {
@@ -317,6 +324,9 @@ func TestUnmountAllClearsWhatAKilledAgentLeft(t *testing.T) {
 	}
 	if left, _ := volumes.MountsUnder(b.root, "fuse"); len(left) != 0 {
 		t.Fatalf("FUSE mounts left under %s: %+v", b.root, left)
+	}
+	if _, err := os.Lstat(seaweedfs.SocketForTest(target)); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the killed mount's control socket after UnmountAll: %v, want it gone", err)
 	}
 }
 

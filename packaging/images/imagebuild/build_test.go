@@ -103,6 +103,12 @@ func setup(t *testing.T) bundle {
 	if err != nil {
 		testenv.Missing(t, "pinned runsc: %v", err)
 	}
+	// Built through the same script and cache as the SeaweedFS tests'
+	// weed: instant when they ran, one cold build otherwise.
+	weed, err := EnsureWeed(ctx, repoRoot, log)
+	if err != nil {
+		testenv.Missing(t, "pinned weed: %v", err)
+	}
 	dist, err := distBinaries()
 	if err != nil {
 		t.Fatal(err)
@@ -113,30 +119,31 @@ func setup(t *testing.T) bundle {
 	}
 	t.Cleanup(func() { _ = reg.Stop() })
 	return bundle{
-		opts: Options{DistDir: dist, CacheDir: cache, Runsc: runsc, Source: DefaultSource, Revision: testRevision,
+		opts: Options{DistDir: dist, CacheDir: cache, Runsc: runsc, Weed: weed, Source: DefaultSource, Revision: testRevision,
 			Version: "v0.0.0-test", Created: time.Unix(1764000000, 0).UTC(), Log: log},
 		registry: reg.Addr() + "/levers9",
 	}
 }
 
-// layerPaths lists the entries of an image's flattened filesystem, with
-// the content of the few files asked for.
-func layerPaths(t *testing.T, img v1.Image, read ...string) (map[string]byte, map[string][]byte) {
+// layerPaths lists the entries of an image's flattened filesystem (tar
+// type and permission bits), with the content of the few files asked for.
+func layerPaths(t *testing.T, img v1.Image, read ...string) (map[string]byte, map[string]os.FileMode, map[string][]byte) {
 	t.Helper()
 	rc := mutate.Extract(img)
 	defer rc.Close()
 	tr := tar.NewReader(rc)
-	paths, contents := map[string]byte{}, map[string][]byte{}
+	paths, modes, contents := map[string]byte{}, map[string]os.FileMode{}, map[string][]byte{}
 	for {
 		h, err := tr.Next()
 		if err == io.EOF {
-			return paths, contents
+			return paths, modes, contents
 		}
 		if err != nil {
 			t.Fatal(err)
 		}
 		p := "/" + strings.TrimSuffix(strings.TrimPrefix(h.Name, "./"), "/")
 		paths[p] = h.Typeflag
+		modes[p] = os.FileMode(h.Mode).Perm()
 		for _, r := range read {
 			if r == p {
 				b, err := io.ReadAll(tr)
@@ -161,6 +168,8 @@ func TestImages(t *testing.T) {
 		user       string
 		entrypoint []string
 		files      map[string]byte // path -> tar type (0: any)
+		executable []string        // regular files that must be executable
+		env        []string        // entries the config's Env must hold
 		check      func(t *testing.T, arch string, contents map[string][]byte)
 		labels     map[string]string
 		needsWeb   bool
@@ -196,8 +205,11 @@ func TestImages(t *testing.T) {
 			files: map[string]byte{
 				AgentPath: tar.TypeReg, RunscPath: tar.TypeReg, "/usr/sbin/runc": tar.TypeReg,
 				"/usr/sbin/iptables": 0, "/usr/sbin/iptables-restore": 0, "/usr/sbin/iptables-save": 0,
-				"/usr/bin/fusermount3": tar.TypeReg, "/usr/bin/ip": 0, "/usr/bin/sh": 0,
+				"/usr/bin/fusermount3": tar.TypeReg, "/usr/bin/ip": 0, "/usr/bin/sh": 0, WeedPath: tar.TypeReg,
 			},
+			// Volumes: the agent mounts with weed, which needs fusermount3.
+			executable: []string{AgentPath, RunscPath, WeedPath, "/usr/bin/fusermount3"},
+			env:        []string{WeedEnv + "=" + WeedPath},
 		},
 		{
 			name: "runner", archs: []string{"amd64"}, user: "0:0",
@@ -332,15 +344,29 @@ func TestImages(t *testing.T) {
 				if !cf.Created.Time.Equal(b.opts.Created) {
 					t.Errorf("%s: created %s, want %s", arch, cf.Created.Time, b.opts.Created)
 				}
-				var read []string
-				for f := range tc.files {
-					read = append(read, f)
+				for _, e := range tc.env {
+					if !slices.Contains(c.Env, e) {
+						t.Errorf("%s: Env %q lacks %q", arch, c.Env, e)
+					}
 				}
-				paths, contents := layerPaths(t, img, read...)
+				// Only checks read contents: the worker's binaries are
+				// hundreds of MB.
+				var read []string
+				if tc.check != nil {
+					for f := range tc.files {
+						read = append(read, f)
+					}
+				}
+				paths, modes, contents := layerPaths(t, img, read...)
 				for f, typ := range tc.files {
 					got, ok := paths[f]
 					if !ok || (typ != 0 && got != typ) {
 						t.Errorf("%s: %s missing or of tar type %q (want %q)", arch, f, got, typ)
+					}
+				}
+				for _, f := range tc.executable {
+					if paths[f] != tar.TypeReg || modes[f]&0o111 != 0o111 {
+						t.Errorf("%s: %s is not an executable file (tar type %q, mode %v)", arch, f, paths[f], modes[f])
 					}
 				}
 				for p, typ := range paths {
@@ -380,7 +406,8 @@ func checkPackageList(t *testing.T, image, list string) {
 	want := map[string][]string{
 		"controlplane": {"deb ca-certificates ", "go levers9-controlplane-linux-amd64 github.com/levers9/levers9 ",
 			"go levers9-agent-linux-arm64 github.com/levers9/levers9 ", "go levers9-controlplane-linux-amd64 github.com/jackc/pgx/v5 ", "go levers9-controlplane-linux-arm64 stdlib go1."},
-		"worker": {"deb runc ", "deb iptables ", "deb fuse3 ", "go levers9-agent github.com/levers9/levers9 ", "go runsc gvisor.dev/gvisor "},
+		"worker": {"deb runc ", "deb iptables ", "deb fuse3 ", "go levers9-agent github.com/levers9/levers9 ", "go runsc gvisor.dev/gvisor ",
+			"go weed github.com/seaweedfs/seaweedfs "},
 		"runner": {"deb python3 ", "deb ca-certificates "},
 		"dashboard-api": {"deb ca-certificates ", "go levers9-dashboard-api-linux-amd64 github.com/levers9/levers9 ",
 			"go levers9-dashboard-api-linux-arm64 stdlib go1."},

@@ -1,6 +1,7 @@
 package imagebuild
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"flag"
@@ -89,6 +90,9 @@ func Main(ctx context.Context, root string, args []string, stderr io.Writer) err
 			if o.Runsc, err = EnsureRunsc(ctx, root, cache, stderr); err != nil {
 				return err
 			}
+			if o.Weed, err = EnsureWeed(ctx, root, stderr); err != nil {
+				return err
+			}
 		case "dashboard-web":
 			if o.Web, err = BuildWeb(ctx, root, *apiBase, stderr); err != nil {
 				return err
@@ -169,6 +173,31 @@ func EnsureRunsc(ctx context.Context, root, cache string, log io.Writer) (string
 	}
 	if _, err := os.Stat(path); err != nil {
 		return "", fmt.Errorf("pinned runsc: %w", err)
+	}
+	return path, nil
+}
+
+// WeedBuildScript is the script that builds and caches the pinned weed,
+// relative to the root of a checkout.
+const WeedBuildScript = "packaging/seaweedfs/build.sh"
+
+// EnsureWeed returns the pinned SeaweedFS weed, built by root's
+// packaging/seaweedfs/build.sh: the same script, cache
+// (CACHE/seaweedfs/VERSION-KEY/weed) and lock the tests' weed comes from
+// (internal/seaweed/seaweedtest), so it is built at most once per pinned
+// version (instant when cached, 7-10 minutes cold).
+func EnsureWeed(ctx context.Context, root string, log io.Writer) (string, error) {
+	script := filepath.Join(root, WeedBuildScript)
+	var stdout bytes.Buffer
+	cmd := exec.CommandContext(ctx, "bash", script)
+	cmd.Stdout, cmd.Stderr = &stdout, log
+	if err := cmd.Run(); err != nil {
+		return "", fmt.Errorf("build the pinned weed (%s): %w", script, err)
+	}
+	lines := strings.Split(strings.TrimSpace(stdout.String()), "\n")
+	path := lines[len(lines)-1]
+	if st, err := os.Stat(path); err != nil || !st.Mode().IsRegular() || st.Mode().Perm()&0o111 == 0 {
+		return "", fmt.Errorf("pinned weed: %s printed %q, not an executable file (%v)", script, path, err)
 	}
 	return path, nil
 }

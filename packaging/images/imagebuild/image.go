@@ -31,6 +31,11 @@ const (
 	ControlplanePath = "/usr/local/bin/levers9-controlplane"
 	AgentPath        = "/usr/local/bin/levers9-agent"
 	RunscPath        = "/usr/local/lib/levers9/runsc"
+	// WeedPath is SeaweedFS's weed in the worker image, which the agent
+	// mounts seaweedfs volumes with; the image's WeedEnv points the agent
+	// at it (its --weed default).
+	WeedPath = "/usr/local/lib/levers9/weed"
+	WeedEnv  = "LEVERS9_WEED_BIN"
 )
 
 const defaultPath = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -45,6 +50,9 @@ type Options struct {
 	CacheDir string
 	// Runsc is the pinned gVisor runsc the worker image carries.
 	Runsc string
+	// Weed is the pinned SeaweedFS weed the worker image carries
+	// (EnsureWeed).
+	Weed string
 	// ControlplanePlatforms are the architectures of the controlplane
 	// image's index (default amd64 and arm64: it needs no root filesystem,
 	// only binaries). The worker and runner are amd64 only: an arm64
@@ -248,13 +256,16 @@ func buildControlplane(o Options, runnerTar string) (*Image, error) {
 }
 
 // buildWorker makes the amd64 worker: the Debian root filesystem with
-// runc, iptables and fuse3, the agent and the pinned runsc. It runs as
-// root: worker pods are privileged, and the agent drives runc and
-// iptables.
+// runc, iptables and fuse3 (fusermount3), the agent, the pinned runsc and
+// the pinned weed (volume mounts). It runs as root: worker pods are
+// privileged, and the agent drives runc, iptables and FUSE.
 func buildWorker(o Options, workerTar string) (*Image, error) {
 	const name, arch = "levers9-worker", "amd64"
 	if o.Runsc == "" {
 		return nil, errors.New(name + ": no runsc given (packaging/dev/runsc.sh builds the pinned one)")
+	}
+	if o.Weed == "" {
+		return nil, errors.New(name + ": no weed given (packaging/seaweedfs/build.sh builds the pinned one)")
 	}
 	status, err := readTarFile(workerTar, "var/lib/dpkg/status")
 	if err != nil {
@@ -262,7 +273,7 @@ func buildWorker(o Options, workerTar string) (*Image, error) {
 	}
 	lines := dpkgPackages(status)
 	agent := o.binary("levers9-agent", arch)
-	for _, b := range []struct{ name, path string }{{"levers9-agent", agent}, {"runsc", o.Runsc}} {
+	for _, b := range []struct{ name, path string }{{"levers9-agent", agent}, {"runsc", o.Runsc}, {"weed", o.Weed}} {
 		mods, err := goModules(b.name, b.path)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", name, err)
@@ -276,17 +287,20 @@ func buildWorker(o Options, workerTar string) (*Image, error) {
 	}
 	bins, err := filesLayer(append(dirs(RunscPath, AgentPath),
 		file{Path: AgentPath, Mode: 0o755, Source: agent},
-		file{Path: RunscPath, Mode: 0o755, Source: o.Runsc}), o.Created)
+		file{Path: RunscPath, Mode: 0o755, Source: o.Runsc},
+		file{Path: WeedPath, Mode: 0o755, Source: o.Weed}), o.Created)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
 	img, err := o.image(arch, v1.Config{
 		User:       "0:0",
 		Entrypoint: []string{AgentPath},
-		Env:        []string{defaultPath},
+		// The agent's --weed defaults to $LEVERS9_WEED_BIN: worker pods
+		// mount volumes with the image's own weed, whatever their args.
+		Env:        []string{defaultPath, WeedEnv + "=" + WeedPath},
 		WorkingDir: "/",
 		Labels:     o.labels(name, sum),
-	}, layer{root, "mmdebstrap " + describe(WorkerRootfs(o.Epoch))}, layer{bins, "levers9 images: levers9-agent, runsc"})
+	}, layer{root, "mmdebstrap " + describe(WorkerRootfs(o.Epoch))}, layer{bins, "levers9 images: levers9-agent, runsc, weed"})
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}

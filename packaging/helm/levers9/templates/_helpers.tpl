@@ -86,12 +86,12 @@ levers9.validate fails the render with every problem at once, each naming the va
 {{- range $k := (include "levers9.secretKeys" (dict "path" "config" "value" $v.config) | splitList " " | compact) -}}
 {{- $errs = append $errs (printf "%s looks like a secret: secrets never go under config: (it becomes a ConfigMap); put it in an existing Secret and name it in secrets.*, postgres.existingSecret or redis.existingSecret" $k) -}}
 {{- end -}}
-{{- range $k := list "database" "worker.pools" "controlplane.tls" "controlplane.grpcAddr" "controlplane.restAddr" "controlplane.tunnelAddr" -}}
+{{- range $k := list "database" "worker.pools" "controlplane.tls" "controlplane.grpcAddr" "controlplane.restAddr" "controlplane.tunnelAddr" "volumes.seaweedfs" -}}
 {{- $parts := splitList "." $k -}}
 {{- $val := $v.config -}}
 {{- range $parts -}}{{- if kindIs "map" $val -}}{{- $val = get $val . -}}{{- else -}}{{- $val = "" -}}{{- end -}}{{- end -}}
 {{- if $val -}}
-{{- $errs = append $errs (printf "config.%s is set by the chart: use %s" $k (get (dict "database" "postgres: and redis:" "worker.pools" "pools:" "controlplane.tls" "controlplane.tls.secretName" "controlplane.grpcAddr" "the Service (ports are fixed)" "controlplane.restAddr" "the Service (ports are fixed)" "controlplane.tunnelAddr" "the tunnel Service (ports are fixed)") $k)) -}}
+{{- $errs = append $errs (printf "config.%s is set by the chart: use %s" $k (get (dict "database" "postgres: and redis:" "worker.pools" "pools:" "volumes.seaweedfs" "volumes.seaweedfs.{filerAddr,filerURL,securitySecret}" "controlplane.tls" "controlplane.tls.secretName" "controlplane.grpcAddr" "the Service (ports are fixed)" "controlplane.restAddr" "the Service (ports are fixed)" "controlplane.tunnelAddr" "the tunnel Service (ports are fixed)") $k)) -}}
 {{- end -}}
 {{- end -}}
 {{- $tt := $v.tunnel.service.type -}}
@@ -167,8 +167,26 @@ levers9.validate fails the render with every problem at once, each naming the va
 {{- with .Values.images.pullSecrets }}{{ $_ := set $k "imagePullSecrets" (get $k "imagePullSecrets" | default .) }}{{ end -}}
 {{- $_ := set $w "kubernetes" $k -}}
 {{- $_ := set $c "worker" $w -}}
+{{- with $v.volumes.seaweedfs.filerAddr -}}
+{{- $sw := dict "filerAddr" . "securityDir" (include "levers9.seaweedfsSecurityDir" $) -}}
+{{- with $v.volumes.seaweedfs.filerURL }}{{ $_ := set $sw "filerURL" . }}{{ end -}}
+{{- $_ := set $c "volumes" (dict "seaweedfs" $sw) -}}
+{{- end -}}
 {{- toYaml $c -}}
 {{- end }}
+
+{{/*
+SeaweedFS's credentials (volumes.seaweedfs.securitySecret) reach the controlplane in two steps. The
+Secret's volume is 0400, but a pod with an fsGroup gets its files 0440, group-owned by the fsGroup
+(kubelet adds group read whatever defaultMode says), and the controlplane refuses keys others can
+read. So the init container seaweedfs-credentials (the controlplane's own image, which has no shell)
+copies them into a memory-backed emptyDir as the controlplane user's 0600 files and checks them;
+only the init container mounts the Secret. Loosening the controlplane's check instead would loosen
+it for every install, not only this pod.
+*/}}
+{{- define "levers9.seaweedfsSecretDir" -}}/etc/levers9/seaweedfs-secret{{- end }}
+{{- define "levers9.seaweedfsDir" -}}/etc/levers9/seaweedfs{{- end }}
+{{- define "levers9.seaweedfsSecurityDir" -}}{{ include "levers9.seaweedfsDir" . }}/security{{- end }}
 
 {{/* levers9.secretEnv is one env entry from a Secret: (dict "name" ENV "ref" {secretName,key,optional}). */}}
 {{- define "levers9.secretEnv" -}}
