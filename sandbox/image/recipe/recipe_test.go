@@ -151,7 +151,7 @@ func TestValidate(t *testing.T) {
 		{"env NUL value", step(Step{Env: map[string]string{"A": "a\x00"}}), []string{`steps[2].env["A"]: value contains a NUL`}},
 		{"env ok", step(Step{Env: map[string]string{"_a1": "", "B": "x=y"}}), nil},
 		{"workdir relative", step(Step{Workdir: "app"}), []string{"steps[2].workdir: \"app\" is not absolute"}},
-		{"workdir dotdot", step(Step{Workdir: "/a/../b"}), []string{"steps[2].workdir:", "contains .."}},
+		{"workdir dotdot", step(Step{Workdir: "/a/../b"}), []string{"steps[2].workdir:", "has a .. component"}},
 		{"workdir unclean", step(Step{Workdir: "/a//b/"}), []string{"steps[2].workdir:", "not clean"}},
 		{"workdir proc", step(Step{Workdir: "/proc/self"}), []string{"steps[2].workdir:", "under /proc"}},
 		{"workdir sys", step(Step{Workdir: "/sys"}), []string{"under /sys"}},

@@ -183,7 +183,7 @@ func validImagePath(p string) error {
 	}
 	for _, part := range strings.Split(p, "/") {
 		if part == ".." {
-			return fmt.Errorf("%q contains ..", p)
+			return fmt.Errorf("%q has a .. component", p)
 		}
 	}
 	if path.Clean(p) != p {
