@@ -14,8 +14,8 @@ import (
 	gv1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 
-	agentv1 "github.com/levers9/levers9/api/levers9/agent/v1"
 	"github.com/levers9/levers9/agent/taskrun"
+	agentv1 "github.com/levers9/levers9/api/levers9/agent/v1"
 	"github.com/levers9/levers9/sandbox"
 	"github.com/levers9/levers9/sandbox/image"
 	"github.com/levers9/levers9/sandbox/image/layer"

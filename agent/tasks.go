@@ -199,7 +199,9 @@ func (t *tasks) run(ctx context.Context, a *agentv1.TaskAttempt) (alreadyRunning
 	if _, ok := t.finished[key]; ok {
 		return true, nil
 	}
-	run := func(ctx context.Context, out taskrun.Output) (taskrun.Result, error) { return t.runner.Run(ctx, task, out) }
+	run := func(ctx context.Context, out taskrun.Output) (taskrun.Result, error) {
+		return t.runner.Run(ctx, task, out)
+	}
 	if b := a.GetBuild(); b != nil {
 		run = func(ctx context.Context, out taskrun.Output) (taskrun.Result, error) {
 			return buildImage(ctx, t.runner, task, b, out)
