@@ -199,9 +199,15 @@ func (t *tasks) run(ctx context.Context, a *agentv1.TaskAttempt) (alreadyRunning
 	if _, ok := t.finished[key]; ok {
 		return true, nil
 	}
-	t.holdLocked(key, task, newReportQueue(t.cfg), func(ctx context.Context, out taskrun.Output) (taskrun.Result, error) {
+	run := func(ctx context.Context, out taskrun.Output) (taskrun.Result, error) {
 		return t.runner.Run(ctx, task, out)
-	})
+	}
+	if b := a.GetBuild(); b != nil {
+		run = func(ctx context.Context, out taskrun.Output) (taskrun.Result, error) {
+			return buildImage(ctx, t.runner, task, b, out)
+		}
+	}
+	t.holdLocked(key, task, newReportQueue(t.cfg), run)
 	return false, nil
 }
 

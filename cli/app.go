@@ -70,7 +70,7 @@ LEVERS9_CONTROLPLANE (+ LEVERS9_TOKEN) skips the config file entirely.`,
 	root.PersistentFlags().StringVar(&a.context, "context", "", "use this context instead of the current one")
 	root.PersistentFlags().StringVarP(&a.output, "output", "o", "table", "output format of listings: table or json")
 	root.PersistentFlags().DurationVar(&a.timeout, "timeout", 30*time.Second, "how long one call to the controlplane may take")
-	root.AddCommand(a.configCmd(), a.tokenCmd(), a.secretCmd(), a.volumeCmd(), a.registryCmd(), a.whoamiCmd(), a.machineCmd(), a.poolCmd(), a.securityCmd(),
+	root.AddCommand(a.configCmd(), a.tokenCmd(), a.secretCmd(), a.volumeCmd(), a.imageCmd(), a.registryCmd(), a.whoamiCmd(), a.machineCmd(), a.poolCmd(), a.securityCmd(),
 		a.clusterCmd(), a.runCmd(), a.taskCmd(), a.versionCmd())
 	return root
 }

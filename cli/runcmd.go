@@ -20,6 +20,7 @@ const exitInterrupted = 130
 
 func (a *app) runCmd() *cobra.Command {
 	var f runFlags
+	var imageFile string
 	cmd := &cobra.Command{
 		Use:   "run [flags] -- CMD [ARG...]",
 		Short: "Run a command as a task on your machines and stream its output",
@@ -43,7 +44,8 @@ is refused.`,
 		Example: `  levers9 run -- sh -c 'echo hello from $(hostname)'
   levers9 run --pool gpu --gpu 1 --image registry.local/train:1 --timeout 2h --retries 2 -- python train.py
   levers9 run --cpu 2 --memory 4Gi --env EPOCHS=3 -- ./bench
-  levers9 run --detach -- sleep 600      # prints the task ID and returns`,
+  levers9 run --detach -- sleep 600      # prints the task ID and returns
+  levers9 run --image-file image.yaml -- python3 -m app`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) == 0 {
 				return errors.New("nothing to run: give the command after --, e.g. levers9 run -- echo hi")
@@ -51,6 +53,17 @@ is refused.`,
 			return nil
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if imageFile != "" {
+				if f.image != "" {
+					return errors.New("give --image or --image-file, not both")
+				}
+				// The build's output goes to stderr: stdout is the task's.
+				img, err := a.buildImage(imageFile, false, a.io.Err)
+				if err != nil {
+					return err
+				}
+				f.image = img.Ref
+			}
 			opts, err := f.options()
 			if err != nil {
 				return err
@@ -65,6 +78,7 @@ is refused.`,
 	fl.IntVar(&f.gpus, "gpu", 0, "whole GPUs to reserve (never shared)")
 	fl.StringVar(&f.gpuType, "gpu-type", "", "only machines whose GPUs have this name (needs --gpu)")
 	fl.StringVar(&f.image, "image", "", "image reference (default: the controlplane's worker.defaultImage)")
+	fl.StringVar(&imageFile, "image-file", "", "build the image from this recipe first (levers9 image build -f; cached when built before)")
 	fl.StringArrayVar(&f.env, "env", nil, "KEY=VALUE in the task's environment (repeatable)")
 	fl.StringArrayVar(&f.volumes, "volume", nil, "mount workspace volume NAME:/path[:ro] into the task (repeatable; levers9 volume create NAME)")
 	fl.StringArrayVar(&f.secrets, "secret", nil, "workspace secret NAME whose keys become the task's environment variables (repeatable; levers9 secret put NAME)")

@@ -21,7 +21,8 @@
 // agent apply a stricter setting than the pool's and refuse a looser one,
 // and that refusal comes back from Remote unchanged.
 //
-// It must never import a levers9 part other than api/ (and internal helpers
-// shared with the CLI), never log, and never put a token in an error. The
-// API is young: additions are expected, renames are not.
+// It must never import a levers9 part other than api/, the shared leaf
+// sandbox/image/recipe (image builds describe images with it) and internal
+// helpers shared with the CLI; it never logs and never puts a token in an
+// error. The API is young: additions are expected, renames are not.
 package sdk

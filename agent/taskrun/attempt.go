@@ -170,7 +170,9 @@ func (a *attempt) prestart(ctx context.Context) (*PrestartResponse, error) {
 func (a *attempt) spec(resp *PrestartResponse) sandbox.TaskSpec {
 	cfg := resp.Image.Config
 	args := append([]string{}, cfg.Entrypoint...)
-	if len(a.task.Args) > 0 {
+	if a.task.Build != nil {
+		args = append([]string{}, a.task.Args...)
+	} else if len(a.task.Args) > 0 {
 		args = append(args, a.task.Args...)
 	} else {
 		args = append(args, cfg.Cmd...)

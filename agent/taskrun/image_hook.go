@@ -24,6 +24,7 @@ type imageHook struct {
 
 var (
 	_ Prestarter = (*imageHook)(nil)
+	_ Exiter     = (*imageHook)(nil)
 	_ Stopper    = (*imageHook)(nil)
 )
 
@@ -61,6 +62,25 @@ func (h *imageHook) Prestart(ctx context.Context, req *PrestartRequest, resp *Pr
 	}
 	h.img, h.rootfs, h.cleanup = &img, rootfs, cleanup
 	resp.Image, resp.Rootfs = h.img, rootfs
+	return nil
+}
+
+// Exited hands a build step's changes to its Capture while the container's
+// process is gone and the overlay still mounted (the upper directory is
+// quiescent and complete).
+func (h *imageHook) Exited(ctx context.Context, req *ExitedRequest, _ *ExitedResponse) error {
+	if req.Task.Build == nil || req.Task.Build.Capture == nil || req.Exit.Code != 0 || req.Exit.Signal != 0 {
+		return nil
+	}
+	h.mu.Lock()
+	mounted := h.cleanup != nil
+	h.mu.Unlock()
+	if !mounted {
+		return fmt.Errorf("capture build step %s: its rootfs is not mounted", req.Task.runID())
+	}
+	if err := req.Task.Build.Capture(ctx, h.store.UpperDir(req.Task.runID())); err != nil {
+		return fmt.Errorf("capture build step %s: %w", req.Task.runID(), err)
+	}
 	return nil
 }
 

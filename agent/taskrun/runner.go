@@ -139,6 +139,9 @@ type Runner struct {
 	attempts map[string]*attempt
 }
 
+// Images is the node's image cache the Runner pulls through.
+func (r *Runner) Images() *image.Store { return r.cfg.Images }
+
 // AttemptInfo describes an attempt this Runner is running, for the agent
 // to tell the controlplane on (re)connect what it runs.
 type AttemptInfo struct {

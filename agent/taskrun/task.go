@@ -1,6 +1,7 @@
 package taskrun
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"path/filepath"
@@ -63,6 +64,19 @@ type Task struct {
 	// it for this attempt's pull only, and nothing stores or logs it. nil
 	// pulls with the node's own keychain or anonymously.
 	RegistryAuth image.StaticKeychain
+	// Build makes the attempt one step of an image build (nil for a
+	// task). Not recorded: an agent restart loses a build's step, and the
+	// build's attempt is retried.
+	Build *BuildStep `json:"-"`
+}
+
+// BuildStep is what a build step's attempt does differently from a task:
+// Args run as they are (the image's entrypoint is not put in front), and
+// Capture is handed the overlay's upper directory (the step's changes)
+// after the container exited with 0, before the rootfs is unmounted. An
+// error from Capture fails the attempt.
+type BuildStep struct {
+	Capture func(ctx context.Context, upperDir string) error
 }
 
 var taskIDRe = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]{0,39}$`)

@@ -35,6 +35,7 @@ import (
 	"github.com/levers9/levers9/controlplane/agentdist"
 	"github.com/levers9/levers9/controlplane/bus"
 	"github.com/levers9/levers9/controlplane/config"
+	"github.com/levers9/levers9/controlplane/images"
 	"github.com/levers9/levers9/controlplane/seal"
 	"github.com/levers9/levers9/controlplane/store"
 	"github.com/levers9/levers9/controlplane/tasks"
@@ -66,6 +67,8 @@ type Deps struct {
 	Clock clock.Clock
 	// Volumes are the volume drivers (nil: volumes are refused).
 	Volumes VolumeDrivers
+	// Images builds images from recipes.
+	Images *images.Service
 }
 
 // PublicEndpoints are what join scripts and enrollment tell machines.

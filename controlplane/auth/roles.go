@@ -68,6 +68,13 @@ var methods = map[string]access{
 	v1.VolumeService_PutVolumeFile_FullMethodName:    members,
 	v1.VolumeService_DeleteVolumeFile_FullMethodName: members,
 
+	v1.ImageService_BuildImage_FullMethodName:  members,
+	v1.ImageService_GetImage_FullMethodName:    members,
+	v1.ImageService_ListImages_FullMethodName:  members,
+	v1.ImageService_DeleteImage_FullMethodName: members,
+	v1.ImageService_StatBlob_FullMethodName:    members,
+	v1.ImageService_PutBlob_FullMethodName:     members,
+
 	v1.TaskService_SubmitTask_FullMethodName: members,
 	v1.TaskService_GetTask_FullMethodName:    members,
 	v1.TaskService_ListTasks_FullMethodName:  members,

@@ -50,6 +50,7 @@ func (s *Server) restHandler(ctx context.Context) (http.Handler, error) {
 		v1.RegisterSecurityServiceHandler,
 		v1.RegisterTaskServiceHandler,
 		v1.RegisterVolumeServiceHandler,
+		v1.RegisterImageServiceHandler,
 	} {
 		if err := reg(ctx, gw, conn); err != nil {
 			_ = s.memLn.Close()

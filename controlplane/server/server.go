@@ -34,6 +34,7 @@ import (
 	"github.com/levers9/levers9/controlplane/auth"
 	"github.com/levers9/levers9/controlplane/bus"
 	"github.com/levers9/levers9/controlplane/config"
+	"github.com/levers9/levers9/controlplane/images"
 	"github.com/levers9/levers9/controlplane/seal"
 	"github.com/levers9/levers9/controlplane/store"
 	"github.com/levers9/levers9/controlplane/tasks"
@@ -266,6 +267,8 @@ func (s *Server) newDeps() (*api.Deps, error) {
 		return nil, err
 	}
 	deps.Tasks = s.tasks
+	deps.Images = images.New(images.Deps{Store: s.store, Tasks: s.tasks.Submitter, Config: s.cfg, Logins: deps,
+		Log: s.log.With("component", "images")})
 	s.deps = deps
 	return deps, nil
 }

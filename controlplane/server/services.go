@@ -22,4 +22,5 @@ func registerServices(g *grpc.Server, deps *api.Deps, authn *auth.Authenticator)
 	v1.RegisterSecurityServiceServer(g, &api.SecurityService{Deps: deps})
 	v1.RegisterTaskServiceServer(g, &api.TaskService{Deps: deps})
 	v1.RegisterVolumeServiceServer(g, &api.VolumeService{Deps: deps})
+	v1.RegisterImageServiceServer(g, &api.ImageService{Deps: deps})
 }

@@ -47,6 +47,9 @@ func (s *Scheduler) dispatch(ctx context.Context, t store.Task, a store.Attempt)
 		err = s.attachVolumes(ctx, t, ta)
 	}
 	if err == nil {
+		err = s.attachBuild(ctx, t, ta)
+	}
+	if err == nil {
 		err = s.pushWithResends(ctx, t, a, ta)
 	}
 	if err == nil {
@@ -60,7 +63,7 @@ func (s *Scheduler) dispatch(ctx context.Context, t store.Task, a store.Attempt)
 	// The verdict is recorded even if the push's own time ran out.
 	vctx, vcancel := context.WithTimeout(context.WithoutCancel(ctx), pushTimeout)
 	defer vcancel()
-	var gone *secretGone
+	var gone *unrunnable
 	if errors.As(err, &gone) {
 		// Another machine could not open it either: the task fails.
 		if ok, ferr := s.d.store.FinishAttempt(vctx, t.ID, a.Number, store.AttemptEnd{State: store.AttemptFailed,

@@ -115,11 +115,12 @@ func secretKeyProblems(spec *v1.TaskSpec, keys map[string][]string) []error {
 	return errs
 }
 
-// secretGone is a push whose secrets cannot be handed over; summary is the
+// unrunnable is a push that no machine could run (its secrets cannot be
+// handed over, its build was replaced): the task fails; summary is the
 // attempt's one sentence.
-type secretGone struct{ summary string }
+type unrunnable struct{ summary string }
 
-func (e *secretGone) Error() string { return e.summary }
+func (e *unrunnable) Error() string { return e.summary }
 
 // openSecrets fills ta.SecretEnv with the task's secrets, opened now.
 func (s *Scheduler) openSecrets(ctx context.Context, t store.Task, ta *agentv1.TaskAttempt) error {
@@ -138,7 +139,7 @@ func (s *Scheduler) openSecrets(ctx context.Context, t store.Task, ta *agentv1.T
 	for _, n := range spec.Secrets {
 		v, err := s.d.secrets.OpenSecret(ctx, t.WorkspaceID, n)
 		if errdefs.IsNotFound(err) {
-			return &secretGone{summary: fmt.Sprintf("secret %q was deleted before the task started (put it again and resubmit)", n)}
+			return &unrunnable{summary: fmt.Sprintf("secret %q was deleted before the task started (put it again and resubmit)", n)}
 		}
 		if err != nil {
 			return fmt.Errorf("open secret %q of task %s: %w", n, t.ID, err)
@@ -149,7 +150,7 @@ func (s *Scheduler) openSecrets(ctx context.Context, t store.Task, ta *agentv1.T
 		}
 	}
 	if errs := secretKeyProblems(spec, keys); len(errs) > 0 {
-		return &secretGone{summary: fmt.Sprintf("a secret changed after submit and no longer fits the task: %s", strings.ReplaceAll(errs[0].Error(), ". ", "; "))}
+		return &unrunnable{summary: fmt.Sprintf("a secret changed after submit and no longer fits the task: %s", strings.ReplaceAll(errs[0].Error(), ". ", "; "))}
 	}
 	for _, n := range spec.Secrets {
 		ta.SecretEnv = append(ta.SecretEnv, envList(vals[n])...)

@@ -45,6 +45,13 @@ func (s *Submitter) Stop() { s.life.stop() }
 // Submit validates spec, stores the task and queues it. With an idempotency
 // key used before in the workspace it returns that task (existing=true).
 func (s *Submitter) Submit(ctx context.Context, workspaceID string, spec *v1.TaskSpec, key string) (*v1.Task, bool, error) {
+	if strings.HasPrefix(key, BuildKeyPrefix) {
+		return nil, false, fmt.Errorf("task spec: idempotency_key: %q is reserved for image builds: %w", BuildKeyPrefix, errdefs.ErrInvalidArgument)
+	}
+	return s.submit(ctx, workspaceID, spec, key)
+}
+
+func (s *Submitter) submit(ctx context.Context, workspaceID string, spec *v1.TaskSpec, key string) (*v1.Task, bool, error) {
 	spec, note, findings, err := s.resolve(ctx, workspaceID, spec, key)
 	if err != nil {
 		return nil, false, err

@@ -106,7 +106,7 @@ func (s *Scheduler) attachVolumes(ctx context.Context, t store.Task, ta *agentv1
 	for _, r := range spec.Volumes {
 		v, err := s.d.store.GetVolume(ctx, t.WorkspaceID, r.GetName())
 		if errdefs.IsNotFound(err) || (err == nil && v.State != store.VolumeReady) {
-			return &secretGone{summary: fmt.Sprintf("volume %q was deleted after the task was submitted", r.GetName())}
+			return &unrunnable{summary: fmt.Sprintf("volume %q was deleted after the task was submitted", r.GetName())}
 		}
 		if err != nil {
 			return err

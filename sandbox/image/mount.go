@@ -92,6 +92,10 @@ func (s *Store) Mount(ctx context.Context, digest, taskID string) (string, func(
 	return target, cleanup, nil
 }
 
+// UpperDir is the overlay upper directory of a task's mount: what the
+// task changed in the image (an image build captures it as a layer).
+func (s *Store) UpperDir(taskID string) string { return s.path("tasks", taskID, "upper") }
+
 // Unmount unmounts the rootfs Mount made for a task and deletes its
 // directories, for a process that did not mount it itself (an agent that
 // restarted while the task ran). Idempotent.

@@ -88,6 +88,13 @@ func (g schemeGuard) RoundTrip(req *http.Request) (*http.Response, error) {
 	return g.next.RoundTrip(req)
 }
 
+// Transport is the store's HTTP transport for other registry clients on
+// this node (an image build's pushes): plain HTTP only to
+// InsecureRegistries, as for pulls.
+func (s *Store) Transport() http.RoundTripper {
+	return schemeGuard{insecure: s.cfg.InsecureRegistries, next: s.cfg.Transport}
+}
+
 // registryClient talks to one repository with an authenticated transport.
 type registryClient struct {
 	repo   name.Repository

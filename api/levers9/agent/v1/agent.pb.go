@@ -1122,7 +1122,12 @@ type TaskAttempt struct {
 	// The task's volumes, resolved by the controlplane for this push: what
 	// the node needs to mount each one. Credentials in env are for this
 	// attempt only and go to the mount process's environment, never argv.
-	Volumes       []*VolumeMount `protobuf:"bytes,70,rep,name=volumes,proto3" json:"volumes,omitempty"`
+	Volumes []*VolumeMount `protobuf:"bytes,70,rep,name=volumes,proto3" json:"volumes,omitempty"`
+	// Set for an image build: instead of running command, the agent runs the
+	// recipe's steps from start on, each in the attempt's sandbox over the
+	// image so far, and pushes every step's image (tag step-<key hex>) and
+	// the result (tag <hash hex>) to repository.
+	Build         *BuildSpec `protobuf:"bytes,80,opt,name=build,proto3" json:"build,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1276,6 +1281,122 @@ func (x *TaskAttempt) GetVolumes() []*VolumeMount {
 	return nil
 }
 
+func (x *TaskAttempt) GetBuild() *BuildSpec {
+	if x != nil {
+		return x.Build
+	}
+	return nil
+}
+
+// BuildSpec is one build, resolved by the controlplane.
+type BuildSpec struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The recipe as canonical JSON (sandbox/image/recipe.Marshal).
+	Recipe []byte `protobuf:"bytes,1,opt,name=recipe,proto3" json:"recipe,omitempty"`
+	// The base image by digest; step keys derive from it.
+	BaseDigest string `protobuf:"bytes,2,opt,name=base_digest,json=baseDigest,proto3" json:"base_digest,omitempty"`
+	// Where the steps start: rendered steps before start are reused from
+	// parent (the image after step start-1, or the base when start is 0).
+	Start  int32  `protobuf:"varint,3,opt,name=start,proto3" json:"start,omitempty"`
+	Parent string `protobuf:"bytes,4,opt,name=parent,proto3" json:"parent,omitempty"`
+	// registry/levers9/images: where step images and the result go.
+	Repository string `protobuf:"bytes,5,opt,name=repository,proto3" json:"repository,omitempty"`
+	// registry/levers9/blobs: where copy steps' blobs are read from.
+	BlobRepository string `protobuf:"bytes,6,opt,name=blob_repository,json=blobRepository,proto3" json:"blob_repository,omitempty"`
+	// The recipe's hash, the result's identity.
+	Hash string `protobuf:"bytes,7,opt,name=hash,proto3" json:"hash,omitempty"`
+	// Push (and pull) credentials for repository, for this build only.
+	PushAuth      *RegistryAuth `protobuf:"bytes,8,opt,name=push_auth,json=pushAuth,proto3" json:"push_auth,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BuildSpec) Reset() {
+	*x = BuildSpec{}
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BuildSpec) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BuildSpec) ProtoMessage() {}
+
+func (x *BuildSpec) ProtoReflect() protoreflect.Message {
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BuildSpec.ProtoReflect.Descriptor instead.
+func (*BuildSpec) Descriptor() ([]byte, []int) {
+	return file_api_levers9_agent_v1_agent_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *BuildSpec) GetRecipe() []byte {
+	if x != nil {
+		return x.Recipe
+	}
+	return nil
+}
+
+func (x *BuildSpec) GetBaseDigest() string {
+	if x != nil {
+		return x.BaseDigest
+	}
+	return ""
+}
+
+func (x *BuildSpec) GetStart() int32 {
+	if x != nil {
+		return x.Start
+	}
+	return 0
+}
+
+func (x *BuildSpec) GetParent() string {
+	if x != nil {
+		return x.Parent
+	}
+	return ""
+}
+
+func (x *BuildSpec) GetRepository() string {
+	if x != nil {
+		return x.Repository
+	}
+	return ""
+}
+
+func (x *BuildSpec) GetBlobRepository() string {
+	if x != nil {
+		return x.BlobRepository
+	}
+	return ""
+}
+
+func (x *BuildSpec) GetHash() string {
+	if x != nil {
+		return x.Hash
+	}
+	return ""
+}
+
+func (x *BuildSpec) GetPushAuth() *RegistryAuth {
+	if x != nil {
+		return x.PushAuth
+	}
+	return nil
+}
+
 // VolumeMount is one volume to mount for one attempt.
 type VolumeMount struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
@@ -1301,7 +1422,7 @@ type VolumeMount struct {
 
 func (x *VolumeMount) Reset() {
 	*x = VolumeMount{}
-	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[18]
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1313,7 +1434,7 @@ func (x *VolumeMount) String() string {
 func (*VolumeMount) ProtoMessage() {}
 
 func (x *VolumeMount) ProtoReflect() protoreflect.Message {
-	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[18]
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1326,7 +1447,7 @@ func (x *VolumeMount) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeMount.ProtoReflect.Descriptor instead.
 func (*VolumeMount) Descriptor() ([]byte, []int) {
-	return file_api_levers9_agent_v1_agent_proto_rawDescGZIP(), []int{18}
+	return file_api_levers9_agent_v1_agent_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *VolumeMount) GetVolumeId() string {
@@ -1419,7 +1540,7 @@ type RegistryAuth struct {
 
 func (x *RegistryAuth) Reset() {
 	*x = RegistryAuth{}
-	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[19]
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1431,7 +1552,7 @@ func (x *RegistryAuth) String() string {
 func (*RegistryAuth) ProtoMessage() {}
 
 func (x *RegistryAuth) ProtoReflect() protoreflect.Message {
-	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[19]
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1444,7 +1565,7 @@ func (x *RegistryAuth) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegistryAuth.ProtoReflect.Descriptor instead.
 func (*RegistryAuth) Descriptor() ([]byte, []int) {
-	return file_api_levers9_agent_v1_agent_proto_rawDescGZIP(), []int{19}
+	return file_api_levers9_agent_v1_agent_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *RegistryAuth) GetHost() string {
@@ -1478,7 +1599,7 @@ type RunningAttempt struct {
 
 func (x *RunningAttempt) Reset() {
 	*x = RunningAttempt{}
-	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[20]
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1490,7 +1611,7 @@ func (x *RunningAttempt) String() string {
 func (*RunningAttempt) ProtoMessage() {}
 
 func (x *RunningAttempt) ProtoReflect() protoreflect.Message {
-	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[20]
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1503,7 +1624,7 @@ func (x *RunningAttempt) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunningAttempt.ProtoReflect.Descriptor instead.
 func (*RunningAttempt) Descriptor() ([]byte, []int) {
-	return file_api_levers9_agent_v1_agent_proto_rawDescGZIP(), []int{20}
+	return file_api_levers9_agent_v1_agent_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *RunningAttempt) GetTaskId() string {
@@ -1529,7 +1650,7 @@ type RunTaskRequest struct {
 
 func (x *RunTaskRequest) Reset() {
 	*x = RunTaskRequest{}
-	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[21]
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1541,7 +1662,7 @@ func (x *RunTaskRequest) String() string {
 func (*RunTaskRequest) ProtoMessage() {}
 
 func (x *RunTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[21]
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1554,7 +1675,7 @@ func (x *RunTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunTaskRequest.ProtoReflect.Descriptor instead.
 func (*RunTaskRequest) Descriptor() ([]byte, []int) {
-	return file_api_levers9_agent_v1_agent_proto_rawDescGZIP(), []int{21}
+	return file_api_levers9_agent_v1_agent_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *RunTaskRequest) GetAttempt() *TaskAttempt {
@@ -1573,7 +1694,7 @@ type RunTaskResponse struct {
 
 func (x *RunTaskResponse) Reset() {
 	*x = RunTaskResponse{}
-	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[22]
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1585,7 +1706,7 @@ func (x *RunTaskResponse) String() string {
 func (*RunTaskResponse) ProtoMessage() {}
 
 func (x *RunTaskResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[22]
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1598,7 +1719,7 @@ func (x *RunTaskResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunTaskResponse.ProtoReflect.Descriptor instead.
 func (*RunTaskResponse) Descriptor() ([]byte, []int) {
-	return file_api_levers9_agent_v1_agent_proto_rawDescGZIP(), []int{22}
+	return file_api_levers9_agent_v1_agent_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *RunTaskResponse) GetAlreadyRunning() bool {
@@ -1619,7 +1740,7 @@ type CancelTaskRequest struct {
 
 func (x *CancelTaskRequest) Reset() {
 	*x = CancelTaskRequest{}
-	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[23]
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1631,7 +1752,7 @@ func (x *CancelTaskRequest) String() string {
 func (*CancelTaskRequest) ProtoMessage() {}
 
 func (x *CancelTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[23]
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1644,7 +1765,7 @@ func (x *CancelTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelTaskRequest.ProtoReflect.Descriptor instead.
 func (*CancelTaskRequest) Descriptor() ([]byte, []int) {
-	return file_api_levers9_agent_v1_agent_proto_rawDescGZIP(), []int{23}
+	return file_api_levers9_agent_v1_agent_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *CancelTaskRequest) GetTaskId() string {
@@ -1678,7 +1799,7 @@ type CancelTaskResponse struct {
 
 func (x *CancelTaskResponse) Reset() {
 	*x = CancelTaskResponse{}
-	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[24]
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1690,7 +1811,7 @@ func (x *CancelTaskResponse) String() string {
 func (*CancelTaskResponse) ProtoMessage() {}
 
 func (x *CancelTaskResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[24]
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1703,7 +1824,7 @@ func (x *CancelTaskResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelTaskResponse.ProtoReflect.Descriptor instead.
 func (*CancelTaskResponse) Descriptor() ([]byte, []int) {
-	return file_api_levers9_agent_v1_agent_proto_rawDescGZIP(), []int{24}
+	return file_api_levers9_agent_v1_agent_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *CancelTaskResponse) GetFound() bool {
@@ -1721,7 +1842,7 @@ type ListTasksRequest struct {
 
 func (x *ListTasksRequest) Reset() {
 	*x = ListTasksRequest{}
-	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[25]
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1733,7 +1854,7 @@ func (x *ListTasksRequest) String() string {
 func (*ListTasksRequest) ProtoMessage() {}
 
 func (x *ListTasksRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[25]
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1746,7 +1867,7 @@ func (x *ListTasksRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTasksRequest.ProtoReflect.Descriptor instead.
 func (*ListTasksRequest) Descriptor() ([]byte, []int) {
-	return file_api_levers9_agent_v1_agent_proto_rawDescGZIP(), []int{25}
+	return file_api_levers9_agent_v1_agent_proto_rawDescGZIP(), []int{26}
 }
 
 type ListTasksResponse struct {
@@ -1758,7 +1879,7 @@ type ListTasksResponse struct {
 
 func (x *ListTasksResponse) Reset() {
 	*x = ListTasksResponse{}
-	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[26]
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1770,7 +1891,7 @@ func (x *ListTasksResponse) String() string {
 func (*ListTasksResponse) ProtoMessage() {}
 
 func (x *ListTasksResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[26]
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1783,7 +1904,7 @@ func (x *ListTasksResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTasksResponse.ProtoReflect.Descriptor instead.
 func (*ListTasksResponse) Descriptor() ([]byte, []int) {
-	return file_api_levers9_agent_v1_agent_proto_rawDescGZIP(), []int{26}
+	return file_api_levers9_agent_v1_agent_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ListTasksResponse) GetAttempts() []*RunningAttempt {
@@ -1818,7 +1939,7 @@ type AttemptUpdate struct {
 
 func (x *AttemptUpdate) Reset() {
 	*x = AttemptUpdate{}
-	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[27]
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1830,7 +1951,7 @@ func (x *AttemptUpdate) String() string {
 func (*AttemptUpdate) ProtoMessage() {}
 
 func (x *AttemptUpdate) ProtoReflect() protoreflect.Message {
-	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[27]
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1843,7 +1964,7 @@ func (x *AttemptUpdate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AttemptUpdate.ProtoReflect.Descriptor instead.
 func (*AttemptUpdate) Descriptor() ([]byte, []int) {
-	return file_api_levers9_agent_v1_agent_proto_rawDescGZIP(), []int{27}
+	return file_api_levers9_agent_v1_agent_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *AttemptUpdate) GetState() v1.AttemptState {
@@ -1917,7 +2038,7 @@ type AttemptRecord struct {
 
 func (x *AttemptRecord) Reset() {
 	*x = AttemptRecord{}
-	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[28]
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1929,7 +2050,7 @@ func (x *AttemptRecord) String() string {
 func (*AttemptRecord) ProtoMessage() {}
 
 func (x *AttemptRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[28]
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1942,7 +2063,7 @@ func (x *AttemptRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AttemptRecord.ProtoReflect.Descriptor instead.
 func (*AttemptRecord) Descriptor() ([]byte, []int) {
-	return file_api_levers9_agent_v1_agent_proto_rawDescGZIP(), []int{28}
+	return file_api_levers9_agent_v1_agent_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *AttemptRecord) GetTime() *timestamppb.Timestamp {
@@ -2024,7 +2145,7 @@ type ReportAttemptRequest struct {
 
 func (x *ReportAttemptRequest) Reset() {
 	*x = ReportAttemptRequest{}
-	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[29]
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2036,7 +2157,7 @@ func (x *ReportAttemptRequest) String() string {
 func (*ReportAttemptRequest) ProtoMessage() {}
 
 func (x *ReportAttemptRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[29]
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2049,7 +2170,7 @@ func (x *ReportAttemptRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportAttemptRequest.ProtoReflect.Descriptor instead.
 func (*ReportAttemptRequest) Descriptor() ([]byte, []int) {
-	return file_api_levers9_agent_v1_agent_proto_rawDescGZIP(), []int{29}
+	return file_api_levers9_agent_v1_agent_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ReportAttemptRequest) GetTaskId() string {
@@ -2093,7 +2214,7 @@ type ReportAttemptResponse struct {
 
 func (x *ReportAttemptResponse) Reset() {
 	*x = ReportAttemptResponse{}
-	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[30]
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2105,7 +2226,7 @@ func (x *ReportAttemptResponse) String() string {
 func (*ReportAttemptResponse) ProtoMessage() {}
 
 func (x *ReportAttemptResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[30]
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2118,7 +2239,7 @@ func (x *ReportAttemptResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportAttemptResponse.ProtoReflect.Descriptor instead.
 func (*ReportAttemptResponse) Descriptor() ([]byte, []int) {
-	return file_api_levers9_agent_v1_agent_proto_rawDescGZIP(), []int{30}
+	return file_api_levers9_agent_v1_agent_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ReportAttemptResponse) GetAckedSeq() uint64 {
@@ -2157,7 +2278,7 @@ type MetricsReportRequest struct {
 
 func (x *MetricsReportRequest) Reset() {
 	*x = MetricsReportRequest{}
-	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[31]
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2169,7 +2290,7 @@ func (x *MetricsReportRequest) String() string {
 func (*MetricsReportRequest) ProtoMessage() {}
 
 func (x *MetricsReportRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[31]
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2182,7 +2303,7 @@ func (x *MetricsReportRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetricsReportRequest.ProtoReflect.Descriptor instead.
 func (*MetricsReportRequest) Descriptor() ([]byte, []int) {
-	return file_api_levers9_agent_v1_agent_proto_rawDescGZIP(), []int{31}
+	return file_api_levers9_agent_v1_agent_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *MetricsReportRequest) GetGeneration() uint64 {
@@ -2233,7 +2354,7 @@ type MetricsReportResponse struct {
 
 func (x *MetricsReportResponse) Reset() {
 	*x = MetricsReportResponse{}
-	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[32]
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2245,7 +2366,7 @@ func (x *MetricsReportResponse) String() string {
 func (*MetricsReportResponse) ProtoMessage() {}
 
 func (x *MetricsReportResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[32]
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2258,7 +2379,7 @@ func (x *MetricsReportResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetricsReportResponse.ProtoReflect.Descriptor instead.
 func (*MetricsReportResponse) Descriptor() ([]byte, []int) {
-	return file_api_levers9_agent_v1_agent_proto_rawDescGZIP(), []int{32}
+	return file_api_levers9_agent_v1_agent_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *MetricsReportResponse) GetAckedSeq() uint64 {
@@ -2368,7 +2489,7 @@ const file_api_levers9_agent_v1_agent_proto_rawDesc = "" +
 	"\fPingResponse\x12\x1d\n" +
 	"\n" +
 	"machine_id\x18\x01 \x01(\tR\tmachineId\x12\x18\n" +
-	"\apayload\x18\x02 \x01(\fR\apayload\"\xd2\x04\n" +
+	"\apayload\x18\x02 \x01(\fR\apayload\"\x85\x05\n" +
 	"\vTaskAttempt\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12\x18\n" +
 	"\aattempt\x18\x02 \x01(\x05R\aattempt\x12\x12\n" +
@@ -2390,7 +2511,20 @@ const file_api_levers9_agent_v1_agent_proto_rawDesc = "" +
 	"\rregistry_auth\x182 \x01(\v2\x1e.levers9.agent.v1.RegistryAuthR\fregistryAuth\x12\x1d\n" +
 	"\n" +
 	"secret_env\x18< \x03(\tR\tsecretEnv\x127\n" +
-	"\avolumes\x18F \x03(\v2\x1d.levers9.agent.v1.VolumeMountR\avolumes\"\xc5\x02\n" +
+	"\avolumes\x18F \x03(\v2\x1d.levers9.agent.v1.VolumeMountR\avolumes\x121\n" +
+	"\x05build\x18P \x01(\v2\x1b.levers9.agent.v1.BuildSpecR\x05build\"\x8c\x02\n" +
+	"\tBuildSpec\x12\x16\n" +
+	"\x06recipe\x18\x01 \x01(\fR\x06recipe\x12\x1f\n" +
+	"\vbase_digest\x18\x02 \x01(\tR\n" +
+	"baseDigest\x12\x14\n" +
+	"\x05start\x18\x03 \x01(\x05R\x05start\x12\x16\n" +
+	"\x06parent\x18\x04 \x01(\tR\x06parent\x12\x1e\n" +
+	"\n" +
+	"repository\x18\x05 \x01(\tR\n" +
+	"repository\x12'\n" +
+	"\x0fblob_repository\x18\x06 \x01(\tR\x0eblobRepository\x12\x12\n" +
+	"\x04hash\x18\a \x01(\tR\x04hash\x12;\n" +
+	"\tpush_auth\x18\b \x01(\v2\x1e.levers9.agent.v1.RegistryAuthR\bpushAuth\"\xc5\x02\n" +
 	"\vVolumeMount\x12\x1b\n" +
 	"\tvolume_id\x18\x01 \x01(\tR\bvolumeId\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12!\n" +
@@ -2491,7 +2625,7 @@ func file_api_levers9_agent_v1_agent_proto_rawDescGZIP() []byte {
 	return file_api_levers9_agent_v1_agent_proto_rawDescData
 }
 
-var file_api_levers9_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 35)
+var file_api_levers9_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 36)
 var file_api_levers9_agent_v1_agent_proto_goTypes = []any{
 	(*WorkerSpec)(nil),               // 0: levers9.agent.v1.WorkerSpec
 	(*Toleration)(nil),               // 1: levers9.agent.v1.Toleration
@@ -2511,91 +2645,94 @@ var file_api_levers9_agent_v1_agent_proto_goTypes = []any{
 	(*PingRequest)(nil),              // 15: levers9.agent.v1.PingRequest
 	(*PingResponse)(nil),             // 16: levers9.agent.v1.PingResponse
 	(*TaskAttempt)(nil),              // 17: levers9.agent.v1.TaskAttempt
-	(*VolumeMount)(nil),              // 18: levers9.agent.v1.VolumeMount
-	(*RegistryAuth)(nil),             // 19: levers9.agent.v1.RegistryAuth
-	(*RunningAttempt)(nil),           // 20: levers9.agent.v1.RunningAttempt
-	(*RunTaskRequest)(nil),           // 21: levers9.agent.v1.RunTaskRequest
-	(*RunTaskResponse)(nil),          // 22: levers9.agent.v1.RunTaskResponse
-	(*CancelTaskRequest)(nil),        // 23: levers9.agent.v1.CancelTaskRequest
-	(*CancelTaskResponse)(nil),       // 24: levers9.agent.v1.CancelTaskResponse
-	(*ListTasksRequest)(nil),         // 25: levers9.agent.v1.ListTasksRequest
-	(*ListTasksResponse)(nil),        // 26: levers9.agent.v1.ListTasksResponse
-	(*AttemptUpdate)(nil),            // 27: levers9.agent.v1.AttemptUpdate
-	(*AttemptRecord)(nil),            // 28: levers9.agent.v1.AttemptRecord
-	(*ReportAttemptRequest)(nil),     // 29: levers9.agent.v1.ReportAttemptRequest
-	(*ReportAttemptResponse)(nil),    // 30: levers9.agent.v1.ReportAttemptResponse
-	(*MetricsReportRequest)(nil),     // 31: levers9.agent.v1.MetricsReportRequest
-	(*MetricsReportResponse)(nil),    // 32: levers9.agent.v1.MetricsReportResponse
-	nil,                              // 33: levers9.agent.v1.WorkerSpec.NodeSelectorEntry
-	nil,                              // 34: levers9.agent.v1.WorkerSpec.PodAnnotationsEntry
-	(*durationpb.Duration)(nil),      // 35: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),    // 36: google.protobuf.Timestamp
-	(*v1.Inventory)(nil),             // 37: levers9.v1.Inventory
-	(*v1.ReadinessReport)(nil),       // 38: levers9.v1.ReadinessReport
-	(*v1.SecuritySettings)(nil),      // 39: levers9.v1.SecuritySettings
-	(v1.AttemptState)(0),             // 40: levers9.v1.AttemptState
-	(v1.FailureReason)(0),            // 41: levers9.v1.FailureReason
-	(*v1.AppliedSecurity)(nil),       // 42: levers9.v1.AppliedSecurity
-	(*v1.LogLine)(nil),               // 43: levers9.v1.LogLine
-	(*v1.SeccompLogged)(nil),         // 44: levers9.v1.SeccompLogged
+	(*BuildSpec)(nil),                // 18: levers9.agent.v1.BuildSpec
+	(*VolumeMount)(nil),              // 19: levers9.agent.v1.VolumeMount
+	(*RegistryAuth)(nil),             // 20: levers9.agent.v1.RegistryAuth
+	(*RunningAttempt)(nil),           // 21: levers9.agent.v1.RunningAttempt
+	(*RunTaskRequest)(nil),           // 22: levers9.agent.v1.RunTaskRequest
+	(*RunTaskResponse)(nil),          // 23: levers9.agent.v1.RunTaskResponse
+	(*CancelTaskRequest)(nil),        // 24: levers9.agent.v1.CancelTaskRequest
+	(*CancelTaskResponse)(nil),       // 25: levers9.agent.v1.CancelTaskResponse
+	(*ListTasksRequest)(nil),         // 26: levers9.agent.v1.ListTasksRequest
+	(*ListTasksResponse)(nil),        // 27: levers9.agent.v1.ListTasksResponse
+	(*AttemptUpdate)(nil),            // 28: levers9.agent.v1.AttemptUpdate
+	(*AttemptRecord)(nil),            // 29: levers9.agent.v1.AttemptRecord
+	(*ReportAttemptRequest)(nil),     // 30: levers9.agent.v1.ReportAttemptRequest
+	(*ReportAttemptResponse)(nil),    // 31: levers9.agent.v1.ReportAttemptResponse
+	(*MetricsReportRequest)(nil),     // 32: levers9.agent.v1.MetricsReportRequest
+	(*MetricsReportResponse)(nil),    // 33: levers9.agent.v1.MetricsReportResponse
+	nil,                              // 34: levers9.agent.v1.WorkerSpec.NodeSelectorEntry
+	nil,                              // 35: levers9.agent.v1.WorkerSpec.PodAnnotationsEntry
+	(*durationpb.Duration)(nil),      // 36: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),    // 37: google.protobuf.Timestamp
+	(*v1.Inventory)(nil),             // 38: levers9.v1.Inventory
+	(*v1.ReadinessReport)(nil),       // 39: levers9.v1.ReadinessReport
+	(*v1.SecuritySettings)(nil),      // 40: levers9.v1.SecuritySettings
+	(v1.AttemptState)(0),             // 41: levers9.v1.AttemptState
+	(v1.FailureReason)(0),            // 42: levers9.v1.FailureReason
+	(*v1.AppliedSecurity)(nil),       // 43: levers9.v1.AppliedSecurity
+	(*v1.LogLine)(nil),               // 44: levers9.v1.LogLine
+	(*v1.SeccompLogged)(nil),         // 45: levers9.v1.SeccompLogged
 }
 var file_api_levers9_agent_v1_agent_proto_depIdxs = []int32{
-	33, // 0: levers9.agent.v1.WorkerSpec.node_selector:type_name -> levers9.agent.v1.WorkerSpec.NodeSelectorEntry
+	34, // 0: levers9.agent.v1.WorkerSpec.node_selector:type_name -> levers9.agent.v1.WorkerSpec.NodeSelectorEntry
 	1,  // 1: levers9.agent.v1.WorkerSpec.tolerations:type_name -> levers9.agent.v1.Toleration
-	35, // 2: levers9.agent.v1.WorkerSpec.idle_timeout:type_name -> google.protobuf.Duration
-	34, // 3: levers9.agent.v1.WorkerSpec.pod_annotations:type_name -> levers9.agent.v1.WorkerSpec.PodAnnotationsEntry
+	36, // 2: levers9.agent.v1.WorkerSpec.idle_timeout:type_name -> google.protobuf.Duration
+	35, // 3: levers9.agent.v1.WorkerSpec.pod_annotations:type_name -> levers9.agent.v1.WorkerSpec.PodAnnotationsEntry
 	0,  // 4: levers9.agent.v1.MakeWorkerRequest.spec:type_name -> levers9.agent.v1.WorkerSpec
-	36, // 5: levers9.agent.v1.Worker.started:type_name -> google.protobuf.Timestamp
+	37, // 5: levers9.agent.v1.Worker.started:type_name -> google.protobuf.Timestamp
 	7,  // 6: levers9.agent.v1.ListWorkersResponse.workers:type_name -> levers9.agent.v1.Worker
-	37, // 7: levers9.agent.v1.HeartbeatRequest.inventory:type_name -> levers9.v1.Inventory
-	36, // 8: levers9.agent.v1.HeartbeatRequest.sent_at:type_name -> google.protobuf.Timestamp
-	38, // 9: levers9.agent.v1.HeartbeatRequest.egress_report:type_name -> levers9.v1.ReadinessReport
-	20, // 10: levers9.agent.v1.HeartbeatRequest.running:type_name -> levers9.agent.v1.RunningAttempt
-	20, // 11: levers9.agent.v1.HeartbeatResponse.stop:type_name -> levers9.agent.v1.RunningAttempt
-	36, // 12: levers9.agent.v1.RenewCertificateResponse.expires_at:type_name -> google.protobuf.Timestamp
-	35, // 13: levers9.agent.v1.TaskAttempt.timeout:type_name -> google.protobuf.Duration
-	39, // 14: levers9.agent.v1.TaskAttempt.security:type_name -> levers9.v1.SecuritySettings
-	19, // 15: levers9.agent.v1.TaskAttempt.registry_auth:type_name -> levers9.agent.v1.RegistryAuth
-	18, // 16: levers9.agent.v1.TaskAttempt.volumes:type_name -> levers9.agent.v1.VolumeMount
-	17, // 17: levers9.agent.v1.RunTaskRequest.attempt:type_name -> levers9.agent.v1.TaskAttempt
-	20, // 18: levers9.agent.v1.ListTasksResponse.attempts:type_name -> levers9.agent.v1.RunningAttempt
-	40, // 19: levers9.agent.v1.AttemptUpdate.state:type_name -> levers9.v1.AttemptState
-	41, // 20: levers9.agent.v1.AttemptUpdate.reason:type_name -> levers9.v1.FailureReason
-	42, // 21: levers9.agent.v1.AttemptUpdate.applied_security:type_name -> levers9.v1.AppliedSecurity
-	36, // 22: levers9.agent.v1.AttemptRecord.time:type_name -> google.protobuf.Timestamp
-	43, // 23: levers9.agent.v1.AttemptRecord.log:type_name -> levers9.v1.LogLine
-	27, // 24: levers9.agent.v1.AttemptRecord.update:type_name -> levers9.agent.v1.AttemptUpdate
-	44, // 25: levers9.agent.v1.AttemptRecord.seccomp:type_name -> levers9.v1.SeccompLogged
-	28, // 26: levers9.agent.v1.ReportAttemptRequest.records:type_name -> levers9.agent.v1.AttemptRecord
-	11, // 27: levers9.agent.v1.Controlplane.Heartbeat:input_type -> levers9.agent.v1.HeartbeatRequest
-	13, // 28: levers9.agent.v1.Controlplane.RenewCertificate:input_type -> levers9.agent.v1.RenewCertificateRequest
-	29, // 29: levers9.agent.v1.Controlplane.ReportAttempt:input_type -> levers9.agent.v1.ReportAttemptRequest
-	31, // 30: levers9.agent.v1.Controlplane.ReportMetrics:input_type -> levers9.agent.v1.MetricsReportRequest
-	9,  // 31: levers9.agent.v1.Controlplane.WorkerGone:input_type -> levers9.agent.v1.WorkerGoneRequest
-	15, // 32: levers9.agent.v1.Agent.Ping:input_type -> levers9.agent.v1.PingRequest
-	21, // 33: levers9.agent.v1.Agent.RunTask:input_type -> levers9.agent.v1.RunTaskRequest
-	23, // 34: levers9.agent.v1.Agent.CancelTask:input_type -> levers9.agent.v1.CancelTaskRequest
-	25, // 35: levers9.agent.v1.Agent.ListTasks:input_type -> levers9.agent.v1.ListTasksRequest
-	2,  // 36: levers9.agent.v1.ClusterAgent.MakeWorker:input_type -> levers9.agent.v1.MakeWorkerRequest
-	4,  // 37: levers9.agent.v1.ClusterAgent.RemoveWorker:input_type -> levers9.agent.v1.RemoveWorkerRequest
-	6,  // 38: levers9.agent.v1.ClusterAgent.ListWorkers:input_type -> levers9.agent.v1.ListWorkersRequest
-	12, // 39: levers9.agent.v1.Controlplane.Heartbeat:output_type -> levers9.agent.v1.HeartbeatResponse
-	14, // 40: levers9.agent.v1.Controlplane.RenewCertificate:output_type -> levers9.agent.v1.RenewCertificateResponse
-	30, // 41: levers9.agent.v1.Controlplane.ReportAttempt:output_type -> levers9.agent.v1.ReportAttemptResponse
-	32, // 42: levers9.agent.v1.Controlplane.ReportMetrics:output_type -> levers9.agent.v1.MetricsReportResponse
-	10, // 43: levers9.agent.v1.Controlplane.WorkerGone:output_type -> levers9.agent.v1.WorkerGoneResponse
-	16, // 44: levers9.agent.v1.Agent.Ping:output_type -> levers9.agent.v1.PingResponse
-	22, // 45: levers9.agent.v1.Agent.RunTask:output_type -> levers9.agent.v1.RunTaskResponse
-	24, // 46: levers9.agent.v1.Agent.CancelTask:output_type -> levers9.agent.v1.CancelTaskResponse
-	26, // 47: levers9.agent.v1.Agent.ListTasks:output_type -> levers9.agent.v1.ListTasksResponse
-	3,  // 48: levers9.agent.v1.ClusterAgent.MakeWorker:output_type -> levers9.agent.v1.MakeWorkerResponse
-	5,  // 49: levers9.agent.v1.ClusterAgent.RemoveWorker:output_type -> levers9.agent.v1.RemoveWorkerResponse
-	8,  // 50: levers9.agent.v1.ClusterAgent.ListWorkers:output_type -> levers9.agent.v1.ListWorkersResponse
-	39, // [39:51] is the sub-list for method output_type
-	27, // [27:39] is the sub-list for method input_type
-	27, // [27:27] is the sub-list for extension type_name
-	27, // [27:27] is the sub-list for extension extendee
-	0,  // [0:27] is the sub-list for field type_name
+	38, // 7: levers9.agent.v1.HeartbeatRequest.inventory:type_name -> levers9.v1.Inventory
+	37, // 8: levers9.agent.v1.HeartbeatRequest.sent_at:type_name -> google.protobuf.Timestamp
+	39, // 9: levers9.agent.v1.HeartbeatRequest.egress_report:type_name -> levers9.v1.ReadinessReport
+	21, // 10: levers9.agent.v1.HeartbeatRequest.running:type_name -> levers9.agent.v1.RunningAttempt
+	21, // 11: levers9.agent.v1.HeartbeatResponse.stop:type_name -> levers9.agent.v1.RunningAttempt
+	37, // 12: levers9.agent.v1.RenewCertificateResponse.expires_at:type_name -> google.protobuf.Timestamp
+	36, // 13: levers9.agent.v1.TaskAttempt.timeout:type_name -> google.protobuf.Duration
+	40, // 14: levers9.agent.v1.TaskAttempt.security:type_name -> levers9.v1.SecuritySettings
+	20, // 15: levers9.agent.v1.TaskAttempt.registry_auth:type_name -> levers9.agent.v1.RegistryAuth
+	19, // 16: levers9.agent.v1.TaskAttempt.volumes:type_name -> levers9.agent.v1.VolumeMount
+	18, // 17: levers9.agent.v1.TaskAttempt.build:type_name -> levers9.agent.v1.BuildSpec
+	20, // 18: levers9.agent.v1.BuildSpec.push_auth:type_name -> levers9.agent.v1.RegistryAuth
+	17, // 19: levers9.agent.v1.RunTaskRequest.attempt:type_name -> levers9.agent.v1.TaskAttempt
+	21, // 20: levers9.agent.v1.ListTasksResponse.attempts:type_name -> levers9.agent.v1.RunningAttempt
+	41, // 21: levers9.agent.v1.AttemptUpdate.state:type_name -> levers9.v1.AttemptState
+	42, // 22: levers9.agent.v1.AttemptUpdate.reason:type_name -> levers9.v1.FailureReason
+	43, // 23: levers9.agent.v1.AttemptUpdate.applied_security:type_name -> levers9.v1.AppliedSecurity
+	37, // 24: levers9.agent.v1.AttemptRecord.time:type_name -> google.protobuf.Timestamp
+	44, // 25: levers9.agent.v1.AttemptRecord.log:type_name -> levers9.v1.LogLine
+	28, // 26: levers9.agent.v1.AttemptRecord.update:type_name -> levers9.agent.v1.AttemptUpdate
+	45, // 27: levers9.agent.v1.AttemptRecord.seccomp:type_name -> levers9.v1.SeccompLogged
+	29, // 28: levers9.agent.v1.ReportAttemptRequest.records:type_name -> levers9.agent.v1.AttemptRecord
+	11, // 29: levers9.agent.v1.Controlplane.Heartbeat:input_type -> levers9.agent.v1.HeartbeatRequest
+	13, // 30: levers9.agent.v1.Controlplane.RenewCertificate:input_type -> levers9.agent.v1.RenewCertificateRequest
+	30, // 31: levers9.agent.v1.Controlplane.ReportAttempt:input_type -> levers9.agent.v1.ReportAttemptRequest
+	32, // 32: levers9.agent.v1.Controlplane.ReportMetrics:input_type -> levers9.agent.v1.MetricsReportRequest
+	9,  // 33: levers9.agent.v1.Controlplane.WorkerGone:input_type -> levers9.agent.v1.WorkerGoneRequest
+	15, // 34: levers9.agent.v1.Agent.Ping:input_type -> levers9.agent.v1.PingRequest
+	22, // 35: levers9.agent.v1.Agent.RunTask:input_type -> levers9.agent.v1.RunTaskRequest
+	24, // 36: levers9.agent.v1.Agent.CancelTask:input_type -> levers9.agent.v1.CancelTaskRequest
+	26, // 37: levers9.agent.v1.Agent.ListTasks:input_type -> levers9.agent.v1.ListTasksRequest
+	2,  // 38: levers9.agent.v1.ClusterAgent.MakeWorker:input_type -> levers9.agent.v1.MakeWorkerRequest
+	4,  // 39: levers9.agent.v1.ClusterAgent.RemoveWorker:input_type -> levers9.agent.v1.RemoveWorkerRequest
+	6,  // 40: levers9.agent.v1.ClusterAgent.ListWorkers:input_type -> levers9.agent.v1.ListWorkersRequest
+	12, // 41: levers9.agent.v1.Controlplane.Heartbeat:output_type -> levers9.agent.v1.HeartbeatResponse
+	14, // 42: levers9.agent.v1.Controlplane.RenewCertificate:output_type -> levers9.agent.v1.RenewCertificateResponse
+	31, // 43: levers9.agent.v1.Controlplane.ReportAttempt:output_type -> levers9.agent.v1.ReportAttemptResponse
+	33, // 44: levers9.agent.v1.Controlplane.ReportMetrics:output_type -> levers9.agent.v1.MetricsReportResponse
+	10, // 45: levers9.agent.v1.Controlplane.WorkerGone:output_type -> levers9.agent.v1.WorkerGoneResponse
+	16, // 46: levers9.agent.v1.Agent.Ping:output_type -> levers9.agent.v1.PingResponse
+	23, // 47: levers9.agent.v1.Agent.RunTask:output_type -> levers9.agent.v1.RunTaskResponse
+	25, // 48: levers9.agent.v1.Agent.CancelTask:output_type -> levers9.agent.v1.CancelTaskResponse
+	27, // 49: levers9.agent.v1.Agent.ListTasks:output_type -> levers9.agent.v1.ListTasksResponse
+	3,  // 50: levers9.agent.v1.ClusterAgent.MakeWorker:output_type -> levers9.agent.v1.MakeWorkerResponse
+	5,  // 51: levers9.agent.v1.ClusterAgent.RemoveWorker:output_type -> levers9.agent.v1.RemoveWorkerResponse
+	8,  // 52: levers9.agent.v1.ClusterAgent.ListWorkers:output_type -> levers9.agent.v1.ListWorkersResponse
+	41, // [41:53] is the sub-list for method output_type
+	29, // [29:41] is the sub-list for method input_type
+	29, // [29:29] is the sub-list for extension type_name
+	29, // [29:29] is the sub-list for extension extendee
+	0,  // [0:29] is the sub-list for field type_name
 }
 
 func init() { file_api_levers9_agent_v1_agent_proto_init() }
@@ -2603,7 +2740,7 @@ func file_api_levers9_agent_v1_agent_proto_init() {
 	if File_api_levers9_agent_v1_agent_proto != nil {
 		return
 	}
-	file_api_levers9_agent_v1_agent_proto_msgTypes[28].OneofWrappers = []any{
+	file_api_levers9_agent_v1_agent_proto_msgTypes[29].OneofWrappers = []any{
 		(*AttemptRecord_Log)(nil),
 		(*AttemptRecord_Update)(nil),
 		(*AttemptRecord_Seccomp)(nil),
@@ -2614,7 +2751,7 @@ func file_api_levers9_agent_v1_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_levers9_agent_v1_agent_proto_rawDesc), len(file_api_levers9_agent_v1_agent_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   35,
+			NumMessages:   36,
 			NumExtensions: 0,
 			NumServices:   3,
 		},
