@@ -218,8 +218,10 @@ database:
 worker:
   # The demo image make up pushed; tasks that name no image run it.
   defaultImage: %s
+  # The stack's registry: image builds (levers9 image build) push there.
+  imageRegistry: 127.0.0.1:%d
 `, st.GRPCPort, st.RESTPort, st.TunnelPort, st.MetricsPort, p.file("tls/cert.pem"), p.file("tls/key.pem"), st.BootstrapSecret,
-		st.PostgresPort, st.PostgresPassword, st.EncryptionKey, st.RedisPort, st.RedisPassword, st.DemoImage)
+		st.PostgresPort, st.PostgresPassword, st.EncryptionKey, st.RedisPort, st.RedisPassword, st.DemoImage, st.RegistryPort)
 	if sw != nil {
 		yml += fmt.Sprintf(`volumes:
   # The local SeaweedFS make up runs (unless LEVERS9_VOLUMES=0).
