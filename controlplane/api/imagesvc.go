@@ -2,9 +2,6 @@ package api
 
 import (
 	"context"
-	"errors"
-	"fmt"
-	"io"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -111,39 +108,9 @@ func (s *ImageService) PutBlob(stream grpc.ClientStreamingServer[v1.PutBlobReque
 	if len(first.GetData()) > MaxFileChunk {
 		return status.Errorf(codes.InvalidArgument, "put blob: messages carry at most %d bytes", MaxFileChunk)
 	}
-	r := &blobReader{stream: stream, buf: first.GetData()}
+	r := &chunkReader[*v1.PutBlobRequest]{recv: stream.Recv, buf: first.GetData()}
 	if err := svc.PutBlob(ctx, ws, first.GetDigest(), first.GetSize(), r); err != nil {
-		if errors.Is(err, errBlobChunk) {
-			return status.Error(codes.InvalidArgument, err.Error())
-		}
 		return errdefs.ToGRPC(err)
 	}
 	return stream.SendAndClose(&v1.PutBlobResponse{Digest: first.GetDigest(), Size: first.GetSize()})
-}
-
-var errBlobChunk = fmt.Errorf("put blob: messages carry at most %d bytes", MaxFileChunk)
-
-// blobReader reads a PutBlob stream's data after its first message.
-type blobReader struct {
-	stream grpc.ClientStreamingServer[v1.PutBlobRequest, v1.PutBlobResponse]
-	buf    []byte
-}
-
-func (r *blobReader) Read(b []byte) (int, error) {
-	for len(r.buf) == 0 {
-		m, err := r.stream.Recv()
-		if err == io.EOF {
-			return 0, io.EOF
-		}
-		if err != nil {
-			return 0, err
-		}
-		if len(m.GetData()) > MaxFileChunk {
-			return 0, errBlobChunk
-		}
-		r.buf = m.GetData()
-	}
-	n := copy(b, r.buf)
-	r.buf = r.buf[n:]
-	return n, nil
 }

@@ -81,18 +81,19 @@ func (s *VolumeService) ListVolumeFiles(ctx context.Context, req *v1.ListVolumeF
 	return resp, nil
 }
 
-// putReader reads a PutVolumeFile stream's data, starting with the first
-// message's, which volumeFiles has already read.
-type putReader struct {
-	stream grpc.ClientStreamingServer[v1.PutVolumeFileRequest, v1.PutVolumeFileResponse]
-	buf    []byte
+// chunkReader reads the data of a client stream's messages as one byte
+// stream, starting with the first message's, which the handler has already
+// read (PutVolumeFile, PutBlob). A message of more than MaxFileChunk bytes
+// is InvalidArgument; io.EOF is the client's CloseSend.
+type chunkReader[M interface{ GetData() []byte }] struct {
+	recv func() (M, error)
+	buf  []byte
 }
 
-func (r *putReader) Read(b []byte) (int, error) {
+func (r *chunkReader[M]) Read(b []byte) (int, error) {
 	for len(r.buf) == 0 {
-		m, err := r.stream.Recv()
+		m, err := r.recv()
 		if err != nil {
-			// io.EOF is the client's CloseSend: the file is complete.
 			return 0, err
 		}
 		if len(m.GetData()) > MaxFileChunk {
@@ -127,7 +128,7 @@ func (s *VolumeService) PutVolumeFile(stream grpc.ClientStreamingServer[v1.PutVo
 	if v.QuotaBytes > 0 && first.GetSize() > v.QuotaBytes {
 		return fileErr(v, volumes.ErrFull)
 	}
-	info, err := f.PutFile(ctx, v, p, &putReader{stream: stream, buf: first.GetData()})
+	info, err := f.PutFile(ctx, v, p, &chunkReader[*v1.PutVolumeFileRequest]{recv: stream.Recv, buf: first.GetData()})
 	if err != nil {
 		return fileErr(v, fmt.Errorf("volume %s: %w", v.Name, err))
 	}
