@@ -60,15 +60,7 @@ func (s *Scheduler) attachBuild(ctx context.Context, t store.Task, ta *agentv1.T
 	}
 	ta.Build = &agentv1.BuildSpec{Recipe: img.Recipe, BaseDigest: img.BaseDigest, Start: int32(img.StartStep), Parent: img.Parent,
 		Repository: repo, BlobRepository: blobs, Hash: img.Hash}
-	if s.d.logins != nil {
-		host, _, _ := strings.Cut(repo, "/")
-		user, password, ok, err := s.d.logins.OpenRegistryLogin(ctx, t.WorkspaceID, host)
-		if err != nil {
-			return fmt.Errorf("open the workspace's login to registry %s: %w", host, err)
-		}
-		if ok {
-			ta.Build.PushAuth = &agentv1.RegistryAuth{Host: host, Username: user, Password: password}
-		}
-	}
-	return nil
+	host, _, _ := strings.Cut(repo, "/")
+	ta.Build.PushAuth, err = s.workspaceLogin(ctx, t.WorkspaceID, host)
+	return err
 }

@@ -35,20 +35,31 @@ func ImageRegistryHost(ref, defaultRegistry string) (string, error) {
 // attachRegistryAuth adds the task's workspace's login to the image's
 // registry to this push only; nothing is stored with the attempt.
 func (s *Scheduler) attachRegistryAuth(ctx context.Context, t store.Task, ta *agentv1.TaskAttempt) error {
-	if s.d.logins == nil {
-		return nil
-	}
 	host, err := ImageRegistryHost(ta.GetImage(), s.d.config.Worker.ImageRegistry)
 	if err != nil {
 		// The agent refuses the reference with its own words.
 		return nil
 	}
-	user, password, ok, err := s.d.logins.OpenRegistryLogin(ctx, t.WorkspaceID, host)
+	auth, err := s.workspaceLogin(ctx, t.WorkspaceID, host)
 	if err != nil {
-		return fmt.Errorf("open the workspace's login to registry %s: %w", host, err)
+		return err
 	}
-	if ok {
-		ta.RegistryAuth = &agentv1.RegistryAuth{Host: host, Username: user, Password: password}
-	}
+	ta.RegistryAuth = auth
 	return nil
+}
+
+// workspaceLogin opens a workspace's login to a registry host for one push;
+// nil when it has none (or the scheduler has no logins).
+func (s *Scheduler) workspaceLogin(ctx context.Context, wsID, host string) (*agentv1.RegistryAuth, error) {
+	if s.d.logins == nil {
+		return nil, nil
+	}
+	user, password, ok, err := s.d.logins.OpenRegistryLogin(ctx, wsID, host)
+	if err != nil {
+		return nil, fmt.Errorf("open the workspace's login to registry %s: %w", host, err)
+	}
+	if !ok {
+		return nil, nil
+	}
+	return &agentv1.RegistryAuth{Host: host, Username: user, Password: password}, nil
 }
