@@ -128,7 +128,7 @@ func (b *imageBuild) run(ctx context.Context) (taskrun.Result, error) {
 		if cur, err = layer.Append(cur, []layer.AppendStep{add}); err != nil {
 			return taskrun.Result{}, fmt.Errorf("step %d/%d: %w", i+1, len(steps), err)
 		}
-		if err := remote.Write(b.repo.Tag("step-"+strings.TrimPrefix(keys[i], "sha256:")), cur, b.opts...); err != nil {
+		if err := remote.Write(b.repo.Tag(recipe.StepTag(keys[i])), cur, b.opts...); err != nil {
 			return taskrun.Result{}, fmt.Errorf("step %d/%d: push to %s: %w", i+1, len(steps), b.repo, err)
 		}
 	}
@@ -136,7 +136,7 @@ func (b *imageBuild) run(ctx context.Context) (taskrun.Result, error) {
 	if cur, err = layer.Append(cur, []layer.AppendStep{{Config: final, CreatedBy: "CONFIG"}}); err != nil {
 		return taskrun.Result{}, fmt.Errorf("image config: %w", err)
 	}
-	if err := remote.Write(b.repo.Tag(strings.TrimPrefix(b.spec.GetHash(), "sha256:")), cur, b.opts...); err != nil {
+	if err := remote.Write(b.repo.Tag(recipe.ImageTag(b.spec.GetHash())), cur, b.opts...); err != nil {
 		return taskrun.Result{}, fmt.Errorf("push the image to %s: %w", b.repo, err)
 	}
 	d, err := cur.Digest()

@@ -145,7 +145,7 @@ func (s *Service) Build(ctx context.Context, wsID string, data []byte, force boo
 }
 
 func buildKey(hash string, gen int) string {
-	return fmt.Sprintf("%s%s.%d", tasks.BuildKeyPrefix, strings.TrimPrefix(hash, "sha256:"), gen)
+	return fmt.Sprintf("%s%s.%d", tasks.BuildKeyPrefix, recipe.ImageTag(hash), gen)
 }
 
 // taskSpec is the task that runs a build: on the build pool, as root (a
@@ -317,7 +317,7 @@ func (s *Service) pushed(ctx context.Context, img store.Image) (store.ImageEnd, 
 		return store.ImageEnd{}, err
 	}
 	opts := []remote.Option{remote.WithContext(ctx), remote.WithAuth(s.auth(ctx, img.WorkspaceID, repo.RegistryStr()))}
-	desc, err := remote.Get(repo.Tag(strings.TrimPrefix(img.Hash, "sha256:")), opts...)
+	desc, err := remote.Get(repo.Tag(recipe.ImageTag(img.Hash)), opts...)
 	if err != nil {
 		return store.ImageEnd{}, err
 	}
@@ -342,15 +342,12 @@ func (s *Service) pushed(ctx context.Context, img store.Image) (store.ImageEnd, 
 	for _, k := range keys[min(img.StartStep, len(keys)):] {
 		// A step the build did not push (config-only steps still are)
 		// is simply not cached.
-		if d, err := remote.Head(repo.Tag(stepTag(k)), opts...); err == nil {
+		if d, err := remote.Head(repo.Tag(recipe.StepTag(k)), opts...); err == nil {
 			end.Steps[k] = d.Digest.String()
 		}
 	}
 	return end, nil
 }
-
-// stepTag is the tag of the image after the step with key k.
-func stepTag(k string) string { return "step-" + strings.TrimPrefix(k, "sha256:") }
 
 func (s *Service) pb(img store.Image) *v1.Image {
 	out := &v1.Image{Hash: img.Hash, WorkspaceId: img.WorkspaceID, State: statePB[img.State], Ref: img.Ref, Digest: img.Digest,

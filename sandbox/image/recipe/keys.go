@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"strings"
 )
 
 // keySeedPrefix versions the key derivation. Change it whenever the
@@ -108,3 +109,11 @@ func Hash(r *Recipe, baseDigest string) (string, error) {
 }
 
 func digestString(sum [32]byte) string { return "sha256:" + hex.EncodeToString(sum[:]) }
+
+// StepTag is the registry tag of the image after the step with key k: a
+// build pushes every step's image under it, and the controlplane reads it
+// back to cache the step.
+func StepTag(k string) string { return "step-" + strings.TrimPrefix(k, "sha256:") }
+
+// ImageTag is the registry tag of a recipe's image, by its Hash.
+func ImageTag(hash string) string { return strings.TrimPrefix(hash, "sha256:") }

@@ -200,3 +200,28 @@ const (
 	frozenKey0 = "sha256:ab088d34da37d5be21325dd95f66186ed81cfaf813244894771586c83bdfb04b"
 	frozenHash = "sha256:5db5430990b7cc022ec860eded475c32b7fb7fe6b56ffab21c501d81df321859"
 )
+
+// TestTags: the tags are valid registry tags (at most 128 of
+// [A-Za-z0-9_.-]) for every key and hash, and a step's tag differs from an
+// image's even for equal hex.
+func TestTags(t *testing.T) {
+	r := &Recipe{Base: "debian:bookworm-slim", Steps: []Step{{Run: "true"}}}
+	const base = "sha256:0000000000000000000000000000000000000000000000000000000000000001"
+	keys, err := StepKeys(r, base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hash, err := Hash(r, base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tagRE := regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$`)
+	for _, tag := range []string{StepTag(keys[0]), ImageTag(hash)} {
+		if !tagRE.MatchString(tag) {
+			t.Errorf("%q is not a registry tag", tag)
+		}
+	}
+	if StepTag(hash) == ImageTag(hash) {
+		t.Error("a step's tag equals an image's")
+	}
+}
