@@ -180,10 +180,7 @@ func (a *app) buildImage(file string, force bool, logs io.Writer) (*v1.Image, er
 	}
 	sigs, stop := a.notify()
 	defer stop()
-	saved := a.io.Out
-	a.io.Out = logs
-	err = a.followToEnd(s, c, img.TaskId, sigs, true, false)
-	a.io.Out = saved
+	err = a.followToEnd(s, c, img.TaskId, logs, sigs, true, false)
 	final, gerr := c.Image(ctx, img.Hash)
 	if gerr != nil {
 		return nil, a.explain(s, gerr)

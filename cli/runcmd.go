@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -158,14 +159,14 @@ func (a *app) run(detach bool, opts []sdk.FunctionOption, args []string) error {
 	if isTerminal(a.io.Err) {
 		fmt.Fprintf(a.io.Err, "\x1b[2m--- task %s (%s)\x1b[0m\n", task.GetId(), sdk.StateName(task.GetState()))
 	}
-	return a.followToEnd(s, c, task.GetId(), sigs, true, early.Load())
+	return a.followToEnd(s, c, task.GetId(), a.io.Out, sigs, true, early.Load())
 }
 
-// followToEnd streams a task to its end and exits with its result. With
+// followToEnd streams a task to its end (its stdout to out) and exits with its result. With
 // cancelOnInterrupt the first interrupt cancels the task and the second
 // detaches; without, the first detaches (the task keeps running).
 // interrupted says an interrupt already came.
-func (a *app) followToEnd(s *session, c *sdk.Client, id string, sigs <-chan os.Signal, cancelOnInterrupt, interrupted bool) error {
+func (a *app) followToEnd(s *session, c *sdk.Client, id string, out io.Writer, sigs <-chan os.Signal, cancelOnInterrupt, interrupted bool) error {
 	fctx, stopFollow := context.WithCancel(context.Background())
 	defer stopFollow()
 	var (
@@ -210,7 +211,7 @@ func (a *app) followToEnd(s *session, c *sdk.Client, id string, sigs <-chan os.S
 			return
 		}
 	}()
-	p := newStreamPrinter(a.io.Out, errw, isTerminal(a.io.Err))
+	p := newStreamPrinter(out, errw, isTerminal(a.io.Err))
 	err := c.Follow(fctx, id, "", p.event)
 	stopFollow()
 	wg.Wait()

@@ -126,7 +126,7 @@ the task running (cancel it with levers9 task cancel ID).`,
 			if follow {
 				sigs, stop := a.notify()
 				defer stop()
-				return a.followToEnd(s, c, args[0], sigs, false, false)
+				return a.followToEnd(s, c, args[0], a.io.Out, sigs, false, false)
 			}
 			return a.logsSoFar(s, c, args[0])
 		},
