@@ -3,8 +3,10 @@ package agent
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -149,18 +151,18 @@ func (b *imageBuild) run(ctx context.Context) (taskrun.Result, error) {
 
 // runStep runs one run step in the Runner over cur and returns its layer.
 func (b *imageBuild) runStep(ctx context.Context, cur gv1.Image, i int, cmd, tarPath string) (gv1.Layer, taskrun.Result, error) {
-	d, err := cur.Digest()
-	if err != nil {
-		return nil, taskrun.Result{}, err
-	}
 	t := b.task
 	t.ID = fmt.Sprintf("%s-s%d", b.task.ID, i)
 	// The Runner pulls the image so far: the parent where the build
 	// starts, else the image the previous step pushed (under its step tag,
 	// so by digest too).
-	t.Image = b.repo.Digest(d.String()).String()
-	if i == int(b.spec.GetStart()) {
-		t.Image = b.spec.GetParent()
+	t.Image = b.spec.GetParent()
+	if i > int(b.spec.GetStart()) {
+		d, err := cur.Digest()
+		if err != nil {
+			return nil, taskrun.Result{}, err
+		}
+		t.Image = b.repo.Digest(d.String()).String()
 	}
 	t.Args, t.User, t.Cwd = []string{"/bin/sh", "-c", cmd}, "0", ""
 	t.Volumes, t.SecretEnv, t.Env = nil, nil, nil
@@ -243,11 +245,7 @@ func describeStep(st recipe.Step) string {
 	case st.Copy != nil:
 		return "copy " + st.Copy.Src + " to " + st.Copy.Dst
 	case len(st.Env) > 0:
-		keys := make([]string, 0, len(st.Env))
-		for k := range st.Env {
-			keys = append(keys, k)
-		}
-		return "env " + strings.Join(keys, " ")
+		return "env " + strings.Join(slices.Sorted(maps.Keys(st.Env)), " ")
 	case st.Workdir != "":
 		return "workdir " + st.Workdir
 	}
