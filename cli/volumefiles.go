@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc"
 
 	v1 "github.com/levers9/levers9/api/levers9/v1"
+	"github.com/levers9/levers9/internal/chunks"
 	"github.com/levers9/levers9/volumes"
 )
 
@@ -132,31 +133,16 @@ volume past its quota is refused.`,
 				if err != nil {
 					return err
 				}
-				first := &v1.PutVolumeFileRequest{Name: name, Path: target, Size: size}
-				buf := make([]byte, fileChunk)
-				for {
-					n, rerr := io.ReadFull(in, buf)
-					if n > 0 || first != nil {
-						m := first
-						if m == nil {
-							m = &v1.PutVolumeFileRequest{}
-						}
-						first = nil
-						m.Data = buf[:n]
-						if err := st.Send(m); err != nil {
-							// The server ended the call (a refusal, the quota):
-							// CloseAndRecv has its status.
-							break
-						}
+				// Ending the context on a read error aborts the upload, which
+				// the server then removes.
+				if err := chunks.Send(in, fileChunk, func(data []byte, first bool) error {
+					m := &v1.PutVolumeFileRequest{Data: data}
+					if first {
+						m.Name, m.Path, m.Size = name, target, size
 					}
-					if errors.Is(rerr, io.EOF) || errors.Is(rerr, io.ErrUnexpectedEOF) {
-						break
-					}
-					if rerr != nil {
-						// Ending the context aborts the upload, which the
-						// server then removes.
-						return fmt.Errorf("put: reading %s: %w", local, rerr)
-					}
+					return st.Send(m)
+				}); err != nil {
+					return fmt.Errorf("put: reading %s: %w", local, err)
 				}
 				resp, err = st.CloseAndRecv()
 				return err

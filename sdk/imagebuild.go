@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 
 	v1 "github.com/levers9/levers9/api/levers9/v1"
+	"github.com/levers9/levers9/internal/chunks"
 	"github.com/levers9/levers9/sandbox/image/recipe"
 )
 
@@ -103,26 +104,14 @@ func (c *Client) uploadSource(ctx context.Context, images v1.ImageServiceClient,
 	if err != nil {
 		return "", c.apiErr("upload "+src, err)
 	}
-	buf := make([]byte, blobChunk)
-	first := true
-	for {
-		n, rerr := io.ReadFull(f, buf)
-		if n > 0 || first {
-			m := &v1.PutBlobRequest{Data: buf[:n]}
-			if first {
-				m.Digest, m.Size = digest, size
-				first = false
-			}
-			if err := stream.Send(m); err != nil {
-				break // CloseAndRecv says why
-			}
+	if err := chunks.Send(f, blobChunk, func(data []byte, first bool) error {
+		m := &v1.PutBlobRequest{Data: data}
+		if first {
+			m.Digest, m.Size = digest, size
 		}
-		if rerr == io.EOF || rerr == io.ErrUnexpectedEOF {
-			break
-		}
-		if rerr != nil {
-			return "", fmt.Errorf("read %s: %w", f.Name(), rerr)
-		}
+		return stream.Send(m)
+	}); err != nil {
+		return "", fmt.Errorf("read %s: %w", f.Name(), err)
 	}
 	if _, err := stream.CloseAndRecv(); err != nil {
 		return "", c.apiErr("upload "+src, err)
