@@ -1,7 +1,6 @@
 package layer
 
 import (
-	"bytes"
 	"compress/gzip"
 	"fmt"
 	"io"
@@ -33,16 +32,6 @@ func Layer(tarPath string) (v1.Layer, error) {
 		tarball.WithCompressionLevel(GzipLevel), tarball.WithCompressedCaching)
 	if err != nil {
 		return nil, fmt.Errorf("layer %s: %w", tarPath, err)
-	}
-	return l, nil
-}
-
-// LayerFromBytes is Layer for a tar held in memory (b must not change).
-func LayerFromBytes(b []byte) (v1.Layer, error) {
-	l, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(b)), nil },
-		tarball.WithCompressionLevel(GzipLevel), tarball.WithCompressedCaching)
-	if err != nil {
-		return nil, fmt.Errorf("layer from %d bytes: %w", len(b), err)
 	}
 	return l, nil
 }
