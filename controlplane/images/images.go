@@ -2,6 +2,7 @@ package images
 
 import (
 	"context"
+	"crypto/rand"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -119,7 +120,11 @@ func (s *Service) Build(ctx context.Context, wsID string, data []byte, force boo
 	}
 	want := store.Image{WorkspaceID: wsID, Hash: hash, Recipe: canonical, Base: base, BaseDigest: baseDigest,
 		Steps: len(keys), StartStep: deepest + 1, Parent: parent}
-	img, dec, err := s.d.Store.BeginImageBuild(ctx, want, force, func(gen int) string { return buildKey(hash, gen) })
+	nonce := make([]byte, 6)
+	if _, err := rand.Read(nonce); err != nil {
+		return Result{}, fmt.Errorf("build image: %w", err)
+	}
+	img, dec, err := s.d.Store.BeginImageBuild(ctx, want, force, func(gen int) string { return buildKey(hash, gen, nonce) })
 	if err != nil {
 		return Result{}, err
 	}
@@ -144,8 +149,12 @@ func (s *Service) Build(ctx context.Context, wsID string, data []byte, force boo
 	return Result{Image: s.pb(img), Joined: dec == store.BuildJoined}, nil
 }
 
-func buildKey(hash string, gen int) string {
-	return fmt.Sprintf("%s%s.%d", tasks.BuildKeyPrefix, recipe.ImageTag(hash), gen)
+// buildKey is the idempotency key of a build generation's task. The nonce
+// matters once an image was deleted: its next build is generation 1 again,
+// and the generation alone would name the deleted image's old task, which
+// the build would then follow instead of running.
+func buildKey(hash string, gen int, nonce []byte) string {
+	return fmt.Sprintf("%s%s.%d.%x", tasks.BuildKeyPrefix, recipe.ImageTag(hash), gen, nonce)
 }
 
 // taskSpec is the task that runs a build: on the build pool, as root (a

@@ -7,8 +7,10 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/levers9/levers9/controlplane/config"
+	"github.com/levers9/levers9/controlplane/controlplanetest"
 )
 
 // TestImageBuild builds images from recipes on the real stack (two
@@ -16,8 +18,8 @@ import (
 // gives an image a task runs with the files and environment; building it
 // again is a cache hit (same reference, no new task); a changed last step
 // rebuilds only that step; a failing step fails the build with its output;
-// two builds of one recipe at once build once; and a clean rebuild gives
-// the same digest.
+// two builds of one recipe at once build once; and a clean rebuild on the
+// other machine gives the same digest.
 func TestImageBuild(t *testing.T) {
 	w := setupTaskWorldWith(t, func(c *config.Config, w *taskWorld) {
 		c.Worker.ImageRegistry = w.registry
@@ -148,7 +150,8 @@ func TestImageBuild(t *testing.T) {
 		}
 	})
 
-	t.Run("a clean rebuild gives the same digest", func(t *testing.T) {
+	t.Run("a clean build on the other machine gives the same digest", func(t *testing.T) {
+		builder := w.buildMachine(t, errOut)
 		m := regexp.MustCompile(`images@sha256:([0-9a-f]{12})`).FindStringSubmatch(ref)
 		list, _, _ := w.cli(t, "image", "list")
 		hash := ""
@@ -163,10 +166,49 @@ func TestImageBuild(t *testing.T) {
 		if out, errOut, err := w.cli(t, "image", "delete", hash); err != nil {
 			t.Fatalf("image delete: %v\n%s\n%s", err, out, errOut)
 		}
+		// The machine that built it first is away, so the other one
+		// builds every step again from the base.
+		w.kill(t, builder)
+		defer func() {
+			w.startAgent(t, w.runs[builder])
+			w.waitMachine(t, builder, "MACHINE_STATE_ONLINE")
+		}()
+		w.waitMachine(t, builder, "MACHINE_STATE_OFFLINE")
 		again, out, errOut := build(t, first)
-		if again != ref || !strings.Contains(errOut, "(0 of 4 steps cached)") {
-			t.Fatalf("clean rebuild: %s, first %s\n%s\n%s", again, ref, out, errOut)
+		if other := w.buildMachine(t, errOut); other == builder {
+			t.Fatalf("the rebuild ran on %s again: %+v\n%s", builder, w.machines(t), errOut)
 		}
+		if again != ref || !strings.Contains(errOut, "(0 of 4 steps cached)") {
+			t.Fatalf("clean rebuild on the other machine: %s, first %s\n%s\n%s", again, ref, out, errOut)
+		}
+	})
+}
+
+// buildMachine is the machine that ran the build whose `image build`
+// stderr is errOut.
+func (w *taskWorld) buildMachine(t *testing.T, errOut string) string {
+	t.Helper()
+	m := regexp.MustCompile(`in task (t_[a-z2-7]+)`).FindStringSubmatch(errOut)
+	if m == nil {
+		t.Fatalf("image build named no task:\n%s", errOut)
+	}
+	atts := w.showAttempts(t, m[1])
+	if len(atts) == 0 {
+		t.Fatalf("build task %s has no attempts", m[1])
+	}
+	return atts[len(atts)-1].MachineID
+}
+
+// waitMachine waits for a machine to reach a state.
+func (w *taskWorld) waitMachine(t *testing.T, id, state string) {
+	t.Helper()
+	controlplanetest.Eventually(t, 60*time.Second, id+" "+state, func() bool {
+		for _, m := range w.machines(t) {
+			if m.ID == id {
+				return m.State == state
+			}
+		}
+		return false
 	})
 }
 
