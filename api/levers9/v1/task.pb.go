@@ -281,6 +281,121 @@ func (LogStream) EnumDescriptor() ([]byte, []int) {
 	return file_api_levers9_v1_task_proto_rawDescGZIP(), []int{3}
 }
 
+type GetTaskResultRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetTaskResultRequest) Reset() {
+	*x = GetTaskResultRequest{}
+	mi := &file_api_levers9_v1_task_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetTaskResultRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetTaskResultRequest) ProtoMessage() {}
+
+func (x *GetTaskResultRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_levers9_v1_task_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetTaskResultRequest.ProtoReflect.Descriptor instead.
+func (*GetTaskResultRequest) Descriptor() ([]byte, []int) {
+	return file_api_levers9_v1_task_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *GetTaskResultRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+type GetTaskResultResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The attempt the result came from (a retried task's last one).
+	Attempt int32  `protobuf:"varint,1,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	Present bool   `protobuf:"varint,2,opt,name=present,proto3" json:"present,omitempty"`
+	Result  []byte `protobuf:"bytes,3,opt,name=result,proto3" json:"result,omitempty"`
+	// Set when the attempt wrote a result the agent could not send (larger
+	// than the limit): present is false and this says why.
+	Error         string `protobuf:"bytes,4,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetTaskResultResponse) Reset() {
+	*x = GetTaskResultResponse{}
+	mi := &file_api_levers9_v1_task_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetTaskResultResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetTaskResultResponse) ProtoMessage() {}
+
+func (x *GetTaskResultResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_levers9_v1_task_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetTaskResultResponse.ProtoReflect.Descriptor instead.
+func (*GetTaskResultResponse) Descriptor() ([]byte, []int) {
+	return file_api_levers9_v1_task_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *GetTaskResultResponse) GetAttempt() int32 {
+	if x != nil {
+		return x.Attempt
+	}
+	return 0
+}
+
+func (x *GetTaskResultResponse) GetPresent() bool {
+	if x != nil {
+		return x.Present
+	}
+	return false
+}
+
+func (x *GetTaskResultResponse) GetResult() []byte {
+	if x != nil {
+		return x.Result
+	}
+	return nil
+}
+
+func (x *GetTaskResultResponse) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
 type TaskSpec struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Image reference; empty uses the controlplane's worker.defaultImage. A
@@ -313,14 +428,19 @@ type TaskSpec struct {
 	Secrets []string `protobuf:"bytes,60,rep,name=secrets,proto3" json:"secrets,omitempty"`
 	// Volumes of the workspace (levers9 volume create) mounted into the
 	// container; only the references are stored with the task.
-	Volumes       []*VolumeRef `protobuf:"bytes,61,rep,name=volumes,proto3" json:"volumes,omitempty"`
+	Volumes []*VolumeRef `protobuf:"bytes,61,rep,name=volumes,proto3" json:"volumes,omitempty"`
+	// Bytes handed to the container as the file /run/levers9/io/input
+	// (read-only), at most 1 MiB: the Python SDK's pickled call. The
+	// container may write its result to /run/levers9/io/result (at most
+	// 8 MiB); GetTaskResult returns it. Neither needs the container's network.
+	Input         []byte `protobuf:"bytes,62,opt,name=input,proto3" json:"input,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *TaskSpec) Reset() {
 	*x = TaskSpec{}
-	mi := &file_api_levers9_v1_task_proto_msgTypes[0]
+	mi := &file_api_levers9_v1_task_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -332,7 +452,7 @@ func (x *TaskSpec) String() string {
 func (*TaskSpec) ProtoMessage() {}
 
 func (x *TaskSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_api_levers9_v1_task_proto_msgTypes[0]
+	mi := &file_api_levers9_v1_task_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -345,7 +465,7 @@ func (x *TaskSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskSpec.ProtoReflect.Descriptor instead.
 func (*TaskSpec) Descriptor() ([]byte, []int) {
-	return file_api_levers9_v1_task_proto_rawDescGZIP(), []int{0}
+	return file_api_levers9_v1_task_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *TaskSpec) GetImage() string {
@@ -446,6 +566,13 @@ func (x *TaskSpec) GetVolumes() []*VolumeRef {
 	return nil
 }
 
+func (x *TaskSpec) GetInput() []byte {
+	if x != nil {
+		return x.Input
+	}
+	return nil
+}
+
 // VolumeRef mounts a volume at path in the container (never on or under
 // /proc, /sys, /dev, /etc or "/").
 type VolumeRef struct {
@@ -459,7 +586,7 @@ type VolumeRef struct {
 
 func (x *VolumeRef) Reset() {
 	*x = VolumeRef{}
-	mi := &file_api_levers9_v1_task_proto_msgTypes[1]
+	mi := &file_api_levers9_v1_task_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -471,7 +598,7 @@ func (x *VolumeRef) String() string {
 func (*VolumeRef) ProtoMessage() {}
 
 func (x *VolumeRef) ProtoReflect() protoreflect.Message {
-	mi := &file_api_levers9_v1_task_proto_msgTypes[1]
+	mi := &file_api_levers9_v1_task_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -484,7 +611,7 @@ func (x *VolumeRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeRef.ProtoReflect.Descriptor instead.
 func (*VolumeRef) Descriptor() ([]byte, []int) {
-	return file_api_levers9_v1_task_proto_rawDescGZIP(), []int{1}
+	return file_api_levers9_v1_task_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *VolumeRef) GetName() string {
@@ -539,7 +666,7 @@ type Attempt struct {
 
 func (x *Attempt) Reset() {
 	*x = Attempt{}
-	mi := &file_api_levers9_v1_task_proto_msgTypes[2]
+	mi := &file_api_levers9_v1_task_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -551,7 +678,7 @@ func (x *Attempt) String() string {
 func (*Attempt) ProtoMessage() {}
 
 func (x *Attempt) ProtoReflect() protoreflect.Message {
-	mi := &file_api_levers9_v1_task_proto_msgTypes[2]
+	mi := &file_api_levers9_v1_task_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -564,7 +691,7 @@ func (x *Attempt) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Attempt.ProtoReflect.Descriptor instead.
 func (*Attempt) Descriptor() ([]byte, []int) {
-	return file_api_levers9_v1_task_proto_rawDescGZIP(), []int{2}
+	return file_api_levers9_v1_task_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *Attempt) GetNumber() int32 {
@@ -698,7 +825,7 @@ type AppliedSecurity struct {
 
 func (x *AppliedSecurity) Reset() {
 	*x = AppliedSecurity{}
-	mi := &file_api_levers9_v1_task_proto_msgTypes[3]
+	mi := &file_api_levers9_v1_task_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -710,7 +837,7 @@ func (x *AppliedSecurity) String() string {
 func (*AppliedSecurity) ProtoMessage() {}
 
 func (x *AppliedSecurity) ProtoReflect() protoreflect.Message {
-	mi := &file_api_levers9_v1_task_proto_msgTypes[3]
+	mi := &file_api_levers9_v1_task_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -723,7 +850,7 @@ func (x *AppliedSecurity) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AppliedSecurity.ProtoReflect.Descriptor instead.
 func (*AppliedSecurity) Descriptor() ([]byte, []int) {
-	return file_api_levers9_v1_task_proto_rawDescGZIP(), []int{3}
+	return file_api_levers9_v1_task_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *AppliedSecurity) GetRuntime() string {
@@ -857,7 +984,7 @@ type Task struct {
 
 func (x *Task) Reset() {
 	*x = Task{}
-	mi := &file_api_levers9_v1_task_proto_msgTypes[4]
+	mi := &file_api_levers9_v1_task_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -869,7 +996,7 @@ func (x *Task) String() string {
 func (*Task) ProtoMessage() {}
 
 func (x *Task) ProtoReflect() protoreflect.Message {
-	mi := &file_api_levers9_v1_task_proto_msgTypes[4]
+	mi := &file_api_levers9_v1_task_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -882,7 +1009,7 @@ func (x *Task) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Task.ProtoReflect.Descriptor instead.
 func (*Task) Descriptor() ([]byte, []int) {
-	return file_api_levers9_v1_task_proto_rawDescGZIP(), []int{4}
+	return file_api_levers9_v1_task_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Task) GetId() string {
@@ -977,7 +1104,7 @@ type MountFinding struct {
 
 func (x *MountFinding) Reset() {
 	*x = MountFinding{}
-	mi := &file_api_levers9_v1_task_proto_msgTypes[5]
+	mi := &file_api_levers9_v1_task_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -989,7 +1116,7 @@ func (x *MountFinding) String() string {
 func (*MountFinding) ProtoMessage() {}
 
 func (x *MountFinding) ProtoReflect() protoreflect.Message {
-	mi := &file_api_levers9_v1_task_proto_msgTypes[5]
+	mi := &file_api_levers9_v1_task_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1002,7 +1129,7 @@ func (x *MountFinding) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MountFinding.ProtoReflect.Descriptor instead.
 func (*MountFinding) Descriptor() ([]byte, []int) {
-	return file_api_levers9_v1_task_proto_rawDescGZIP(), []int{5}
+	return file_api_levers9_v1_task_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *MountFinding) GetVolume() string {
@@ -1036,7 +1163,7 @@ type MountsLogged struct {
 
 func (x *MountsLogged) Reset() {
 	*x = MountsLogged{}
-	mi := &file_api_levers9_v1_task_proto_msgTypes[6]
+	mi := &file_api_levers9_v1_task_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1048,7 +1175,7 @@ func (x *MountsLogged) String() string {
 func (*MountsLogged) ProtoMessage() {}
 
 func (x *MountsLogged) ProtoReflect() protoreflect.Message {
-	mi := &file_api_levers9_v1_task_proto_msgTypes[6]
+	mi := &file_api_levers9_v1_task_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1061,7 +1188,7 @@ func (x *MountsLogged) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MountsLogged.ProtoReflect.Descriptor instead.
 func (*MountsLogged) Descriptor() ([]byte, []int) {
-	return file_api_levers9_v1_task_proto_rawDescGZIP(), []int{6}
+	return file_api_levers9_v1_task_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *MountsLogged) GetFindings() []*MountFinding {
@@ -1082,7 +1209,7 @@ type SubmitTaskRequest struct {
 
 func (x *SubmitTaskRequest) Reset() {
 	*x = SubmitTaskRequest{}
-	mi := &file_api_levers9_v1_task_proto_msgTypes[7]
+	mi := &file_api_levers9_v1_task_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1094,7 +1221,7 @@ func (x *SubmitTaskRequest) String() string {
 func (*SubmitTaskRequest) ProtoMessage() {}
 
 func (x *SubmitTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_levers9_v1_task_proto_msgTypes[7]
+	mi := &file_api_levers9_v1_task_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1107,7 +1234,7 @@ func (x *SubmitTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitTaskRequest.ProtoReflect.Descriptor instead.
 func (*SubmitTaskRequest) Descriptor() ([]byte, []int) {
-	return file_api_levers9_v1_task_proto_rawDescGZIP(), []int{7}
+	return file_api_levers9_v1_task_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *SubmitTaskRequest) GetSpec() *TaskSpec {
@@ -1135,7 +1262,7 @@ type SubmitTaskResponse struct {
 
 func (x *SubmitTaskResponse) Reset() {
 	*x = SubmitTaskResponse{}
-	mi := &file_api_levers9_v1_task_proto_msgTypes[8]
+	mi := &file_api_levers9_v1_task_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1147,7 +1274,7 @@ func (x *SubmitTaskResponse) String() string {
 func (*SubmitTaskResponse) ProtoMessage() {}
 
 func (x *SubmitTaskResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_levers9_v1_task_proto_msgTypes[8]
+	mi := &file_api_levers9_v1_task_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1160,7 +1287,7 @@ func (x *SubmitTaskResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitTaskResponse.ProtoReflect.Descriptor instead.
 func (*SubmitTaskResponse) Descriptor() ([]byte, []int) {
-	return file_api_levers9_v1_task_proto_rawDescGZIP(), []int{8}
+	return file_api_levers9_v1_task_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *SubmitTaskResponse) GetTask() *Task {
@@ -1186,7 +1313,7 @@ type GetTaskRequest struct {
 
 func (x *GetTaskRequest) Reset() {
 	*x = GetTaskRequest{}
-	mi := &file_api_levers9_v1_task_proto_msgTypes[9]
+	mi := &file_api_levers9_v1_task_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1198,7 +1325,7 @@ func (x *GetTaskRequest) String() string {
 func (*GetTaskRequest) ProtoMessage() {}
 
 func (x *GetTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_levers9_v1_task_proto_msgTypes[9]
+	mi := &file_api_levers9_v1_task_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1211,7 +1338,7 @@ func (x *GetTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTaskRequest.ProtoReflect.Descriptor instead.
 func (*GetTaskRequest) Descriptor() ([]byte, []int) {
-	return file_api_levers9_v1_task_proto_rawDescGZIP(), []int{9}
+	return file_api_levers9_v1_task_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *GetTaskRequest) GetId() string {
@@ -1230,7 +1357,7 @@ type GetTaskResponse struct {
 
 func (x *GetTaskResponse) Reset() {
 	*x = GetTaskResponse{}
-	mi := &file_api_levers9_v1_task_proto_msgTypes[10]
+	mi := &file_api_levers9_v1_task_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1242,7 +1369,7 @@ func (x *GetTaskResponse) String() string {
 func (*GetTaskResponse) ProtoMessage() {}
 
 func (x *GetTaskResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_levers9_v1_task_proto_msgTypes[10]
+	mi := &file_api_levers9_v1_task_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1255,7 +1382,7 @@ func (x *GetTaskResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTaskResponse.ProtoReflect.Descriptor instead.
 func (*GetTaskResponse) Descriptor() ([]byte, []int) {
-	return file_api_levers9_v1_task_proto_rawDescGZIP(), []int{10}
+	return file_api_levers9_v1_task_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *GetTaskResponse) GetTask() *Task {
@@ -1278,7 +1405,7 @@ type ListTasksRequest struct {
 
 func (x *ListTasksRequest) Reset() {
 	*x = ListTasksRequest{}
-	mi := &file_api_levers9_v1_task_proto_msgTypes[11]
+	mi := &file_api_levers9_v1_task_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1290,7 +1417,7 @@ func (x *ListTasksRequest) String() string {
 func (*ListTasksRequest) ProtoMessage() {}
 
 func (x *ListTasksRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_levers9_v1_task_proto_msgTypes[11]
+	mi := &file_api_levers9_v1_task_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1303,7 +1430,7 @@ func (x *ListTasksRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTasksRequest.ProtoReflect.Descriptor instead.
 func (*ListTasksRequest) Descriptor() ([]byte, []int) {
-	return file_api_levers9_v1_task_proto_rawDescGZIP(), []int{11}
+	return file_api_levers9_v1_task_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ListTasksRequest) GetPageSize() int32 {
@@ -1337,7 +1464,7 @@ type ListTasksResponse struct {
 
 func (x *ListTasksResponse) Reset() {
 	*x = ListTasksResponse{}
-	mi := &file_api_levers9_v1_task_proto_msgTypes[12]
+	mi := &file_api_levers9_v1_task_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1349,7 +1476,7 @@ func (x *ListTasksResponse) String() string {
 func (*ListTasksResponse) ProtoMessage() {}
 
 func (x *ListTasksResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_levers9_v1_task_proto_msgTypes[12]
+	mi := &file_api_levers9_v1_task_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1362,7 +1489,7 @@ func (x *ListTasksResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTasksResponse.ProtoReflect.Descriptor instead.
 func (*ListTasksResponse) Descriptor() ([]byte, []int) {
-	return file_api_levers9_v1_task_proto_rawDescGZIP(), []int{12}
+	return file_api_levers9_v1_task_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ListTasksResponse) GetTasks() []*Task {
@@ -1388,7 +1515,7 @@ type CancelTaskRequest struct {
 
 func (x *CancelTaskRequest) Reset() {
 	*x = CancelTaskRequest{}
-	mi := &file_api_levers9_v1_task_proto_msgTypes[13]
+	mi := &file_api_levers9_v1_task_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1400,7 +1527,7 @@ func (x *CancelTaskRequest) String() string {
 func (*CancelTaskRequest) ProtoMessage() {}
 
 func (x *CancelTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_levers9_v1_task_proto_msgTypes[13]
+	mi := &file_api_levers9_v1_task_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1413,7 +1540,7 @@ func (x *CancelTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelTaskRequest.ProtoReflect.Descriptor instead.
 func (*CancelTaskRequest) Descriptor() ([]byte, []int) {
-	return file_api_levers9_v1_task_proto_rawDescGZIP(), []int{13}
+	return file_api_levers9_v1_task_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *CancelTaskRequest) GetId() string {
@@ -1432,7 +1559,7 @@ type CancelTaskResponse struct {
 
 func (x *CancelTaskResponse) Reset() {
 	*x = CancelTaskResponse{}
-	mi := &file_api_levers9_v1_task_proto_msgTypes[14]
+	mi := &file_api_levers9_v1_task_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1444,7 +1571,7 @@ func (x *CancelTaskResponse) String() string {
 func (*CancelTaskResponse) ProtoMessage() {}
 
 func (x *CancelTaskResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_levers9_v1_task_proto_msgTypes[14]
+	mi := &file_api_levers9_v1_task_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1457,7 +1584,7 @@ func (x *CancelTaskResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelTaskResponse.ProtoReflect.Descriptor instead.
 func (*CancelTaskResponse) Descriptor() ([]byte, []int) {
-	return file_api_levers9_v1_task_proto_rawDescGZIP(), []int{14}
+	return file_api_levers9_v1_task_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *CancelTaskResponse) GetTask() *Task {
@@ -1481,7 +1608,7 @@ type FollowTaskRequest struct {
 
 func (x *FollowTaskRequest) Reset() {
 	*x = FollowTaskRequest{}
-	mi := &file_api_levers9_v1_task_proto_msgTypes[15]
+	mi := &file_api_levers9_v1_task_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1493,7 +1620,7 @@ func (x *FollowTaskRequest) String() string {
 func (*FollowTaskRequest) ProtoMessage() {}
 
 func (x *FollowTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_levers9_v1_task_proto_msgTypes[15]
+	mi := &file_api_levers9_v1_task_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1506,7 +1633,7 @@ func (x *FollowTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FollowTaskRequest.ProtoReflect.Descriptor instead.
 func (*FollowTaskRequest) Descriptor() ([]byte, []int) {
-	return file_api_levers9_v1_task_proto_rawDescGZIP(), []int{15}
+	return file_api_levers9_v1_task_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *FollowTaskRequest) GetId() string {
@@ -1544,7 +1671,7 @@ type LogLine struct {
 
 func (x *LogLine) Reset() {
 	*x = LogLine{}
-	mi := &file_api_levers9_v1_task_proto_msgTypes[16]
+	mi := &file_api_levers9_v1_task_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1556,7 +1683,7 @@ func (x *LogLine) String() string {
 func (*LogLine) ProtoMessage() {}
 
 func (x *LogLine) ProtoReflect() protoreflect.Message {
-	mi := &file_api_levers9_v1_task_proto_msgTypes[16]
+	mi := &file_api_levers9_v1_task_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1569,7 +1696,7 @@ func (x *LogLine) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogLine.ProtoReflect.Descriptor instead.
 func (*LogLine) Descriptor() ([]byte, []int) {
-	return file_api_levers9_v1_task_proto_rawDescGZIP(), []int{16}
+	return file_api_levers9_v1_task_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *LogLine) GetStream() LogStream {
@@ -1612,7 +1739,7 @@ type StateChange struct {
 
 func (x *StateChange) Reset() {
 	*x = StateChange{}
-	mi := &file_api_levers9_v1_task_proto_msgTypes[17]
+	mi := &file_api_levers9_v1_task_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1624,7 +1751,7 @@ func (x *StateChange) String() string {
 func (*StateChange) ProtoMessage() {}
 
 func (x *StateChange) ProtoReflect() protoreflect.Message {
-	mi := &file_api_levers9_v1_task_proto_msgTypes[17]
+	mi := &file_api_levers9_v1_task_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1637,7 +1764,7 @@ func (x *StateChange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StateChange.ProtoReflect.Descriptor instead.
 func (*StateChange) Descriptor() ([]byte, []int) {
-	return file_api_levers9_v1_task_proto_rawDescGZIP(), []int{17}
+	return file_api_levers9_v1_task_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *StateChange) GetTaskState() TaskState {
@@ -1715,7 +1842,7 @@ type TaskEvent struct {
 
 func (x *TaskEvent) Reset() {
 	*x = TaskEvent{}
-	mi := &file_api_levers9_v1_task_proto_msgTypes[18]
+	mi := &file_api_levers9_v1_task_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1727,7 +1854,7 @@ func (x *TaskEvent) String() string {
 func (*TaskEvent) ProtoMessage() {}
 
 func (x *TaskEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_api_levers9_v1_task_proto_msgTypes[18]
+	mi := &file_api_levers9_v1_task_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1740,7 +1867,7 @@ func (x *TaskEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskEvent.ProtoReflect.Descriptor instead.
 func (*TaskEvent) Descriptor() ([]byte, []int) {
-	return file_api_levers9_v1_task_proto_rawDescGZIP(), []int{18}
+	return file_api_levers9_v1_task_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *TaskEvent) GetCursor() string {
@@ -1853,7 +1980,7 @@ type SeccompSyscall struct {
 
 func (x *SeccompSyscall) Reset() {
 	*x = SeccompSyscall{}
-	mi := &file_api_levers9_v1_task_proto_msgTypes[19]
+	mi := &file_api_levers9_v1_task_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1865,7 +1992,7 @@ func (x *SeccompSyscall) String() string {
 func (*SeccompSyscall) ProtoMessage() {}
 
 func (x *SeccompSyscall) ProtoReflect() protoreflect.Message {
-	mi := &file_api_levers9_v1_task_proto_msgTypes[19]
+	mi := &file_api_levers9_v1_task_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1878,7 +2005,7 @@ func (x *SeccompSyscall) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SeccompSyscall.ProtoReflect.Descriptor instead.
 func (*SeccompSyscall) Descriptor() ([]byte, []int) {
-	return file_api_levers9_v1_task_proto_rawDescGZIP(), []int{19}
+	return file_api_levers9_v1_task_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *SeccompSyscall) GetSyscall() string {
@@ -1905,7 +2032,7 @@ type SeccompLogged struct {
 
 func (x *SeccompLogged) Reset() {
 	*x = SeccompLogged{}
-	mi := &file_api_levers9_v1_task_proto_msgTypes[20]
+	mi := &file_api_levers9_v1_task_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1917,7 +2044,7 @@ func (x *SeccompLogged) String() string {
 func (*SeccompLogged) ProtoMessage() {}
 
 func (x *SeccompLogged) ProtoReflect() protoreflect.Message {
-	mi := &file_api_levers9_v1_task_proto_msgTypes[20]
+	mi := &file_api_levers9_v1_task_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1930,7 +2057,7 @@ func (x *SeccompLogged) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SeccompLogged.ProtoReflect.Descriptor instead.
 func (*SeccompLogged) Descriptor() ([]byte, []int) {
-	return file_api_levers9_v1_task_proto_rawDescGZIP(), []int{20}
+	return file_api_levers9_v1_task_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *SeccompLogged) GetSyscalls() []*SeccompSyscall {
@@ -1945,7 +2072,14 @@ var File_api_levers9_v1_task_proto protoreflect.FileDescriptor
 const file_api_levers9_v1_task_proto_rawDesc = "" +
 	"\n" +
 	"\x19api/levers9/v1/task.proto\x12\n" +
-	"levers9.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xe8\x03\n" +
+	"levers9.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"&\n" +
+	"\x14GetTaskResultRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\"y\n" +
+	"\x15GetTaskResultResponse\x12\x18\n" +
+	"\aattempt\x18\x01 \x01(\x05R\aattempt\x12\x18\n" +
+	"\apresent\x18\x02 \x01(\bR\apresent\x12\x16\n" +
+	"\x06result\x18\x03 \x01(\fR\x06result\x12\x14\n" +
+	"\x05error\x18\x04 \x01(\tR\x05error\"\xfe\x03\n" +
 	"\bTaskSpec\x12\x14\n" +
 	"\x05image\x18\x01 \x01(\tR\x05image\x12\x18\n" +
 	"\acommand\x18\x02 \x03(\tR\acommand\x12/\n" +
@@ -1962,7 +2096,8 @@ const file_api_levers9_v1_task_proto_rawDesc = "" +
 	"\x04user\x18\v \x01(\tR\x04user\x12\x10\n" +
 	"\x03cwd\x18\f \x01(\tR\x03cwd\x12\x18\n" +
 	"\asecrets\x18< \x03(\tR\asecrets\x12/\n" +
-	"\avolumes\x18= \x03(\v2\x15.levers9.v1.VolumeRefR\avolumes\x1a6\n" +
+	"\avolumes\x18= \x03(\v2\x15.levers9.v1.VolumeRefR\avolumes\x12\x14\n" +
+	"\x05input\x18> \x01(\fR\x05input\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"P\n" +
@@ -2119,7 +2254,7 @@ const file_api_levers9_v1_task_proto_rawDesc = "" +
 	"\tLogStream\x12\x1a\n" +
 	"\x16LOG_STREAM_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11LOG_STREAM_STDOUT\x10\x01\x12\x15\n" +
-	"\x11LOG_STREAM_STDERR\x10\x022\xfb\x02\n" +
+	"\x11LOG_STREAM_STDERR\x10\x022\xd1\x03\n" +
 	"\vTaskService\x12K\n" +
 	"\n" +
 	"SubmitTask\x12\x1d.levers9.v1.SubmitTaskRequest\x1a\x1e.levers9.v1.SubmitTaskResponse\x12B\n" +
@@ -2128,7 +2263,8 @@ const file_api_levers9_v1_task_proto_rawDesc = "" +
 	"\n" +
 	"CancelTask\x12\x1d.levers9.v1.CancelTaskRequest\x1a\x1e.levers9.v1.CancelTaskResponse\x12D\n" +
 	"\n" +
-	"FollowTask\x12\x1d.levers9.v1.FollowTaskRequest\x1a\x15.levers9.v1.TaskEvent0\x01B5Z3github.com/levers9/levers9/api/levers9/v1;levers9v1b\x06proto3"
+	"FollowTask\x12\x1d.levers9.v1.FollowTaskRequest\x1a\x15.levers9.v1.TaskEvent0\x01\x12T\n" +
+	"\rGetTaskResult\x12 .levers9.v1.GetTaskResultRequest\x1a!.levers9.v1.GetTaskResultResponseB5Z3github.com/levers9/levers9/api/levers9/v1;levers9v1b\x06proto3"
 
 var (
 	file_api_levers9_v1_task_proto_rawDescOnce sync.Once
@@ -2143,83 +2279,87 @@ func file_api_levers9_v1_task_proto_rawDescGZIP() []byte {
 }
 
 var file_api_levers9_v1_task_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_api_levers9_v1_task_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
+var file_api_levers9_v1_task_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
 var file_api_levers9_v1_task_proto_goTypes = []any{
 	(TaskState)(0),                // 0: levers9.v1.TaskState
 	(AttemptState)(0),             // 1: levers9.v1.AttemptState
 	(FailureReason)(0),            // 2: levers9.v1.FailureReason
 	(LogStream)(0),                // 3: levers9.v1.LogStream
-	(*TaskSpec)(nil),              // 4: levers9.v1.TaskSpec
-	(*VolumeRef)(nil),             // 5: levers9.v1.VolumeRef
-	(*Attempt)(nil),               // 6: levers9.v1.Attempt
-	(*AppliedSecurity)(nil),       // 7: levers9.v1.AppliedSecurity
-	(*Task)(nil),                  // 8: levers9.v1.Task
-	(*MountFinding)(nil),          // 9: levers9.v1.MountFinding
-	(*MountsLogged)(nil),          // 10: levers9.v1.MountsLogged
-	(*SubmitTaskRequest)(nil),     // 11: levers9.v1.SubmitTaskRequest
-	(*SubmitTaskResponse)(nil),    // 12: levers9.v1.SubmitTaskResponse
-	(*GetTaskRequest)(nil),        // 13: levers9.v1.GetTaskRequest
-	(*GetTaskResponse)(nil),       // 14: levers9.v1.GetTaskResponse
-	(*ListTasksRequest)(nil),      // 15: levers9.v1.ListTasksRequest
-	(*ListTasksResponse)(nil),     // 16: levers9.v1.ListTasksResponse
-	(*CancelTaskRequest)(nil),     // 17: levers9.v1.CancelTaskRequest
-	(*CancelTaskResponse)(nil),    // 18: levers9.v1.CancelTaskResponse
-	(*FollowTaskRequest)(nil),     // 19: levers9.v1.FollowTaskRequest
-	(*LogLine)(nil),               // 20: levers9.v1.LogLine
-	(*StateChange)(nil),           // 21: levers9.v1.StateChange
-	(*TaskEvent)(nil),             // 22: levers9.v1.TaskEvent
-	(*SeccompSyscall)(nil),        // 23: levers9.v1.SeccompSyscall
-	(*SeccompLogged)(nil),         // 24: levers9.v1.SeccompLogged
-	nil,                           // 25: levers9.v1.TaskSpec.EnvEntry
-	(*durationpb.Duration)(nil),   // 26: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil), // 27: google.protobuf.Timestamp
+	(*GetTaskResultRequest)(nil),  // 4: levers9.v1.GetTaskResultRequest
+	(*GetTaskResultResponse)(nil), // 5: levers9.v1.GetTaskResultResponse
+	(*TaskSpec)(nil),              // 6: levers9.v1.TaskSpec
+	(*VolumeRef)(nil),             // 7: levers9.v1.VolumeRef
+	(*Attempt)(nil),               // 8: levers9.v1.Attempt
+	(*AppliedSecurity)(nil),       // 9: levers9.v1.AppliedSecurity
+	(*Task)(nil),                  // 10: levers9.v1.Task
+	(*MountFinding)(nil),          // 11: levers9.v1.MountFinding
+	(*MountsLogged)(nil),          // 12: levers9.v1.MountsLogged
+	(*SubmitTaskRequest)(nil),     // 13: levers9.v1.SubmitTaskRequest
+	(*SubmitTaskResponse)(nil),    // 14: levers9.v1.SubmitTaskResponse
+	(*GetTaskRequest)(nil),        // 15: levers9.v1.GetTaskRequest
+	(*GetTaskResponse)(nil),       // 16: levers9.v1.GetTaskResponse
+	(*ListTasksRequest)(nil),      // 17: levers9.v1.ListTasksRequest
+	(*ListTasksResponse)(nil),     // 18: levers9.v1.ListTasksResponse
+	(*CancelTaskRequest)(nil),     // 19: levers9.v1.CancelTaskRequest
+	(*CancelTaskResponse)(nil),    // 20: levers9.v1.CancelTaskResponse
+	(*FollowTaskRequest)(nil),     // 21: levers9.v1.FollowTaskRequest
+	(*LogLine)(nil),               // 22: levers9.v1.LogLine
+	(*StateChange)(nil),           // 23: levers9.v1.StateChange
+	(*TaskEvent)(nil),             // 24: levers9.v1.TaskEvent
+	(*SeccompSyscall)(nil),        // 25: levers9.v1.SeccompSyscall
+	(*SeccompLogged)(nil),         // 26: levers9.v1.SeccompLogged
+	nil,                           // 27: levers9.v1.TaskSpec.EnvEntry
+	(*durationpb.Duration)(nil),   // 28: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil), // 29: google.protobuf.Timestamp
 }
 var file_api_levers9_v1_task_proto_depIdxs = []int32{
-	25, // 0: levers9.v1.TaskSpec.env:type_name -> levers9.v1.TaskSpec.EnvEntry
-	26, // 1: levers9.v1.TaskSpec.timeout:type_name -> google.protobuf.Duration
-	5,  // 2: levers9.v1.TaskSpec.volumes:type_name -> levers9.v1.VolumeRef
+	27, // 0: levers9.v1.TaskSpec.env:type_name -> levers9.v1.TaskSpec.EnvEntry
+	28, // 1: levers9.v1.TaskSpec.timeout:type_name -> google.protobuf.Duration
+	7,  // 2: levers9.v1.TaskSpec.volumes:type_name -> levers9.v1.VolumeRef
 	1,  // 3: levers9.v1.Attempt.state:type_name -> levers9.v1.AttemptState
-	27, // 4: levers9.v1.Attempt.scheduled_at:type_name -> google.protobuf.Timestamp
-	27, // 5: levers9.v1.Attempt.started_at:type_name -> google.protobuf.Timestamp
-	27, // 6: levers9.v1.Attempt.finished_at:type_name -> google.protobuf.Timestamp
+	29, // 4: levers9.v1.Attempt.scheduled_at:type_name -> google.protobuf.Timestamp
+	29, // 5: levers9.v1.Attempt.started_at:type_name -> google.protobuf.Timestamp
+	29, // 6: levers9.v1.Attempt.finished_at:type_name -> google.protobuf.Timestamp
 	2,  // 7: levers9.v1.Attempt.reason:type_name -> levers9.v1.FailureReason
-	7,  // 8: levers9.v1.Attempt.applied_security:type_name -> levers9.v1.AppliedSecurity
-	4,  // 9: levers9.v1.Task.spec:type_name -> levers9.v1.TaskSpec
+	9,  // 8: levers9.v1.Attempt.applied_security:type_name -> levers9.v1.AppliedSecurity
+	6,  // 9: levers9.v1.Task.spec:type_name -> levers9.v1.TaskSpec
 	0,  // 10: levers9.v1.Task.state:type_name -> levers9.v1.TaskState
-	27, // 11: levers9.v1.Task.created_at:type_name -> google.protobuf.Timestamp
-	27, // 12: levers9.v1.Task.finished_at:type_name -> google.protobuf.Timestamp
-	6,  // 13: levers9.v1.Task.attempts:type_name -> levers9.v1.Attempt
-	23, // 14: levers9.v1.Task.seccomp_logged:type_name -> levers9.v1.SeccompSyscall
-	9,  // 15: levers9.v1.Task.mount_findings:type_name -> levers9.v1.MountFinding
-	9,  // 16: levers9.v1.MountsLogged.findings:type_name -> levers9.v1.MountFinding
-	4,  // 17: levers9.v1.SubmitTaskRequest.spec:type_name -> levers9.v1.TaskSpec
-	8,  // 18: levers9.v1.SubmitTaskResponse.task:type_name -> levers9.v1.Task
-	8,  // 19: levers9.v1.GetTaskResponse.task:type_name -> levers9.v1.Task
+	29, // 11: levers9.v1.Task.created_at:type_name -> google.protobuf.Timestamp
+	29, // 12: levers9.v1.Task.finished_at:type_name -> google.protobuf.Timestamp
+	8,  // 13: levers9.v1.Task.attempts:type_name -> levers9.v1.Attempt
+	25, // 14: levers9.v1.Task.seccomp_logged:type_name -> levers9.v1.SeccompSyscall
+	11, // 15: levers9.v1.Task.mount_findings:type_name -> levers9.v1.MountFinding
+	11, // 16: levers9.v1.MountsLogged.findings:type_name -> levers9.v1.MountFinding
+	6,  // 17: levers9.v1.SubmitTaskRequest.spec:type_name -> levers9.v1.TaskSpec
+	10, // 18: levers9.v1.SubmitTaskResponse.task:type_name -> levers9.v1.Task
+	10, // 19: levers9.v1.GetTaskResponse.task:type_name -> levers9.v1.Task
 	0,  // 20: levers9.v1.ListTasksRequest.states:type_name -> levers9.v1.TaskState
-	8,  // 21: levers9.v1.ListTasksResponse.tasks:type_name -> levers9.v1.Task
-	8,  // 22: levers9.v1.CancelTaskResponse.task:type_name -> levers9.v1.Task
+	10, // 21: levers9.v1.ListTasksResponse.tasks:type_name -> levers9.v1.Task
+	10, // 22: levers9.v1.CancelTaskResponse.task:type_name -> levers9.v1.Task
 	3,  // 23: levers9.v1.LogLine.stream:type_name -> levers9.v1.LogStream
 	0,  // 24: levers9.v1.StateChange.task_state:type_name -> levers9.v1.TaskState
 	1,  // 25: levers9.v1.StateChange.attempt_state:type_name -> levers9.v1.AttemptState
 	2,  // 26: levers9.v1.StateChange.reason:type_name -> levers9.v1.FailureReason
-	27, // 27: levers9.v1.TaskEvent.time:type_name -> google.protobuf.Timestamp
-	20, // 28: levers9.v1.TaskEvent.log:type_name -> levers9.v1.LogLine
-	21, // 29: levers9.v1.TaskEvent.state:type_name -> levers9.v1.StateChange
-	24, // 30: levers9.v1.TaskEvent.seccomp:type_name -> levers9.v1.SeccompLogged
-	10, // 31: levers9.v1.TaskEvent.mounts:type_name -> levers9.v1.MountsLogged
-	23, // 32: levers9.v1.SeccompLogged.syscalls:type_name -> levers9.v1.SeccompSyscall
-	11, // 33: levers9.v1.TaskService.SubmitTask:input_type -> levers9.v1.SubmitTaskRequest
-	13, // 34: levers9.v1.TaskService.GetTask:input_type -> levers9.v1.GetTaskRequest
-	15, // 35: levers9.v1.TaskService.ListTasks:input_type -> levers9.v1.ListTasksRequest
-	17, // 36: levers9.v1.TaskService.CancelTask:input_type -> levers9.v1.CancelTaskRequest
-	19, // 37: levers9.v1.TaskService.FollowTask:input_type -> levers9.v1.FollowTaskRequest
-	12, // 38: levers9.v1.TaskService.SubmitTask:output_type -> levers9.v1.SubmitTaskResponse
-	14, // 39: levers9.v1.TaskService.GetTask:output_type -> levers9.v1.GetTaskResponse
-	16, // 40: levers9.v1.TaskService.ListTasks:output_type -> levers9.v1.ListTasksResponse
-	18, // 41: levers9.v1.TaskService.CancelTask:output_type -> levers9.v1.CancelTaskResponse
-	22, // 42: levers9.v1.TaskService.FollowTask:output_type -> levers9.v1.TaskEvent
-	38, // [38:43] is the sub-list for method output_type
-	33, // [33:38] is the sub-list for method input_type
+	29, // 27: levers9.v1.TaskEvent.time:type_name -> google.protobuf.Timestamp
+	22, // 28: levers9.v1.TaskEvent.log:type_name -> levers9.v1.LogLine
+	23, // 29: levers9.v1.TaskEvent.state:type_name -> levers9.v1.StateChange
+	26, // 30: levers9.v1.TaskEvent.seccomp:type_name -> levers9.v1.SeccompLogged
+	12, // 31: levers9.v1.TaskEvent.mounts:type_name -> levers9.v1.MountsLogged
+	25, // 32: levers9.v1.SeccompLogged.syscalls:type_name -> levers9.v1.SeccompSyscall
+	13, // 33: levers9.v1.TaskService.SubmitTask:input_type -> levers9.v1.SubmitTaskRequest
+	15, // 34: levers9.v1.TaskService.GetTask:input_type -> levers9.v1.GetTaskRequest
+	17, // 35: levers9.v1.TaskService.ListTasks:input_type -> levers9.v1.ListTasksRequest
+	19, // 36: levers9.v1.TaskService.CancelTask:input_type -> levers9.v1.CancelTaskRequest
+	21, // 37: levers9.v1.TaskService.FollowTask:input_type -> levers9.v1.FollowTaskRequest
+	4,  // 38: levers9.v1.TaskService.GetTaskResult:input_type -> levers9.v1.GetTaskResultRequest
+	14, // 39: levers9.v1.TaskService.SubmitTask:output_type -> levers9.v1.SubmitTaskResponse
+	16, // 40: levers9.v1.TaskService.GetTask:output_type -> levers9.v1.GetTaskResponse
+	18, // 41: levers9.v1.TaskService.ListTasks:output_type -> levers9.v1.ListTasksResponse
+	20, // 42: levers9.v1.TaskService.CancelTask:output_type -> levers9.v1.CancelTaskResponse
+	24, // 43: levers9.v1.TaskService.FollowTask:output_type -> levers9.v1.TaskEvent
+	5,  // 44: levers9.v1.TaskService.GetTaskResult:output_type -> levers9.v1.GetTaskResultResponse
+	39, // [39:45] is the sub-list for method output_type
+	33, // [33:39] is the sub-list for method input_type
 	33, // [33:33] is the sub-list for extension type_name
 	33, // [33:33] is the sub-list for extension extendee
 	0,  // [0:33] is the sub-list for field type_name
@@ -2230,10 +2370,10 @@ func file_api_levers9_v1_task_proto_init() {
 	if File_api_levers9_v1_task_proto != nil {
 		return
 	}
-	file_api_levers9_v1_task_proto_msgTypes[2].OneofWrappers = []any{}
 	file_api_levers9_v1_task_proto_msgTypes[4].OneofWrappers = []any{}
-	file_api_levers9_v1_task_proto_msgTypes[17].OneofWrappers = []any{}
-	file_api_levers9_v1_task_proto_msgTypes[18].OneofWrappers = []any{
+	file_api_levers9_v1_task_proto_msgTypes[6].OneofWrappers = []any{}
+	file_api_levers9_v1_task_proto_msgTypes[19].OneofWrappers = []any{}
+	file_api_levers9_v1_task_proto_msgTypes[20].OneofWrappers = []any{
 		(*TaskEvent_Log)(nil),
 		(*TaskEvent_State)(nil),
 		(*TaskEvent_Seccomp)(nil),
@@ -2245,7 +2385,7 @@ func file_api_levers9_v1_task_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_levers9_v1_task_proto_rawDesc), len(file_api_levers9_v1_task_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   22,
+			NumMessages:   24,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

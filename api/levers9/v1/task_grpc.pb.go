@@ -19,11 +19,12 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	TaskService_SubmitTask_FullMethodName = "/levers9.v1.TaskService/SubmitTask"
-	TaskService_GetTask_FullMethodName    = "/levers9.v1.TaskService/GetTask"
-	TaskService_ListTasks_FullMethodName  = "/levers9.v1.TaskService/ListTasks"
-	TaskService_CancelTask_FullMethodName = "/levers9.v1.TaskService/CancelTask"
-	TaskService_FollowTask_FullMethodName = "/levers9.v1.TaskService/FollowTask"
+	TaskService_SubmitTask_FullMethodName    = "/levers9.v1.TaskService/SubmitTask"
+	TaskService_GetTask_FullMethodName       = "/levers9.v1.TaskService/GetTask"
+	TaskService_ListTasks_FullMethodName     = "/levers9.v1.TaskService/ListTasks"
+	TaskService_CancelTask_FullMethodName    = "/levers9.v1.TaskService/CancelTask"
+	TaskService_FollowTask_FullMethodName    = "/levers9.v1.TaskService/FollowTask"
+	TaskService_GetTaskResult_FullMethodName = "/levers9.v1.TaskService/GetTaskResult"
 )
 
 // TaskServiceClient is the client API for TaskService service.
@@ -50,6 +51,10 @@ type TaskServiceClient interface {
 	// state. A caller that loses the stream resumes from the last cursor it
 	// saw and misses nothing.
 	FollowTask(ctx context.Context, in *FollowTaskRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[TaskEvent], error)
+	// GetTaskResult returns what the task's last attempt wrote to
+	// /run/levers9/io/result. NotFound until that attempt has ended;
+	// present is false when it ended without writing one.
+	GetTaskResult(ctx context.Context, in *GetTaskResultRequest, opts ...grpc.CallOption) (*GetTaskResultResponse, error)
 }
 
 type taskServiceClient struct {
@@ -119,6 +124,16 @@ func (c *taskServiceClient) FollowTask(ctx context.Context, in *FollowTaskReques
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type TaskService_FollowTaskClient = grpc.ServerStreamingClient[TaskEvent]
 
+func (c *taskServiceClient) GetTaskResult(ctx context.Context, in *GetTaskResultRequest, opts ...grpc.CallOption) (*GetTaskResultResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetTaskResultResponse)
+	err := c.cc.Invoke(ctx, TaskService_GetTaskResult_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // TaskServiceServer is the server API for TaskService service.
 // All implementations must embed UnimplementedTaskServiceServer
 // for forward compatibility.
@@ -143,6 +158,10 @@ type TaskServiceServer interface {
 	// state. A caller that loses the stream resumes from the last cursor it
 	// saw and misses nothing.
 	FollowTask(*FollowTaskRequest, grpc.ServerStreamingServer[TaskEvent]) error
+	// GetTaskResult returns what the task's last attempt wrote to
+	// /run/levers9/io/result. NotFound until that attempt has ended;
+	// present is false when it ended without writing one.
+	GetTaskResult(context.Context, *GetTaskResultRequest) (*GetTaskResultResponse, error)
 	mustEmbedUnimplementedTaskServiceServer()
 }
 
@@ -167,6 +186,9 @@ func (UnimplementedTaskServiceServer) CancelTask(context.Context, *CancelTaskReq
 }
 func (UnimplementedTaskServiceServer) FollowTask(*FollowTaskRequest, grpc.ServerStreamingServer[TaskEvent]) error {
 	return status.Error(codes.Unimplemented, "method FollowTask not implemented")
+}
+func (UnimplementedTaskServiceServer) GetTaskResult(context.Context, *GetTaskResultRequest) (*GetTaskResultResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetTaskResult not implemented")
 }
 func (UnimplementedTaskServiceServer) mustEmbedUnimplementedTaskServiceServer() {}
 func (UnimplementedTaskServiceServer) testEmbeddedByValue()                     {}
@@ -272,6 +294,24 @@ func _TaskService_FollowTask_Handler(srv interface{}, stream grpc.ServerStream) 
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type TaskService_FollowTaskServer = grpc.ServerStreamingServer[TaskEvent]
 
+func _TaskService_GetTaskResult_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetTaskResultRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(TaskServiceServer).GetTaskResult(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: TaskService_GetTaskResult_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(TaskServiceServer).GetTaskResult(ctx, req.(*GetTaskResultRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // TaskService_ServiceDesc is the grpc.ServiceDesc for TaskService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -294,6 +334,10 @@ var TaskService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "CancelTask",
 			Handler:    _TaskService_CancelTask_Handler,
+		},
+		{
+			MethodName: "GetTaskResult",
+			Handler:    _TaskService_GetTaskResult_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{
