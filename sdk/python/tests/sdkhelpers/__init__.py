@@ -1,0 +1,1 @@
+"""A local package the test functions import: shipped with them."""
