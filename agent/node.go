@@ -231,7 +231,13 @@ func BuildNode(ctx context.Context, c NodeConfig) (*Node, error) {
 	}
 	store, err := image.New(image.Config{Root: filepath.Join(c.StateDir, "images"), Registry: c.ImageRegistry,
 		Registries: registries, InsecureRegistries: c.InsecureRegistries, DiskBudget: c.ImageDiskBudget,
-		MountSource: "levers9-" + c.Prefix, Logger: log, Registerer: c.Metrics.Registry})
+		MountSource: "levers9-" + c.Prefix, Logger: log, Registerer: c.Metrics.Registry,
+		// Debian-based images (the runner among them) hold absolute links
+		// such as /dev/fd -> /proc/self/fd. The agent never follows a link
+		// in an image: what it reads there goes through openat2 with
+		// RESOLVE_IN_ROOT, runc resolves mount points inside the root, and
+		// a build's capture reads its upper directory without following.
+		AllowAbsoluteSymlinks: true})
 	if err != nil {
 		return nil, err
 	}
