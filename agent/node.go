@@ -154,6 +154,7 @@ type Node struct {
 	Seccomp *SeccompWatch
 	// Volumes mounts task volumes on this node.
 	Volumes *volumeMounter
+	sandbox *sandbox.Sandbox
 }
 
 // Readiness returns the egress node as a ReadinessSource, nil without one.
@@ -165,8 +166,12 @@ func (n *Node) Readiness() ReadinessSource {
 }
 
 // Close stops the egress node's collection loop; containers and the
-// network stay for the next agent (its Reconcile cleans up).
+// network stay for the next agent (its Reconcile cleans up), and so does
+// the cgroup parent while a container is in it.
 func (n *Node) Close() {
+	if n.sandbox != nil {
+		n.sandbox.ReleaseCgroups()
+	}
 	if n.Egress != nil {
 		n.Egress.Stop()
 	}
@@ -286,6 +291,7 @@ func BuildNode(ctx context.Context, c NodeConfig) (*Node, error) {
 	if err := n.Volumes.Reconcile(ctx); err != nil {
 		log.Warn("clearing volume mounts an earlier agent left", "err", err)
 	}
+	n.sandbox = sb
 	n.Runner, err = taskrun.New(taskrun.Config{Sandbox: sb, Images: store, Egress: n.Egress, Volumes: n.Volumes,
 		StateDir: filepath.Join(c.StateDir, "attempts"), Logger: log})
 	if err != nil {
