@@ -13,6 +13,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 
 	v1 "github.com/levers9/levers9/api/levers9/v1"
+	"github.com/levers9/levers9/internal/benchstack"
 	"github.com/levers9/levers9/sandbox/image/build"
 	"github.com/levers9/levers9/sandbox/image/recipe"
 	"github.com/levers9/levers9/sdk"
@@ -43,9 +44,9 @@ var markers = []string{"step 1/3: ", "step 2/3: ", "step 3/3: ", ranLine, "image
 
 // bench is what the rounds share.
 type bench struct {
-	s         *stack
+	s         *benchstack.Stack
 	c         *sdk.Client
-	bare      func(round int, nonce string) (time.Duration, error)
+	bare      *benchstack.Bundle
 	baseLayer []byte
 }
 
@@ -59,11 +60,11 @@ type buildTimes struct {
 // returns the round's recipe (every step carrying the nonce) and that
 // directory.
 func (b *bench) recipe(nonce string) (*recipe.Recipe, string, error) {
-	dir := filepath.Join(b.s.work, "src", nonce)
+	dir := filepath.Join(b.s.Work, "src", nonce)
 	if err := writeApp(dir, nonce); err != nil {
 		return nil, "", fmt.Errorf("copy source: %w", err)
 	}
-	r, err := sdk.NewImage(b.s.image).
+	r, err := sdk.NewImage(b.s.Image).
 		Env("BENCH_NONCE", nonce).
 		Copy("app", "/app").
 		Run(fmt.Sprintf("echo %s > /built.txt && echo %s", nonce, ranLine)).
@@ -189,7 +190,7 @@ func (b *bench) pushPrepushed(ctx context.Context, r int, nonce string) (string,
 	if err != nil {
 		return "", err
 	}
-	res, err := build.Push(ctx, b.s.reg.Addr(), "levers9/prepushed", fmt.Sprintf("r%d-%s", r, nonce), [][]byte{b.baseLayer, app, ran},
+	res, err := build.Push(ctx, b.s.Registry.Addr(), "levers9/prepushed", fmt.Sprintf("r%d-%s", r, nonce), [][]byte{b.baseLayer, app, ran},
 		build.Options{Config: build.Config{Cmd: []string{"/bin/sh"}, Env: []string{"PATH=/usr/local/bin:/usr/bin:/bin", "BENCH_NONCE=" + nonce}}})
 	if err != nil {
 		return "", err

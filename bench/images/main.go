@@ -1,13 +1,14 @@
 // Command images benchmarks levers9's image builds from recipes end to end
 // on this machine, each figure against a baseline measured in the same run.
 //
-// The stack is real and private, as in bench/tasks: Postgres, Redis and a
-// docker-registry on free loopback ports under a temporary directory, a
-// controlplane whose worker.imageRegistry is that registry (builds push
-// there, copy steps' blobs are kept there), and two agents in this process,
-// one in the "build" pool (which the image service sends builds to) and
-// one in "default" (which runs tasks), both without the egress network.
-// Everything is removed at the end, also on error or interrupt.
+// The stack is real and private, as in bench/tasks (internal/benchstack):
+// Postgres, Redis and a docker-registry on free loopback ports under a
+// temporary directory, a controlplane whose worker.imageRegistry is that
+// registry (builds push there, copy steps' blobs are kept there), and two
+// agents in this process, one in the "build" pool (which the image service
+// sends builds to) and one in "default" (which runs tasks), both without
+// the egress network. Everything is removed at the end, also on error or
+// interrupt.
 //
 // Every round builds a fresh recipe through the SDK (Client.BuildImage)
 // on a busybox base pushed to the registry: an env step, a copy of a small
@@ -73,6 +74,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/levers9/levers9/internal/benchstack"
 	"github.com/levers9/levers9/sdk"
 )
 
@@ -103,19 +105,24 @@ type figures struct {
 	bareRunc                   []time.Duration
 }
 
+// pools are the agents' pools, one agent each: builds go to "build" (the
+// image service prefers that pool when it exists), tasks to "default",
+// so the agent that runs tasks never saw a built image before its task.
+var pools = []string{"build", "default"}
+
 func run(ctx context.Context, rounds int) error {
-	s := &stack{}
-	defer s.close()
-	if err := s.up(ctx); err != nil {
+	s, err := benchstack.Start(ctx, benchstack.Options{Name: "l9i", Pools: pools, BuildRegistry: true})
+	if err != nil {
 		return fmt.Errorf("start the stack: %w", err)
 	}
-	c, err := sdk.NewClient(ctx, sdk.WithConn(s.conn, s.token))
+	defer s.Close()
+	c, err := sdk.NewClient(ctx, sdk.WithConn(s.Conn, s.Token))
 	if err != nil {
 		return fmt.Errorf("sdk client: %w", err)
 	}
 	defer c.Close()
 	b := &bench{s: s, c: c}
-	if b.bare, err = s.bareBundle(ctx); err != nil {
+	if b.bare, err = s.BareBundle(ctx); err != nil {
 		return fmt.Errorf("bare runc bundle: %w", err)
 	}
 	if b.baseLayer, err = busyboxLayer(); err != nil {
@@ -124,7 +131,7 @@ func run(ctx context.Context, rounds int) error {
 	// The task agent caches the base image (whose layer both images of the
 	// first-run comparison share) and warms its paths.
 	for i := 0; i < 3; i++ {
-		if _, _, err := s.firstLine(s.image); err != nil {
+		if _, _, err := s.FirstLine(s.Image); err != nil {
 			return fmt.Errorf("warm-up task: %w", err)
 		}
 	}
@@ -175,7 +182,7 @@ func (b *bench) round(ctx context.Context, r int, f *figures) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("pre-pushed image: %w", err)
 	}
-	if d, err = b.bare(r, nonce); err != nil {
+	if d, err = bareRun(b.bare, r, nonce); err != nil {
 		return "", fmt.Errorf("bare runc: %w", err)
 	}
 	f.bareRunc = append(f.bareRunc, d)
@@ -188,13 +195,13 @@ func (b *bench) round(ctx context.Context, r int, f *figures) (string, error) {
 		if which == "prepushed" {
 			ref, into = pre, &f.prepushedFirst
 		}
-		first, _, err := b.s.firstLine(ref)
+		first, _, err := b.s.FirstLine(ref)
 		if err != nil {
 			return "", fmt.Errorf("first run on the %s image %s: %w", which, ref, err)
 		}
 		*into = append(*into, first)
 	}
-	first, end, err := b.s.firstLine(b.s.image)
+	first, end, err := b.s.FirstLine(b.s.Image)
 	if err != nil {
 		return "", fmt.Errorf("task on the warm base image: %w", err)
 	}
