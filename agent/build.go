@@ -1,10 +1,13 @@
 package agent
 
 import (
+	"archive/tar"
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"os"
+	"path"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -15,6 +18,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/name"
 	gv1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"golang.org/x/sys/unix"
 
 	"github.com/levers9/levers9/agent/taskrun"
 	agentv1 "github.com/levers9/levers9/api/levers9/agent/v1"
@@ -115,7 +119,11 @@ func (b *imageBuild) run(ctx context.Context) (taskrun.Result, error) {
 			}
 			add = layer.AppendStep{Layer: l, CreatedBy: "RUN /bin/sh -c " + st.Run}
 		case st.Copy != nil:
-			l, err := b.copyLayer(ctx, st.Copy, filepath.Join(dir, fmt.Sprintf("step%d.tar", i)))
+			ref, err := b.imageSoFar(cur, i)
+			if err != nil {
+				return taskrun.Result{}, err
+			}
+			l, err := b.copyLayer(ctx, ref, st.Copy, filepath.Join(dir, fmt.Sprintf("step%d.tar", i)))
 			if err != nil {
 				return taskrun.Result{}, fmt.Errorf("step %d/%d (copy to %s): %w", i+1, len(steps), st.Copy.Dst, err)
 			}
@@ -156,19 +164,13 @@ func (b *imageBuild) runStep(ctx context.Context, cur gv1.Image, i int, cmd, tar
 	// The Runner pulls the image so far: the parent where the build
 	// starts, else the image the previous step pushed (under its step tag,
 	// so by digest too).
-	t.Image = b.spec.GetParent()
-	if i > int(b.spec.GetStart()) {
-		d, err := cur.Digest()
-		if err != nil {
-			return nil, taskrun.Result{}, err
-		}
-		t.Image = b.repo.Digest(d.String()).String()
+	var err error
+	if t.Image, err = b.imageSoFar(cur, i); err != nil {
+		return nil, taskrun.Result{}, err
 	}
 	t.Args, t.User, t.Cwd = []string{"/bin/sh", "-c", cmd}, "0", ""
 	t.Volumes, t.SecretEnv, t.Env = nil, nil, nil
-	if a := b.spec.GetPushAuth(); a != nil && a.GetUsername() != "" {
-		t.RegistryAuth = image.StaticKeychain{a.GetHost(): {Username: a.GetUsername(), Password: a.GetPassword()}}
-	}
+	t.RegistryAuth = b.keychain()
 	var mu sync.Mutex
 	captured := false
 	var capErr error
@@ -209,8 +211,41 @@ func (b *imageBuild) runStep(ctx context.Context, cur gv1.Image, i int, cmd, tar
 	return l, res, err
 }
 
-// copyLayer makes a copy step's layer from its blob.
-func (b *imageBuild) copyLayer(ctx context.Context, c *recipe.Copy, tarPath string) (gv1.Layer, error) {
+// imageSoFar is the reference of cur, the image step i starts from: the
+// parent where the build starts, else the image the previous step pushed
+// (under its step tag, so by digest too).
+func (b *imageBuild) imageSoFar(cur gv1.Image, i int) (string, error) {
+	if i == int(b.spec.GetStart()) {
+		return b.spec.GetParent(), nil
+	}
+	d, err := cur.Digest()
+	if err != nil {
+		return "", err
+	}
+	return b.repo.Digest(d.String()).String(), nil
+}
+
+// keychain holds the build's push credentials, which read its images too
+// (nil: anonymous).
+func (b *imageBuild) keychain() image.StaticKeychain {
+	if a := b.spec.GetPushAuth(); a != nil && a.GetUsername() != "" {
+		return image.StaticKeychain{a.GetHost(): {Username: a.GetUsername(), Password: a.GetPassword()}}
+	}
+	return nil
+}
+
+// copyLayer makes a copy step's layer from its blob. The directories it
+// creates on the way to the destination take their mode and owner from the
+// image so far (ref), which the node's image store pulls for that.
+func (b *imageBuild) copyLayer(ctx context.Context, ref string, c *recipe.Copy, tarPath string) (gv1.Layer, error) {
+	var kc image.Keychain
+	if k := b.keychain(); k != nil {
+		kc = k
+	}
+	img, err := b.runner.Images().PullWith(ctx, ref, kc)
+	if err != nil {
+		return nil, fmt.Errorf("pull the image so far: %w", err)
+	}
 	blobs, err := name.NewRepository(b.spec.GetBlobRepository())
 	if err != nil {
 		return nil, fmt.Errorf("blob repository: %w", err)
@@ -228,7 +263,7 @@ func (b *imageBuild) copyLayer(ctx context.Context, c *recipe.Copy, tarPath stri
 	if err != nil {
 		return nil, err
 	}
-	err = layer.FromCopy(ctx, rc, c.Dst, f, layer.Options{})
+	err = layer.FromCopy(ctx, rc, c.Dst, f, layer.Options{Lookup: func(p string) (*tar.Header, error) { return lookupInRoot(img.RootFS, p) }})
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
@@ -258,4 +293,43 @@ func shorten(s string) string {
 		return s[:117] + "..."
 	}
 	return s
+}
+
+// lookupInRoot describes the entry at p in an image's unpacked root
+// without following a final symlink (earlier ones resolve inside the
+// root): a directory's or file's mode and owner, a symlink's target; nil
+// when there is none.
+func lookupInRoot(root, p string) (*tar.Header, error) {
+	rfd, err := unix.Open(root, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("open image root: %w", err)
+	}
+	defer unix.Close(rfd)
+	rel := strings.TrimPrefix(path.Clean(p), "/")
+	fd, err := unix.Openat2(rfd, rel, &unix.OpenHow{Flags: unix.O_PATH | unix.O_NOFOLLOW | unix.O_CLOEXEC,
+		Resolve: unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_MAGICLINKS | unix.RESOLVE_NO_XDEV})
+	if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return nil, err
+	}
+	h := &tar.Header{Name: rel, Mode: int64(st.Mode & 0o7777), Uid: int(st.Uid), Gid: int(st.Gid), Typeflag: tar.TypeReg}
+	switch st.Mode & unix.S_IFMT {
+	case unix.S_IFDIR:
+		h.Typeflag = tar.TypeDir
+	case unix.S_IFLNK:
+		buf := make([]byte, unix.PathMax)
+		n, err := unix.Readlinkat(fd, "", buf)
+		if err != nil {
+			return nil, err
+		}
+		h.Typeflag, h.Linkname = tar.TypeSymlink, string(buf[:n])
+	}
+	return h, nil
 }

@@ -154,6 +154,7 @@ type Node struct {
 	Seccomp *SeccompWatch
 	// Volumes mounts task volumes on this node.
 	Volumes *volumeMounter
+	sandbox *sandbox.Sandbox
 }
 
 // Readiness returns the egress node as a ReadinessSource, nil without one.
@@ -165,8 +166,12 @@ func (n *Node) Readiness() ReadinessSource {
 }
 
 // Close stops the egress node's collection loop; containers and the
-// network stay for the next agent (its Reconcile cleans up).
+// network stay for the next agent (its Reconcile cleans up), and so does
+// the cgroup parent while a container is in it.
 func (n *Node) Close() {
+	if n.sandbox != nil {
+		n.sandbox.ReleaseCgroups()
+	}
 	if n.Egress != nil {
 		n.Egress.Stop()
 	}
@@ -231,7 +236,13 @@ func BuildNode(ctx context.Context, c NodeConfig) (*Node, error) {
 	}
 	store, err := image.New(image.Config{Root: filepath.Join(c.StateDir, "images"), Registry: c.ImageRegistry,
 		Registries: registries, InsecureRegistries: c.InsecureRegistries, DiskBudget: c.ImageDiskBudget,
-		MountSource: "levers9-" + c.Prefix, Logger: log, Registerer: c.Metrics.Registry})
+		MountSource: "levers9-" + c.Prefix, Logger: log, Registerer: c.Metrics.Registry,
+		// Debian-based images (the runner among them) hold absolute links
+		// such as /dev/fd -> /proc/self/fd. The agent never follows a link
+		// in an image: what it reads there goes through openat2 with
+		// RESOLVE_IN_ROOT, runc resolves mount points inside the root, and
+		// a build's capture reads its upper directory without following.
+		AllowAbsoluteSymlinks: true})
 	if err != nil {
 		return nil, err
 	}
@@ -280,6 +291,7 @@ func BuildNode(ctx context.Context, c NodeConfig) (*Node, error) {
 	if err := n.Volumes.Reconcile(ctx); err != nil {
 		log.Warn("clearing volume mounts an earlier agent left", "err", err)
 	}
+	n.sandbox = sb
 	n.Runner, err = taskrun.New(taskrun.Config{Sandbox: sb, Images: store, Egress: n.Egress, Volumes: n.Volumes,
 		StateDir: filepath.Join(c.StateDir, "attempts"), Logger: log})
 	if err != nil {

@@ -3,6 +3,7 @@ package cli
 import (
 	"bytes"
 	"encoding/json"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -131,7 +132,10 @@ func TestConfigCommands(t *testing.T) {
 	}
 	// A second context with the same controlplane but no TLS: port is not
 	// 443, so it speaks plaintext and the error says to use --tls.
-	_, _, code = b.run(t, "\n", nil, "config", "create", "plain", "--controlplane", b.addr)
+	if _, errOut, code = b.run(t, "\n", nil, "config", "create", "bad", "--controlplane", b.addr, "--rest", "nowhere"); code == 0 || !strings.Contains(errOut, "--rest") {
+		t.Fatalf("config create with a bad --rest: %d %s", code, errOut)
+	}
+	_, _, code = b.run(t, "\n", nil, "config", "create", "plain", "--controlplane", b.addr, "--rest", "127.0.0.1:8444")
 	if code != 0 {
 		t.Fatal("config create plain")
 	}
@@ -149,6 +153,7 @@ func TestConfigCommands(t *testing.T) {
 	out, _, _ := b.run(t, "", nil, "config", "list", "-o", "json")
 	var rows []struct {
 		Name     string
+		REST     string
 		TLS      bool
 		HasToken bool
 		Current  bool
@@ -156,7 +161,9 @@ func TestConfigCommands(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &rows); err != nil || len(rows) != 2 {
 		t.Fatalf("config list -o json = %s (%v)", out, err)
 	}
-	if rows[1].Name != "prod" || !rows[1].Current || !rows[1].TLS || !rows[1].HasToken || rows[0].TLS || rows[0].HasToken {
+	_, prodPort, _ := net.SplitHostPort(b.addr)
+	if rows[1].Name != "prod" || !rows[1].Current || !rows[1].TLS || !rows[1].HasToken || rows[0].TLS || rows[0].HasToken ||
+		rows[0].REST != "127.0.0.1:8444" || rows[1].REST != strings.TrimSuffix(b.addr, prodPort)+"1994" {
 		t.Errorf("rows = %+v", rows)
 	}
 	if _, errOut, code = b.run(t, "", nil, "config", "use", "nope"); code == 0 || !strings.Contains(errOut, "config list") {

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	v1 "github.com/levers9/levers9/api/levers9/v1"
+	"github.com/levers9/levers9/internal/clientconfig"
 )
 
 func (a *app) configCmd() *cobra.Command {
@@ -26,12 +27,13 @@ func (a *app) configCmd() *cobra.Command {
 func (a *app) configCreateCmd() *cobra.Command {
 	var (
 		cp, ca    string
+		rest      string
 		useTLS    bool
 		makeCurr  bool
 		workspace string
 	)
 	create := &cobra.Command{
-		Use:   "create NAME --controlplane HOST:PORT [--tls] [--ca FILE]",
+		Use:   "create NAME --controlplane HOST:PORT [--rest HOST:PORT] [--tls] [--ca FILE]",
 		Short: "Create a context and make it current if there is none",
 		Long: `Create a context. The token is read from LEVERS9_TOKEN, or asked for (never from argv).
 Leave the token empty while LEVERS9_BOOTSTRAP_SECRET is set to bootstrap a new controlplane:
@@ -53,7 +55,12 @@ the first workspace is created and its admin token saved in the context.`,
 			if _, exists := f.Contexts[name]; exists {
 				return fmt.Errorf("context %q exists: delete it first with `levers9 config delete %s`", name, name)
 			}
-			c := Context{Controlplane: cp, TLS: useTLS, CAFile: ca}
+			c := Context{Controlplane: cp, TLS: useTLS, CAFile: ca, REST: rest}
+			if rest != "" {
+				if _, err := clientconfig.RESTAddress(c, func(string) string { return "" }); err != nil {
+					return fmt.Errorf("--rest: %w", err)
+				}
+			}
 			if ca != "" {
 				abs, err := filepath.Abs(ca)
 				if err != nil {
@@ -83,6 +90,7 @@ the first workspace is created and its admin token saved in the context.`,
 		},
 	}
 	create.Flags().StringVar(&cp, "controlplane", "", "controlplane gRPC address, HOST:PORT (required)")
+	create.Flags().StringVar(&rest, "rest", "", "REST gateway address, HOST:PORT, for REST clients such as the Python SDK (default: the controlplane's host on port 1994)")
 	create.Flags().BoolVar(&useTLS, "tls", false, "use TLS on a port other than 443")
 	create.Flags().StringVar(&ca, "ca", "", "PEM file of a CA to trust (for a private or self-signed certificate)")
 	create.Flags().BoolVar(&makeCurr, "use", false, "make the new context current")
@@ -122,6 +130,7 @@ func (a *app) configListCmd() *cobra.Command {
 			type row struct {
 				Name         string `json:"name"`
 				Controlplane string `json:"controlplane"`
+				REST         string `json:"rest"`
 				TLS          bool   `json:"tls"`
 				HasToken     bool   `json:"hasToken"`
 				Current      bool   `json:"current"`
@@ -130,13 +139,14 @@ func (a *app) configListCmd() *cobra.Command {
 			for _, n := range f.Names() {
 				c := f.Contexts[n]
 				t, _ := UseTLS(c.Controlplane, c.TLS, a.getenv)
-				rows = append(rows, row{n, c.Controlplane, t, c.Token != "", n == f.Current})
+				rest, _ := clientconfig.RESTAddress(c, func(string) string { return "" })
+				rows = append(rows, row{n, c.Controlplane, rest, t, c.Token != "", n == f.Current})
 			}
 			if a.output == "json" {
 				return json.NewEncoder(a.io.Out).Encode(rows)
 			}
 			w := tabwriter.NewWriter(a.io.Out, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(w, "CURRENT\tNAME\tCONTROLPLANE\tTLS\tTOKEN")
+			fmt.Fprintln(w, "CURRENT\tNAME\tCONTROLPLANE\tREST\tTLS\tTOKEN")
 			for _, r := range rows {
 				cur, tok := "", "none"
 				if r.Current {
@@ -145,7 +155,7 @@ func (a *app) configListCmd() *cobra.Command {
 				if r.HasToken {
 					tok = "set"
 				}
-				fmt.Fprintf(w, "%s\t%s\t%s\t%v\t%s\n", cur, r.Name, r.Controlplane, r.TLS, tok)
+				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%v\t%s\n", cur, r.Name, r.Controlplane, r.REST, r.TLS, tok)
 			}
 			return w.Flush()
 		},

@@ -26,7 +26,7 @@ func (a *app) imageCmd() *cobra.Command {
 		Long: `Build an image from a recipe on your machines (the build pool, or default), without a
 Docker engine, and print the reference tasks run it by. A recipe is YAML:
 
-  base: debian:bookworm-slim        # a name without a registry comes from imageService.runner.baseImageRegistry
+  base: debian:bookworm-slim        # default levers9-runner:latest; a name without a registry comes from imageService.runner.baseImageRegistry
   steps:
     - apt: [python3]                # rendered into a run step (needs a package mirror)
     - env: {APP_MODE: prod}

@@ -256,6 +256,43 @@ func TestReconcileRemovesLeftovers(t *testing.T) {
 	}
 }
 
+// TestReleaseCgroups: an agent leaving removes its cgroup parent once no
+// container is in it, and leaves it while one runs.
+func TestReleaseCgroups(t *testing.T) {
+	b, rootfs := setupRuntimes(t, "runc")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	h, err := b.sb.Run(ctx, TaskSpec{ID: "release", Rootfs: rootfs, Args: []string{"sleep", "600"}}, Security{Runtime: RuntimeRunc}, Stdio{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = h.Delete(context.Background()) })
+	testenv.Eventually(t, 10*time.Second, "running", func() bool {
+		st, err := h.State(ctx)
+		return err == nil && st.Status == StatusRunning
+	})
+	b.sb.ReleaseCgroups()
+	if dirs, _ := filepath.Glob("/sys/fs/cgroup/*/l9s-test/l9s-release"); len(dirs) == 0 {
+		t.Fatal("the running container's cgroups went")
+	}
+	if err := h.Kill(ctx, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Delete(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if dirs, _ := filepath.Glob("/sys/fs/cgroup/*/l9s-test"); len(dirs) == 0 {
+		t.Fatal("no parent cgroup before the release: the test proves nothing")
+	}
+	b.sb.ReleaseCgroups()
+	if dirs, _ := filepath.Glob("/sys/fs/cgroup/*/l9s-test"); len(dirs) > 0 {
+		t.Errorf("parent cgroups left: %v", dirs)
+	}
+}
+
 func TestConcurrentRuns(t *testing.T) {
 	b, rootfs := setupRuntimes(t, "runc")
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)

@@ -371,6 +371,12 @@ func (s *Sandbox) ReconcileExcept(ctx context.Context, keep []string) error {
 
 // removeCgroups removes a container's (empty) cgroup directories under
 // every v1 hierarchy or the v2 root; rmdir refuses non-empty ones.
+// ReleaseCgroups removes the cgroup parent of this sandbox's containers
+// in every hierarchy where it is empty (an agent leaving left one per
+// controller, hundreds on a test machine); a container still in it keeps
+// it, since the kernel refuses to remove a cgroup with children.
+func (s *Sandbox) ReleaseCgroups() { removeCgroups(s.cfg.CgroupParent) }
+
 func removeCgroups(path string) {
 	dirs, _ := filepath.Glob("/sys/fs/cgroup/*" + path)
 	dirs = append(dirs, "/sys/fs/cgroup"+path)

@@ -1,6 +1,7 @@
 package sdk
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"slices"
@@ -34,9 +35,10 @@ type ImageBuilder struct {
 
 // NewImage starts a recipe from base: "debian:bookworm-slim", or
 // "reg:5000/x/y@sha256:..."; a reference without a registry is resolved
-// against the controlplane's imageService.runner.baseImageRegistry.
+// against the controlplane's imageService.runner.baseImageRegistry. An
+// empty base is recipe.DefaultBase, the levers9-runner image.
 func NewImage(base string) *ImageBuilder {
-	return &ImageBuilder{r: recipe.Recipe{Base: base}}
+	return &ImageBuilder{r: recipe.Recipe{Base: cmp.Or(base, recipe.DefaultBase)}}
 }
 
 func (i *ImageBuilder) step(s recipe.Step) *ImageBuilder {

@@ -79,9 +79,17 @@ func TestImageBuilderRecipeIsACopy(t *testing.T) {
 	}
 }
 
+func TestImageBuilderDefaultBase(t *testing.T) {
+	t.Parallel()
+	r, err := NewImage("").Run("true").Recipe()
+	if err != nil || r.Base != recipe.DefaultBase {
+		t.Fatalf("NewImage(\"\"): base %q, %v; want %q", r.Base, err, recipe.DefaultBase)
+	}
+}
+
 func TestImageBuilderErrors(t *testing.T) {
 	t.Parallel()
-	_, err := NewImage("").
+	_, err := NewImage("not a reference").
 		Apt().
 		Pip("numpy>=1").
 		Env("LEVERS9_TOKEN", "x").
@@ -92,7 +100,7 @@ func TestImageBuilderErrors(t *testing.T) {
 	if err == nil {
 		t.Fatal("no error")
 	}
-	for _, want := range []string{"Apt: no packages", "base: required", "steps[0].pip[0]", "steps[1].env[LEVERS9_TOKEN]", "steps[2].workdir", "steps[3].copy.dst", "user:"} {
+	for _, want := range []string{"Apt: no packages", `base: "not a reference"`, "steps[0].pip[0]", "steps[1].env[LEVERS9_TOKEN]", "steps[2].workdir", "steps[3].copy.dst", "user:"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q does not contain %q", err, want)
 		}

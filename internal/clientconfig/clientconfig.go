@@ -39,6 +39,9 @@ type Context struct {
 	TLS          bool   `toml:"tls,omitempty"`
 	// CAFile trusts a private CA (a dev stack's self-signed certificate).
 	CAFile string `toml:"ca_file,omitempty"`
+	// REST is the REST gateway's HOST:PORT, for clients that speak REST
+	// (the Python SDK); empty means the controlplane's host on port 1994.
+	REST string `toml:"rest,omitempty"`
 }
 
 // File is ~/.levers9/config.toml.
@@ -151,6 +154,39 @@ func resolve(getenv func(string) string, name string) (Context, string, error) {
 		return Context{}, "", fmt.Errorf("no context %q: see `levers9 config list`", name)
 	}
 	return c, name, nil
+}
+
+// DefaultRESTPort is the REST gateway's port when a context names none.
+const DefaultRESTPort = "1994"
+
+// RESTAddress is the context's REST gateway: LEVERS9_REST, else the
+// context's rest, else the controlplane's host on DefaultRESTPort. The TLS
+// rule is the controlplane's (UseTLS with the context's tls).
+func RESTAddress(c Context, getenv func(string) string) (string, error) {
+	if v := getenv("LEVERS9_REST"); v != "" {
+		return v, checkHostPort("LEVERS9_REST", v)
+	}
+	if c.REST != "" {
+		return c.REST, checkHostPort("rest", c.REST)
+	}
+	host, _, err := net.SplitHostPort(c.Controlplane)
+	if err != nil {
+		return "", fmt.Errorf("controlplane %q is not HOST:PORT: %w", c.Controlplane, err)
+	}
+	return net.JoinHostPort(host, DefaultRESTPort), nil
+}
+
+// checkHostPort refuses an address that is not HOST:PORT with a numeric
+// port, naming where it came from.
+func checkHostPort(what, addr string) error {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("%s %q is not HOST:PORT: %w", what, addr, err)
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 || host == "" {
+		return fmt.Errorf("%s %q is not HOST:PORT with a port in 1..65535", what, addr)
+	}
+	return nil
 }
 
 // UseTLS decides TLS for an address: port 443 always; other ports only when

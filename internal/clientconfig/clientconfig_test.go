@@ -336,3 +336,34 @@ func TestExplainTransport(t *testing.T) {
 		}
 	}
 }
+
+func TestRESTAddress(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name    string
+		c       Context
+		env     string // LEVERS9_REST
+		want    string
+		wantErr string
+	}{
+		{name: "default port on the controlplane's host", c: Context{Controlplane: "cp.example.test:1993"}, want: "cp.example.test:1994"},
+		{name: "ipv6 host", c: Context{Controlplane: "[::1]:1993"}, want: "[::1]:1994"},
+		{name: "context's rest", c: Context{Controlplane: "cp:1993", REST: "api.example.test:8443"}, want: "api.example.test:8443"},
+		{name: "env wins", c: Context{Controlplane: "cp:1993", REST: "api:8443"}, env: "127.0.0.1:9000", want: "127.0.0.1:9000"},
+		{name: "bad env", c: Context{Controlplane: "cp:1993"}, env: "nowhere", wantErr: "LEVERS9_REST"},
+		{name: "bad port", c: Context{Controlplane: "cp:1993", REST: "api:http"}, wantErr: `rest "api:http"`},
+		{name: "no host", c: Context{Controlplane: "cp:1993", REST: ":8443"}, wantErr: "not HOST:PORT"},
+		{name: "bad controlplane", c: Context{Controlplane: "cp"}, wantErr: "not HOST:PORT"},
+	} {
+		got, err := RESTAddress(tc.c, env(map[string]string{"LEVERS9_REST": tc.env}))
+		if tc.wantErr != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Errorf("%s: RESTAddress = %q, %v; want error with %q", tc.name, got, err, tc.wantErr)
+			}
+			continue
+		}
+		if err != nil || got != tc.want {
+			t.Errorf("%s: RESTAddress = %q, %v; want %q", tc.name, got, err, tc.want)
+		}
+	}
+}

@@ -46,7 +46,11 @@ type State struct {
 	MetricsPort      int    `json:"metricsPort"`
 	RegistryPort     int    `json:"registryPort"`
 	DemoImage        string `json:"demoImage,omitempty"`
-	AdminToken       string `json:"adminToken,omitempty"`
+	// RunnerRootfs and RunnerDigest are the root filesystem key and the
+	// digest of the levers9-runner:latest make up last pushed.
+	RunnerRootfs string `json:"runnerRootfs,omitempty"`
+	RunnerDigest string `json:"runnerDigest,omitempty"`
+	AdminToken   string `json:"adminToken,omitempty"`
 	// LocalMachineID is the default pool's machine; PoolMachines are the
 	// other declared pools' (one agent each).
 	LocalMachineID string                  `json:"localMachineId,omitempty"`

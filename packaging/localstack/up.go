@@ -83,6 +83,9 @@ func Up(ctx context.Context, p Paths, out io.Writer) error {
 	if err := ensureRegistry(ctx, p, st, say); err != nil {
 		return err
 	}
+	if err := ensureRunner(ctx, p, st, out, say); err != nil {
+		return err
+	}
 	if err := ensureCert(p); err != nil {
 		return err
 	}
@@ -220,8 +223,13 @@ worker:
   defaultImage: %s
   # The stack's registry: image builds (levers9 image build) push there.
   imageRegistry: 127.0.0.1:%d
+imageService:
+  runner:
+    # Recipe bases and Python functions' images without a registry
+    # (levers9-runner:latest, which make up pushes) come from here.
+    baseImageRegistry: 127.0.0.1:%d
 `, st.GRPCPort, st.RESTPort, st.TunnelPort, st.MetricsPort, p.file("tls/cert.pem"), p.file("tls/key.pem"), st.BootstrapSecret,
-		st.PostgresPort, st.PostgresPassword, st.EncryptionKey, st.RedisPort, st.RedisPassword, st.DemoImage, st.RegistryPort)
+		st.PostgresPort, st.PostgresPassword, st.EncryptionKey, st.RedisPort, st.RedisPassword, st.DemoImage, st.RegistryPort, st.RegistryPort)
 	if sw != nil {
 		yml += fmt.Sprintf(`volumes:
   # The local SeaweedFS make up runs (unless LEVERS9_VOLUMES=0).
@@ -368,7 +376,8 @@ func ensureContext(ctx context.Context, p Paths, st *State, say func(string, ...
 	if err != nil {
 		return err
 	}
-	f.Contexts["local"] = cli.Context{Controlplane: addr, Token: st.AdminToken, TLS: true, CAFile: p.file("tls/cert.pem")}
+	f.Contexts["local"] = cli.Context{Controlplane: addr, Token: st.AdminToken, TLS: true, CAFile: p.file("tls/cert.pem"),
+		REST: fmt.Sprintf("127.0.0.1:%d", st.RESTPort)}
 	if f.Current == "" {
 		f.Current = "local"
 	}

@@ -124,6 +124,19 @@ func TestImageBuild(t *testing.T) {
 		}
 	})
 
+	t.Run("a copy keeps the image's directories", func(t *testing.T) {
+		p := filepath.Join(dir, "tmpcopy.yaml")
+		body := "base: " + w.registry + "/levers9/demo:e2e\nsteps:\n  - copy: {src: ./app, dst: /tmp/app}\n"
+		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		ref, _, _ := build(t, p)
+		out, errOut, err := w.cli(t, "run", "--image", ref, "--", "stat", "-c", "%a %n", "/tmp", "/tmp/app")
+		if err != nil || !strings.Contains(out, "1777 /tmp\n") || !strings.Contains(out, "755 /tmp/app") {
+			t.Fatalf("modes after a copy under /tmp: %v\n%s\n%s", err, out, errOut)
+		}
+	})
+
 	t.Run("two builds at once build once", func(t *testing.T) {
 		twice := recipe("twice.yaml", "echo twice > /twice.txt")
 		tasksBefore := w.taskCount(t)

@@ -79,8 +79,29 @@ func fromCopy(ctx context.Context, src io.Reader, dst string, w io.Writer, opts 
 		}
 		return nil
 	}
-	// parents writes a root-owned 0755 entry for every missing ancestor of
-	// rel (which is not itself written).
+	// dirEntry is the entry of a directory the copy creates without
+	// carrying it: the image's own (opts.Lookup), else root-owned 0755.
+	dirEntry := func(rel string) (*tar.Header, error) {
+		h := header(rel+"/", tar.TypeDir, 0o755, 0, 0, epoch)
+		if opts.Lookup == nil {
+			return h, nil
+		}
+		found, err := opts.Lookup("/" + rel)
+		switch {
+		case err != nil:
+			return nil, fmt.Errorf("look up /%s in the image: %w", rel, err)
+		case found == nil:
+		case found.Typeflag == tar.TypeDir:
+			h.Mode, h.Uid, h.Gid = found.Mode&0o7777, found.Uid, found.Gid
+		case found.Typeflag == tar.TypeSymlink:
+			return nil, fmt.Errorf("/%s is a symlink to %s in the image: copy to the directory it points to: %w", rel, found.Linkname, errdefs.ErrInvalidArgument)
+		default:
+			return nil, fmt.Errorf("/%s is a file in the image, not a directory: %w", rel, errdefs.ErrInvalidArgument)
+		}
+		return h, nil
+	}
+	// parents writes an entry (dirEntry) for every missing ancestor of rel
+	// (which is not itself written).
 	parents := func(rel string) error {
 		var missing []string
 		for d := path.Dir(rel); d != "." && d != "/"; d = path.Dir(d) {
@@ -93,7 +114,11 @@ func fromCopy(ctx context.Context, src io.Reader, dst string, w io.Writer, opts 
 			if ex.excluded(missing[i]) {
 				continue
 			}
-			if err := emit(header(missing[i]+"/", tar.TypeDir, 0o755, 0, 0, epoch), nil); err != nil {
+			h, err := dirEntry(missing[i])
+			if err != nil {
+				return err
+			}
+			if err := emit(h, nil); err != nil {
 				return err
 			}
 		}
@@ -133,7 +158,11 @@ func fromCopy(ctx context.Context, src io.Reader, dst string, w io.Writer, opts 
 				if err := parents(base); err != nil {
 					return err
 				}
-				if err := emit(header(base+"/", tar.TypeDir, 0o755, 0, 0, epoch), nil); err != nil {
+				h, err := dirEntry(base)
+				if err != nil {
+					return err
+				}
+				if err := emit(h, nil); err != nil {
 					return err
 				}
 			}

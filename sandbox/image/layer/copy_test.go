@@ -170,3 +170,45 @@ func TestFromCopyRefuses(t *testing.T) {
 		})
 	}
 }
+
+// TestFromCopyImageDirs: the directories a copy creates take the image's
+// mode and owner (Lookup), and a symlink or file on the way is refused.
+func TestFromCopyImageDirs(t *testing.T) {
+	image := map[string]*tar.Header{
+		"/tmp":      {Typeflag: tar.TypeDir, Mode: 0o1777},
+		"/home":     {Typeflag: tar.TypeDir, Mode: 0o755},
+		"/home/app": {Typeflag: tar.TypeDir, Mode: 0o700, Uid: 1000, Gid: 1001},
+		"/bin":      {Typeflag: tar.TypeSymlink, Linkname: "usr/bin"},
+		"/etc":      {Typeflag: tar.TypeDir, Mode: 0o755},
+		"/etc/motd": {Typeflag: tar.TypeReg, Mode: 0o644},
+	}
+	lookup := func(p string) (*tar.Header, error) { return image[p], nil }
+	copyTo := func(dst string, src []tar.Header) ([]byte, error) {
+		var buf bytes.Buffer
+		err := layer.FromCopy(context.Background(), bytes.NewReader(srcTar(t, src, 0)), dst, &buf, layer.Options{Lookup: lookup})
+		return buf.Bytes(), err
+	}
+	got := readTar(t, must(copyTo("/tmp/work/x", []tar.Header{file("a", "a", 0o644)})))
+	want := []entry{
+		{Name: "tmp/", Type: tar.TypeDir, Mode: 0o1777},
+		{Name: "tmp/work/", Type: tar.TypeDir, Mode: 0o755},
+		{Name: "tmp/work/x/", Type: tar.TypeDir, Mode: 0o755},
+		{Name: "tmp/work/x/a", Type: tar.TypeReg, Mode: 0o644, Data: "a"},
+	}
+	if d := diffEntries(got, want); d != "" {
+		t.Fatalf("copy under /tmp:\n%s", d)
+	}
+	got = readTar(t, must(copyTo("/home/app", []tar.Header{file("src.py", "x", 0o644)})))
+	if len(got) != 3 || got[1].Name != "home/app/" || got[1].Mode != 0o700 || got[1].Uid != 1000 || got[1].Gid != 1001 {
+		t.Fatalf("copy into /home/app: %+v", got)
+	}
+	for dst, wantErr := range map[string]string{
+		"/bin/tool":      "/bin is a symlink to usr/bin in the image",
+		"/etc/motd/x":    "/etc/motd is a file in the image",
+		"/bin/deep/tool": "/bin is a symlink",
+	} {
+		if _, err := copyTo(dst, []tar.Header{file("a", "a", 0o644)}); err == nil || !strings.Contains(err.Error(), wantErr) || !errors.Is(err, errdefs.ErrInvalidArgument) {
+			t.Errorf("copy to %s: %v; want %q", dst, err, wantErr)
+		}
+	}
+}

@@ -20,6 +20,13 @@ type Options struct {
 	// Epoch is every entry's mtime, atime and ctime (SOURCE_DATE_EPOCH),
 	// truncated to whole seconds. The zero value means Unix 0.
 	Epoch time.Time
+	// Lookup, for FromCopy, returns the image's own entry at an absolute
+	// path without following a final symlink, or nil when the image has
+	// none. The directories a copy creates without carrying them (dst's
+	// parents, dst) take their mode and owner from it, so /tmp keeps 1777
+	// and /home/app its owner; a symlink or file there is refused. Nil
+	// means root-owned 0755 directories.
+	Lookup func(path string) (*tar.Header, error)
 }
 
 // SandboxExcludes are the paths a levers9 sandbox mounts over or creates

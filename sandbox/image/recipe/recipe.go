@@ -2,6 +2,7 @@ package recipe
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -20,7 +21,8 @@ const MaxRecipeBytes = 1 << 20
 type Recipe struct {
 	// Base is the image to start from: "debian:bookworm-slim",
 	// "reg:5000/x/y@sha256:...". A reference without a registry is resolved
-	// by the caller against imageService.runner.baseImageRegistry.
+	// by the caller against imageService.runner.baseImageRegistry. Parse
+	// fills in DefaultBase when the document names none.
 	Base  string `json:"base" yaml:"base"`
 	Steps []Step `json:"steps,omitempty" yaml:"steps,omitempty"`
 	// User is the image's default user: a name or uid[:gid].
@@ -209,8 +211,13 @@ func field(n *yaml.Node, name string) *yaml.Node {
 	return nil
 }
 
+// DefaultBase is the base of a recipe document that names none: the
+// levers9-runner image (Debian with Python 3), from
+// imageService.runner.baseImageRegistry.
+const DefaultBase = "levers9-runner:latest"
+
 func (w *recipeWire) recipe() *Recipe {
-	r := &Recipe{Base: w.Base, User: w.User, Entrypoint: nonEmpty(w.Entrypoint), Cmd: nonEmpty(w.Cmd)}
+	r := &Recipe{Base: cmp.Or(w.Base, DefaultBase), User: w.User, Entrypoint: nonEmpty(w.Entrypoint), Cmd: nonEmpty(w.Cmd)}
 	for _, s := range w.Steps {
 		st := Step{Run: s.Run, Workdir: s.Workdir, Apt: nonEmpty(s.Apt), Pip: nonEmpty(s.Pip)}
 		if len(s.Env) > 0 {

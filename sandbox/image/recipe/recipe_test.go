@@ -304,3 +304,13 @@ func TestMarshalCanonical(t *testing.T) {
 		t.Fatal("Marshal(nil): no error")
 	}
 }
+
+func TestParseDefaultBase(t *testing.T) {
+	t.Parallel()
+	for _, doc := range []string{"steps:\n  - run: true\n", "base: \"\"\nsteps:\n  - run: true\n", `{"steps": [{"run": "true"}]}`} {
+		r, err := Parse([]byte(doc))
+		if err != nil || r.Base != DefaultBase {
+			t.Errorf("Parse(%q): base %q, %v; want %q", doc, r.Base, err, DefaultBase)
+		}
+	}
+}
