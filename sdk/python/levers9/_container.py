@@ -99,19 +99,34 @@ def run(input_path: str = wire.INPUT_PATH, result_path: str = wire.RESULT_PATH) 
         # One line for whoever reads the task's log; the traceback goes back
         # to the caller with the result.
         first = (outcome.get("message") or "").splitlines()[:1]
-        print(f"levers9: {module}.{qualname} raised {outcome['type']}" + (f": {first[0]}" if first else ""),
-              file=sys.stderr)
+        what = f"{module}.{qualname} raised" if module else f"the call in {input_path} could not be read:"
+        print(f"levers9: {what} {outcome['type']}" + (f": {first[0]}" if first else ""), file=sys.stderr)
     sys.stdout.flush()
     sys.stderr.flush()
-    tmp = result_path + ".tmp"
+    try:
+        _write(result_path, data)
+    except OSError as e:
+        print(f"levers9: cannot write the result to {result_path}: {e.strerror or e} (the task's machine must "
+              "support the result channel)", file=sys.stderr)
+        return 1
+    return code
+
+
+def _write(path: str, data: bytes) -> None:
+    """Write the result whole: through a temporary file and a rename where
+    the directory allows, else directly."""
+    tmp = path + ".tmp"
     try:
         with open(tmp, "wb") as f:
             f.write(data)
-        os.replace(tmp, result_path)
+        os.replace(tmp, path)
     except OSError:
-        with open(result_path, "wb") as f:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        with open(path, "wb") as f:
             f.write(data)
-    return code
 
 
 if __name__ == "__main__":

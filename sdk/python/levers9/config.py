@@ -21,8 +21,9 @@ The rules are the Go CLI's (internal/clientconfig):
 * TLS: port 443 always; other ports only when the context says ``tls = true``
   or ``LEVERS9_CONTROLPLANE_TLS`` is true. The REST gateway serves TLS
   exactly when the gRPC port does, so the decision is made on the
-  controlplane address (and a REST address on port 443 is TLS too). A
-  ``ca_file`` replaces the system's trusted roots.
+  controlplane address and applies to both (as the Go CLI's
+  clientconfig.RESTAddress says). A ``ca_file`` replaces the system's
+  trusted roots.
 """
 
 from __future__ import annotations
@@ -184,5 +185,5 @@ def load(context: str | None = None, environ: Mapping[str, str] | None = None) -
     split_host_port(rest)
     token = env.get("LEVERS9_TOKEN", "") or ctx.get("token", "")
     ca_file = env.get("LEVERS9_CONTROLPLANE_CA", "") or ctx.get("ca_file", "")
-    tls = use_tls(controlplane, bool(ctx.get("tls", False)), env) or split_host_port(rest)[1] == "443"
+    tls = use_tls(controlplane, bool(ctx.get("tls", False)), env)
     return Config(controlplane=controlplane, rest=rest, token=token, tls=tls, ca_file=ca_file, context=name)

@@ -257,7 +257,10 @@ class FakeControlplane:
         work = tempfile.mkdtemp(dir=self.tmp.name)
         code_dir = os.path.join(work, "code")
         with tarfile.open(fileobj=io.BytesIO(self.blobs[blob])) as tf:
-            tf.extractall(code_dir, filter="data")
+            if hasattr(tarfile, "data_filter"):  # 3.11.4 and later
+                tf.extractall(code_dir, filter="data")
+            else:
+                tf.extractall(code_dir)
         attempt = 1
         if self.lose_first_attempt:
             t.attempts.append({"number": 1, "state": "ATTEMPT_STATE_RUNNING", "machineId": "m_fake1"})

@@ -83,7 +83,7 @@ class ConfigTest(unittest.TestCase):
             config.use_tls("h:1993", False, {"LEVERS9_CONTROLPLANE_TLS": "yes"})
         self.assertTrue(self.load("plain", LEVERS9_CONTROLPLANE_TLS="true").tls)
         self.assertFalse(self.load("plain", LEVERS9_REST="h:8080").tls)
-        self.assertTrue(self.load("plain", LEVERS9_REST="h:443").tls, "a REST address on 443 is TLS")
+        self.assertFalse(self.load("plain", LEVERS9_REST="h:443").tls, "the controlplane's rule decides")
 
     def test_client_trusts_ca_file(self) -> None:
         # A CA file that does not exist fails when the client is made, naming the file only.
