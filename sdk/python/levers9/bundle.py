@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import ast
 import dataclasses
-import hashlib
 import io
 import keyword
 import os
@@ -32,7 +31,6 @@ import re
 import sys
 import sysconfig
 import types
-from typing import Iterable
 
 from .tarball import Entry, write_tar
 
@@ -263,14 +261,3 @@ def build(module: types.ModuleType | str) -> Bundle:
     b.data, b.digest = pack(dict(b.files))
     return b
 
-
-def fingerprint(files: Iterable[str]) -> str:
-    """A cheap identity of files' current state (paths, sizes, mtimes)."""
-    h = hashlib.sha256()
-    for p in sorted(files):
-        try:
-            st = os.stat(p)
-            h.update(f"{p}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
-        except OSError:
-            h.update(f"{p}\0missing\n".encode())
-    return h.hexdigest()

@@ -34,11 +34,12 @@ import re
 import secrets as _secrets
 import sys
 import threading
+import time
 from typing import Any, Callable, Iterable, Iterator, Mapping
 
 from . import bundle as _bundle
 from . import security, wire
-from .client import Client, is_terminal
+from .client import Client
 from .errors import (APIError, ImageBuildError, InputTooLargeError, RemoteError, RemoteTraceback, ResultError,
                      TaskError)
 from .image import Image, marshal
@@ -284,7 +285,13 @@ class Function:
         """Run the function in a task and return its return value, or raise
         its exception (with the remote traceback as ``__cause__``). Output
         streams to this process's stdout and stderr as it happens."""
-        return self.spawn(*args, **kwargs).get()
+        call = self.spawn(*args, **kwargs)
+        try:
+            return call.get()
+        except KeyboardInterrupt:
+            # As `levers9 run` does on Ctrl-C: nobody waits for it any more.
+            _quiet_cancel(self, call.task_id)
+            raise
 
     def spawn(self, *args: Any, **kwargs: Any) -> "FunctionCall":
         """Submit the call and return at once with a handle; ``.get()``
@@ -404,12 +411,7 @@ class FunctionCall:
         collect = Collector(printer)
         c.follow(self.task_id, collect)
         task = c.get_task(self.task_id)
-        try:
-            res = c.task_result(self.task_id)
-        except APIError as e:
-            if not e.not_found:
-                raise
-            res = {"present": False, "error": "", "result": b""}
+        res = _result_of(c, self.task_id)
         if not res["present"]:
             raise _task_error(self.function.name, task, res.get("error", ""), collect.text())
         outer = wire.loads(res["result"])
@@ -420,6 +422,21 @@ class FunctionCall:
                 raise ResultError(f"function {self.function.name}: task {self.task_id} returned a value that cannot "
                                   f"be unpickled here: {type(e).__name__}: {e}") from None
         raise _remote_exception(self.function, self._bundle, self.task_id, outer)
+
+
+def _result_of(c: Client, task_id: str, patience: float = 3.0) -> dict:
+    """The task's result; a NOT_FOUND shortly after the end is asked again
+    (the record may trail the terminal event), then means none."""
+    deadline = time.monotonic() + patience
+    while True:
+        try:
+            return c.task_result(task_id)
+        except APIError as e:
+            if not e.not_found:
+                raise
+            if time.monotonic() >= deadline:
+                return {"present": False, "error": "", "result": b"", "attempt": 0}
+        time.sleep(0.3)
 
 
 def _remote_exception(fn: Function, b: _bundle.Bundle, task_id: str, outer: dict) -> BaseException:
