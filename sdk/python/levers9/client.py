@@ -95,6 +95,7 @@ class Client:
         self._pool_lock = threading.Lock()
         # Idle keep-alive connections, guarded by _pool_lock.
         self._idle: list[http.client.HTTPConnection] = []
+        self._closed = False
 
     def __repr__(self) -> str:
         scheme = "https" if self._ssl else "http"
@@ -167,14 +168,16 @@ class Client:
     def _give(self, conn: http.client.HTTPConnection) -> None:
         """Keep a connection for the next call, or close it."""
         with self._pool_lock:
-            if len(self._idle) < _MAX_IDLE:
+            if not self._closed and len(self._idle) < _MAX_IDLE:
                 self._idle.append(conn)
                 return
         conn.close()
 
     def close(self) -> None:
-        """Close the kept connections (calls made later open new ones)."""
+        """Close the kept connections; calls made later still work, on
+        connections closed after each call."""
         with self._pool_lock:
+            self._closed = True
             idle, self._idle = self._idle, []
         for conn in idle:
             conn.close()
