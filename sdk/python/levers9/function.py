@@ -317,9 +317,11 @@ class Function:
             return_exceptions: bool = False) -> Iterator[Any]:
         """Call the function once per input (one argument from each
         iterable, as the built-in map) with at most ``concurrency`` tasks
-        at once, and yield the results in input order. An exception ends
-        the map (tasks still running are cancelled), unless
-        ``return_exceptions`` yields it in its place."""
+        at once, and yield the results in input order (calls start as the
+        iteration starts, and inputs are read a few ahead). An exception
+        ends the map (tasks still running are cancelled, as they are when
+        the iteration is abandoned), unless ``return_exceptions`` yields it
+        in its place."""
         if concurrency < 1:
             raise ValueError(f"map: concurrency {concurrency} is not 1 or more")
         if not iterables:
