@@ -23,6 +23,7 @@ import (
 	"github.com/levers9/levers9/internal/errdefs"
 	"github.com/levers9/levers9/sandbox"
 	"github.com/levers9/levers9/sandbox/image"
+	"github.com/levers9/levers9/tunnel"
 )
 
 // NodeConfig says how `levers9-agent run` builds the parts that run tasks
@@ -293,7 +294,8 @@ func BuildNode(ctx context.Context, c NodeConfig) (*Node, error) {
 	}
 	n.sandbox = sb
 	n.Runner, err = taskrun.New(taskrun.Config{Sandbox: sb, Images: store, Egress: n.Egress, Volumes: n.Volumes,
-		StateDir: filepath.Join(c.StateDir, "attempts"), Logger: log})
+		StateDir: filepath.Join(c.StateDir, "attempts"), IODir: filepath.Join(c.StateDir, "io"),
+		MaxResultBytes: maxResultBytes(tunnel.Limits{}.WithDefaults().MaxMessageSize), Logger: log})
 	if err != nil {
 		n.Close()
 		return nil, err

@@ -63,6 +63,20 @@ func (c ReportConfig) withDefaults() ReportConfig {
 // recordOverhead approximates a record's size beside its text.
 const recordOverhead = 48
 
+// resultHeadroom is what a ReportAttempt carrying a terminal update may
+// need beside the update's result (the message, summary, digest, framing):
+// far more than it ever takes. The result goes alone in its call (a record
+// over MaxBatchBytes always does), so result plus headroom must fit in one
+// tunnel message.
+const resultHeadroom = 1 << 20
+
+// maxResultBytes is the largest result an attempt sends: taskrun's 8 MiB,
+// or less when a tunnel message of maxMessage bytes could not carry it with
+// resultHeadroom beside. A larger result is reported as too large.
+func maxResultBytes(maxMessage int) int {
+	return max(1, min(taskrun.DefaultMaxResultBytes, maxMessage-resultHeadroom))
+}
+
 func recordSize(r *agentv1.AttemptRecord) int {
 	if l := r.GetLog(); l != nil {
 		return recordOverhead + len(l.Text)
@@ -74,7 +88,8 @@ func recordSize(r *agentv1.AttemptRecord) int {
 		}
 		return n
 	}
-	return recordOverhead + len(r.GetUpdate().GetMessage())
+	u := r.GetUpdate()
+	return recordOverhead + len(u.GetMessage()) + len(u.GetResult().GetData()) + len(u.GetResult().GetError())
 }
 
 // reportQueue holds one attempt's records on their way to the controlplane.

@@ -1,16 +1,19 @@
 package agent
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/levers9/levers9/agent/taskrun"
@@ -20,6 +23,7 @@ import (
 	"github.com/levers9/levers9/internal/errdefs"
 	"github.com/levers9/levers9/sandbox"
 	"github.com/levers9/levers9/sandbox/image"
+	"github.com/levers9/levers9/tunnel"
 )
 
 func testLog(text string) *agentv1.AttemptRecord {
@@ -308,5 +312,51 @@ func TestReportQueueTimesNeverGoBack(t *testing.T) {
 				t.Fatalf("%d records", len(recs))
 			}
 		})
+	}
+}
+
+// TestResultFitsOneReport: the result limit leaves room in a tunnel
+// message, and a terminal update carrying the largest result goes in a
+// call of its own, under the tunnel's message limit, after the output
+// before it.
+func TestResultFitsOneReport(t *testing.T) {
+	maxMessage := tunnel.Limits{}.WithDefaults().MaxMessageSize
+	limit := maxResultBytes(maxMessage)
+	if limit != taskrun.DefaultMaxResultBytes {
+		t.Fatalf("result limit with the default tunnel = %d, want %d", limit, taskrun.DefaultMaxResultBytes)
+	}
+	if got := maxResultBytes(4 << 20); got != 3<<20 {
+		t.Errorf("result limit under a 4 MiB message = %d, want 3 MiB", got)
+	}
+	q := newReportQueue(ReportConfig{})
+	q.pushRunning(testUpdate(v1.AttemptState_ATTEMPT_STATE_RUNNING))
+	for range 300 {
+		q.pushLog(testLog(strings.Repeat("x", 1000)))
+	}
+	term := testUpdate(v1.AttemptState_ATTEMPT_STATE_SUCCEEDED)
+	term.GetUpdate().Result = &agentv1.AttemptResult{Present: true, Data: bytes.Repeat([]byte{0xff}, limit)}
+	q.pushTerminal(term)
+	sawResult := false
+	for calls := 0; !q.done(); calls++ {
+		if calls > 10 {
+			t.Fatal("the terminal update was never sent")
+		}
+		first, recs := q.batch()
+		req := &agentv1.ReportAttemptRequest{TaskId: "t_0123456789abcdefghij", Attempt: 9999, FirstSeq: first, Records: recs}
+		if n := proto.Size(req); n > maxMessage {
+			t.Fatalf("a report of %d bytes, over the tunnel's %d", n, maxMessage)
+		}
+		for _, r := range recs {
+			if r.GetUpdate().GetResult() != nil {
+				sawResult = true
+				if len(recs) != 1 {
+					t.Errorf("the result shares its call with %d other records", len(recs)-1)
+				}
+			}
+		}
+		q.ack(first + uint64(len(recs)) - 1)
+	}
+	if !sawResult {
+		t.Fatal("no call carried the result")
 	}
 }

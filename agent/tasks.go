@@ -311,7 +311,7 @@ func (t *tasks) execute(ctx context.Context, h *held, task taskrun.Task, run run
 		t.countStart(task.Pool, "failed", 0)
 	}
 	u := &agentv1.AttemptUpdate{State: stateOf(res.State), ExitCode: int32(res.Exit.Code),
-		DroppedLines: res.DroppedLines, ImageDigest: res.ImageDigest}
+		DroppedLines: res.DroppedLines, ImageDigest: res.ImageDigest, Result: resultPB(res.Result)}
 	switch res.State {
 	case taskrun.StateFailed:
 		// An exit code says it all; a message says why there is none.
@@ -338,6 +338,15 @@ func (t *tasks) execute(ctx context.Context, h *held, task taskrun.Task, run run
 	h.q.pushTerminal(&agentv1.AttemptRecord{Time: timestamppb.New(t.clock.Now()), Record: &agentv1.AttemptRecord_Update{Update: u}})
 	log.Info("attempt finished", "state", u.State.String(), "exit_code", u.ExitCode, "dropped_lines", u.DroppedLines,
 		"reason", string(res.Reason), "err", u.Message)
+}
+
+// resultPB is the result file as the terminal update carries it; nil when
+// the container left nothing.
+func resultPB(r taskrun.ResultFile) *agentv1.AttemptResult {
+	if !r.Present && r.Err == "" {
+		return nil
+	}
+	return &agentv1.AttemptResult{Present: r.Present, Data: r.Data, Error: r.Err}
 }
 
 // countStart counts an attempt that started (with its latency) or never did.

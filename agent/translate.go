@@ -31,7 +31,7 @@ func taskFromAttempt(a *agentv1.TaskAttempt, defaultPool string) (taskrun.Task, 
 	t := taskrun.Task{
 		ID: a.TaskId, Attempt: int(a.Attempt), Pool: a.Pool, Image: a.Image,
 		Args: a.Command, Env: a.Env, SecretEnv: a.SecretEnv, User: a.User, Cwd: a.Cwd,
-		GPUs: len(a.GpuDevices), GPUDevices: a.GpuDevices,
+		GPUs: len(a.GpuDevices), GPUDevices: a.GpuDevices, Input: a.GetInput(),
 	}
 	if t.Pool == "" {
 		t.Pool = defaultPool

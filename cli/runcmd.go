@@ -21,7 +21,7 @@ const exitInterrupted = 130
 
 func (a *app) runCmd() *cobra.Command {
 	var f runFlags
-	var imageFile string
+	var imageFile, inputFile string
 	cmd := &cobra.Command{
 		Use:   "run [flags] -- CMD [ARG...]",
 		Short: "Run a command as a task on your machines and stream its output",
@@ -38,6 +38,11 @@ another machine while --retries remain; the stream goes on, with a marker line o
 Ctrl-C once cancels the task and keeps streaming to its end; Ctrl-C again detaches, leaving
 the task as it is, and prints how to resume: levers9 task logs -f ID.
 
+--input-file FILE hands FILE's bytes (- reads standard input; at most 1 MiB) to the task as
+the read-only file /run/levers9/io/input. The task may write its answer to
+/run/levers9/io/result (at most 8 MiB; the directory is the task's own, writable by its user,
+and needs no network); once the task ended, levers9 task result ID prints it.
+
 Flags stop at CMD (or at --), so CMD's own flags need no quoting. --env values are stored
 with the task: keep secrets out of them. LEVERS9_SECURITY_PROFILE and LEVERS9_SECCOMP (in
 --env or in your environment) tighten the pool's security for this task; a looser setting
@@ -46,7 +51,9 @@ is refused.`,
   levers9 run --pool gpu --gpu 1 --image registry.local/train:1 --timeout 2h --retries 2 -- python train.py
   levers9 run --cpu 2 --memory 4Gi --env EPOCHS=3 -- ./bench
   levers9 run --detach -- sleep 600      # prints the task ID and returns
-  levers9 run --image-file image.yaml -- python3 -m app`,
+  levers9 run --image-file image.yaml -- python3 -m app
+  levers9 run --detach --input-file words.txt -- sh -c 'tr a-z A-Z < /run/levers9/io/input > /run/levers9/io/result'
+  levers9 task result t_abc123   # the uppercased words, once the task ended`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) == 0 {
 				return errors.New("nothing to run: give the command after --, e.g. levers9 run -- echo hi")
@@ -69,6 +76,13 @@ is refused.`,
 			if err != nil {
 				return err
 			}
+			if inputFile != "" {
+				in, err := a.readInput(inputFile)
+				if err != nil {
+					return err
+				}
+				opts = append(opts, sdk.Input(in))
+			}
 			return a.run(f.detach, opts, args)
 		},
 	}
@@ -80,6 +94,7 @@ is refused.`,
 	fl.StringVar(&f.gpuType, "gpu-type", "", "only machines whose GPUs have this name (needs --gpu)")
 	fl.StringVar(&f.image, "image", "", "image reference (default: the controlplane's worker.defaultImage)")
 	fl.StringVar(&imageFile, "image-file", "", "build the image from this recipe first (levers9 image build -f; cached when built before)")
+	fl.StringVar(&inputFile, "input-file", "", "give the task FILE's bytes (- for standard input; at most 1 MiB) as /run/levers9/io/input")
 	fl.StringArrayVar(&f.env, "env", nil, "KEY=VALUE in the task's environment (repeatable)")
 	fl.StringArrayVar(&f.volumes, "volume", nil, "mount workspace volume NAME:/path[:ro] into the task (repeatable; levers9 volume create NAME)")
 	fl.StringArrayVar(&f.secrets, "secret", nil, "workspace secret NAME whose keys become the task's environment variables (repeatable; levers9 secret put NAME)")
@@ -89,6 +104,29 @@ is refused.`,
 	fl.IntVar(&f.retries, "retries", sdk.DefaultRetries, "new attempts when the machine running the task is lost (0: none)")
 	fl.BoolVar(&f.detach, "detach", false, "print the task ID and return instead of streaming")
 	return cmd
+}
+
+// readInput reads --input-file: a file, or standard input for "-", of at
+// most sdk.MaxInputBytes.
+func (a *app) readInput(path string) ([]byte, error) {
+	var r io.Reader = a.in
+	name := "standard input"
+	if path != "-" {
+		f, err := os.Open(path)
+		if err != nil {
+			return nil, fmt.Errorf("--input-file: %w", err)
+		}
+		defer f.Close()
+		r, name = f, path
+	}
+	b, err := io.ReadAll(io.LimitReader(r, sdk.MaxInputBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("--input-file: read %s: %w", name, err)
+	}
+	if len(b) > sdk.MaxInputBytes {
+		return nil, fmt.Errorf("--input-file: %s is more than 1 MiB (%d bytes), the most a task may be given; put larger data in a volume (levers9 volume put) and mount it with --volume", name, sdk.MaxInputBytes)
+	}
+	return b, nil
 }
 
 // taskClient connects and wraps the connection in an SDK client.

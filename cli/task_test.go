@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -24,6 +25,8 @@ import (
 type taskCLI struct {
 	env  map[string]string
 	sigs chan os.Signal
+	// stdin is what the CLI reads from standard input.
+	stdin string
 }
 
 func newTaskCLI(t *testing.T, addr, token string) *taskCLI {
@@ -44,7 +47,7 @@ func (c *taskCLI) start(args ...string) *cliRun {
 	notify := func() (<-chan os.Signal, func()) { return c.sigs, func() {} }
 	getenv := func(k string) string { return c.env[k] }
 	go func() {
-		r.code <- mainWith(args, IO{In: strings.NewReader(""), Out: r.out, Err: r.err}, getenv, notify)
+		r.code <- mainWith(args, IO{In: strings.NewReader(c.stdin), Out: r.out, Err: r.err}, getenv, notify)
 	}()
 	return r
 }
@@ -556,3 +559,102 @@ func TestRunRealControlplane(t *testing.T) {
 }
 
 const allStates = "pending,scheduled,running,succeeded,failed,cancelled,timed_out"
+
+// TestInputAndResultScripted: run --input-file gives the task a file's
+// bytes (or standard input's), refusing more than 1 MiB before anything
+// is submitted; task result prints a finished task's result as raw bytes,
+// to stdout or a file, and says why when there is none.
+func TestInputAndResultScripted(t *testing.T) {
+	t.Parallel()
+	srv := sdktest.Start(t)
+	c := newTaskCLI(t, srv.Addr, sdktest.Token)
+	dir := t.TempDir()
+	in := filepath.Join(dir, "in.bin")
+	if err := os.WriteFile(in, []byte("hello\x00input"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	submit := func(t *testing.T, args ...string) string {
+		t.Helper()
+		out, errOut, code := c.run(t, append([]string{"run", "--detach"}, args...)...)
+		if code != 0 {
+			t.Fatalf("run %v: %d %q", args, code, errOut)
+		}
+		return strings.TrimSpace(out)
+	}
+	id := submit(t, "--input-file", in, "--", "cat")
+	if got := srv.Spec(id).Input; string(got) != "hello\x00input" {
+		t.Errorf("input from a file: %q", got)
+	}
+	c.stdin = "from stdin"
+	fromStdin := submit(t, "--input-file", "-", "--", "cat")
+	c.stdin = ""
+	if got := srv.Spec(fromStdin).Input; string(got) != "from stdin" {
+		t.Errorf("input from stdin: %q", got)
+	}
+	big := filepath.Join(dir, "big.bin")
+	if err := os.WriteFile(big, make([]byte, 1<<20+1), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	before := srv.Submits()
+	for _, file := range []string{big, filepath.Join(dir, "missing")} {
+		_, errOut, code := c.run(t, "run", "--input-file", file, "--", "cat")
+		if code != 1 || !strings.Contains(errOut, "--input-file") {
+			t.Errorf("--input-file %s: %d %q", file, code, errOut)
+		}
+	}
+	if _, errOut, _ := c.run(t, "run", "--input-file", big, "--", "cat"); !strings.Contains(errOut, "more than 1 MiB") {
+		t.Errorf("an input too large: %q", errOut)
+	}
+	if srv.Submits() != before {
+		t.Errorf("a refused input was submitted")
+	}
+
+	// Not ended yet: says so, and how to wait.
+	srv.StartAttempt(id, "m_a")
+	_, errOut, code := c.run(t, "task", "result", id)
+	if code != 1 || !strings.Contains(errOut, "has not ended") || !strings.Contains(errOut, "levers9 task logs -f "+id) {
+		t.Errorf("result of a running task: %d %q", code, errOut)
+	}
+	raw := []byte("RESULT\x00\xff\n")
+	srv.Finish(id, v1.TaskState_TASK_STATE_SUCCEEDED, 0, "")
+	srv.SetResult(id, &v1.GetTaskResultResponse{Attempt: 1, Present: true, Result: raw})
+	out, errOut, code := c.run(t, "task", "result", id)
+	if code != 0 || out != string(raw) || errOut != "" {
+		t.Errorf("result: %d %q %q", code, out, errOut)
+	}
+	file := filepath.Join(dir, "result.bin")
+	if out, _, code := c.run(t, "task", "result", id, "-o", file); code != 0 || out != "" {
+		t.Errorf("result -o: %d %q", code, out)
+	}
+	if got, err := os.ReadFile(file); err != nil || !bytes.Equal(got, raw) {
+		t.Errorf("the result file: %q, %v", got, err)
+	}
+	out, _, code = c.run(t, "task", "result", id, "-o", "json")
+	var shown struct {
+		Attempt int    `json:"attempt"`
+		Present bool   `json:"present"`
+		Result  []byte `json:"result"`
+	}
+	if err := json.Unmarshal([]byte(out), &shown); code != 0 || err != nil || !shown.Present || !bytes.Equal(shown.Result, raw) {
+		t.Errorf("result -o json: %d %q", code, out)
+	}
+
+	srv.StartAttempt(fromStdin, "m_a")
+	srv.Finish(fromStdin, v1.TaskState_TASK_STATE_SUCCEEDED, 0, "")
+	if _, errOut, code := c.run(t, "task", "result", fromStdin); code != 1 || !strings.Contains(errOut, "wrote no result to /run/levers9/io/result") {
+		t.Errorf("no result: %d %q", code, errOut)
+	}
+	srv.SetResult(fromStdin, &v1.GetTaskResultResponse{Attempt: 2, Error: "the result is 9437184 bytes; the limit is 8 MiB"})
+	if _, errOut, code := c.run(t, "task", "result", fromStdin); code != 1 || !strings.Contains(errOut, "(attempt 2) wrote a result that was not kept: the result is 9437184 bytes") {
+		t.Errorf("a refused result: %d %q", code, errOut)
+	}
+	if _, errOut, code := c.run(t, "task", "result", "t_nope"); code != 1 || !strings.Contains(errOut, "no task t_nope") {
+		t.Errorf("result of no task: %d %q", code, errOut)
+	}
+	for _, cmd := range [][]string{{"task", "result", "--help"}, {"run", "--help"}} {
+		out, _, code := c.run(t, cmd...)
+		if code != 0 || !strings.Contains(out, "/run/levers9/io/result") || !strings.Contains(out, "Examples:") {
+			t.Errorf("%v: %q", cmd, out)
+		}
+	}
+}

@@ -4,11 +4,14 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"os"
 	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	v1 "github.com/levers9/levers9/api/levers9/v1"
 	"github.com/levers9/levers9/sdk"
@@ -16,8 +19,8 @@ import (
 )
 
 func (a *app) taskCmd() *cobra.Command {
-	cmd := &cobra.Command{Use: "task", Short: "List, inspect, follow and cancel tasks"}
-	cmd.AddCommand(a.taskListCmd(), a.taskShowCmd(), a.taskLogsCmd(), a.taskCancelCmd())
+	cmd := &cobra.Command{Use: "task", Short: "List, inspect, follow and cancel tasks, and read their results"}
+	cmd.AddCommand(a.taskListCmd(), a.taskShowCmd(), a.taskLogsCmd(), a.taskCancelCmd(), a.taskResultCmd())
 	return cmd
 }
 
@@ -133,6 +136,68 @@ the task running (cancel it with levers9 task cancel ID).`,
 	}
 	logs.Flags().BoolVarP(&follow, "follow", "f", false, "follow the task to its end and exit with its exit code")
 	return logs
+}
+
+// taskResultCmd is `task result`: what a finished task wrote to
+// /run/levers9/io/result, as raw bytes.
+func (a *app) taskResultCmd() *cobra.Command {
+	var out string
+	result := &cobra.Command{
+		Use:   "result ID [-o FILE]",
+		Short: "Print what a finished task wrote to /run/levers9/io/result",
+		Long: `Print the result of a task that has ended: the bytes its last attempt wrote to
+/run/levers9/io/result (at most 8 MiB), exactly as written, to standard output or, with
+-o FILE, to FILE (nothing is printed then). A task started with levers9 run --input-file
+finds its input in /run/levers9/io/input.
+
+It fails, saying why, when the task has not ended yet (follow it with levers9 task logs -f
+ID), when its last attempt wrote no result, or when it wrote one that was not kept (larger
+than 8 MiB, or not a regular file). A task retried after its machine was lost gives the
+last attempt's result. -o json prints the whole answer as JSON instead (the result in
+base64); write to a file named json with -o ./json.`,
+		Example: `  levers9 task result t_abc123
+  levers9 task result t_abc123 -o result.bin
+  levers9 run --detach --input-file in.txt -- sh -c 'wc -l < /run/levers9/io/input > /run/levers9/io/result'`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			id := args[0]
+			s, c, err := a.taskClient()
+			if err != nil {
+				return err
+			}
+			defer s.Close()
+			ctx, cancel := context.WithTimeout(context.Background(), a.timeout)
+			defer cancel()
+			r, err := c.TaskResult(ctx, id)
+			if status.Code(err) == codes.NotFound && strings.Contains(status.Convert(err).Message(), "has not ended") {
+				return fmt.Errorf("%w\nwait for it with: levers9 task logs -f %s", a.explain(s, err), id)
+			}
+			if err != nil {
+				return a.explain(s, err)
+			}
+			if out == "json" {
+				return a.printJSON(r)
+			}
+			switch {
+			case r.Error != "":
+				return fmt.Errorf("task %s (attempt %d) wrote a result that was not kept: %s", id, r.Attempt, r.Error)
+			case !r.Present:
+				return fmt.Errorf("task %s (attempt %d) wrote no result to /run/levers9/io/result", id, r.Attempt)
+			}
+			if out == "" || out == "-" || out == "table" {
+				_, err := a.io.Out.Write(r.Result)
+				return err
+			}
+			if err := os.WriteFile(out, r.Result, 0o644); err != nil {
+				return fmt.Errorf("-o %s: %w", out, err)
+			}
+			return nil
+		},
+	}
+	// -o is a file here (the results are bytes, not a listing): it shadows
+	// the global -o format flag, with json still meaning JSON.
+	result.Flags().StringVarP(&out, "output", "o", "", "write the result to FILE instead of standard output (json: the whole answer as JSON)")
+	return result
 }
 
 // taskCancelCmd is `task cancel`.

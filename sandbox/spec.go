@@ -286,6 +286,9 @@ func mountsFor(task TaskSpec, hardened, driver bool) []specs.Mount {
 		if m.ReadOnly {
 			opts = append(opts, "ro")
 		}
+		if m.NoExec {
+			opts = append(opts, "noexec")
+		}
 		mounts = append(mounts, specs.Mount{Destination: filepath.Clean(m.Destination), Type: "bind", Source: m.Source, Options: opts})
 	}
 	return mounts

@@ -490,3 +490,22 @@ func FuzzParseGPUInformation(f *testing.F) {
 		}
 	})
 }
+
+// TestAgentMountNoExec: an agent mount asking for noexec gets it, besides
+// the nosuid,nodev every bind mount has; others do not.
+func TestAgentMountNoExec(t *testing.T) {
+	task := TaskSpec{AgentMounts: []Mount{
+		{Source: "/state/io/t.1", Destination: "/run/levers9/io", NoExec: true},
+		{Source: "/state/resolv.conf", Destination: "/etc/resolv.conf", ReadOnly: true},
+	}}
+	got := map[string][]string{}
+	for _, m := range mountsFor(task, true, false) {
+		got[m.Destination] = m.Options
+	}
+	if o := got["/run/levers9/io"]; !slices.Contains(o, "noexec") || !slices.Contains(o, "nosuid") || !slices.Contains(o, "nodev") || slices.Contains(o, "ro") {
+		t.Errorf("io mount options %v, want rw with noexec,nosuid,nodev", o)
+	}
+	if o := got["/etc/resolv.conf"]; slices.Contains(o, "noexec") || !slices.Contains(o, "ro") {
+		t.Errorf("resolv.conf options %v", o)
+	}
+}

@@ -77,6 +77,9 @@ type Mount struct {
 	Source      string `json:"source"`
 	Destination string `json:"destination"`
 	ReadOnly    bool   `json:"readOnly"`
+	// NoExec adds noexec (nosuid and nodev are always there): for a
+	// directory the task writes data into, never programs.
+	NoExec bool `json:"noExec,omitempty"`
 }
 
 var taskIDRe = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$`)

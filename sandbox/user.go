@@ -10,6 +10,13 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// ResolveUser returns the uid and gid BuildSpec gives a task whose rootfs
+// is rootfs and whose user is user (the task's, else the image's; "" is
+// root), so the agent can make files that process owns.
+func ResolveUser(rootfs, user string) (uid, gid uint32, err error) {
+	return resolveUser(rootfs, user)
+}
+
 // resolveUser turns an image or task user ("uid", "uid:gid", "name",
 // "name:group", mixed) into ids, reading the image's /etc/passwd and
 // /etc/group for names. The files are opened with RESOLVE_IN_ROOT, so an

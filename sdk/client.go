@@ -150,6 +150,26 @@ func (c *Client) Task(ctx context.Context, id string) (*v1.Task, error) {
 	return resp.Task, nil
 }
 
+// maxResultAnswer is the largest GetTaskResult answer the client takes: an
+// 8 MiB result and the rest (gRPC's default stops at 4 MiB).
+const maxResultAnswer = 16 << 20
+
+// TaskResult returns what a task's last attempt wrote to
+// /run/levers9/io/result: Present false when it wrote none (Error says
+// why, when it wrote one that was not kept). A task that has not ended is
+// an error with code NotFound, as is a task of no one's.
+func (c *Client) TaskResult(ctx context.Context, id string) (*v1.GetTaskResultResponse, error) {
+	var resp *v1.GetTaskResultResponse
+	err := c.unary(ctx, "get the result of task "+id, func(ctx context.Context) (err error) {
+		resp, err = c.tasks.GetTaskResult(ctx, &v1.GetTaskResultRequest{Id: id}, grpc.MaxCallRecvMsgSize(maxResultAnswer))
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return resp, nil
+}
+
 // Cancel stops a task that has not finished and returns its record; a
 // finished task is returned unchanged.
 func (c *Client) Cancel(ctx context.Context, id string) (*v1.Task, error) {

@@ -1,6 +1,7 @@
 package sdk
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/base32"
@@ -112,6 +113,24 @@ func Env(key, value string) FunctionOption {
 			f.spec.Env = map[string]string{}
 		}
 		f.spec.Env[key] = value
+	}
+}
+
+// MaxInputBytes is the most input a task may be given (the controlplane
+// refuses more).
+const MaxInputBytes = 1 << 20
+
+// Input hands b to the task as the read-only file /run/levers9/io/input
+// (at most MaxInputBytes). The task may write its answer to
+// /run/levers9/io/result; Client.TaskResult returns it once the task
+// ended. Every attempt gets the same input.
+func Input(b []byte) FunctionOption {
+	return func(f *Function) {
+		if len(b) > MaxInputBytes {
+			f.problems = append(f.problems, fmt.Sprintf("Input: %d bytes, more than %d", len(b), MaxInputBytes))
+			return
+		}
+		f.spec.Input = bytes.Clone(b)
 	}
 }
 

@@ -1,6 +1,7 @@
 package sdk
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -12,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
@@ -283,5 +286,36 @@ func TestFunctionSecret(t *testing.T) {
 	}
 	if _, err := c.Function("f", Secret("no spaces")).Spec(); err == nil || !strings.Contains(err.Error(), `Secret: "no spaces"`) {
 		t.Fatalf("want the bad name refused: %v", err)
+	}
+}
+
+// TestInputAndTaskResult: Input puts bytes in the spec (more than
+// MaxInputBytes is a problem of the function), and TaskResult returns a
+// finished task's result, larger than gRPC's default message limit, and
+// NotFound for one that has not ended.
+func TestInputAndTaskResult(t *testing.T) {
+	t.Parallel()
+	srv, c := scripted(t, nil)
+	ctx := context.Background()
+	if _, err := c.Function("f", Input(make([]byte, MaxInputBytes+1))).Spec(); err == nil || !strings.Contains(err.Error(), "Input:") {
+		t.Errorf("an input over the limit: %v", err)
+	}
+	task, err := c.Function("f", Input([]byte("in"))).Submit(ctx, "cat")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := srv.Spec(task.Id).Input; string(got) != "in" {
+		t.Errorf("submitted input %q", got)
+	}
+	srv.StartAttempt(task.Id, "m_a")
+	if _, err := c.TaskResult(ctx, task.Id); status.Code(err) != codes.NotFound {
+		t.Errorf("result of a running task: %v, want NotFound", err)
+	}
+	big := bytes.Repeat([]byte{1}, 8<<20)
+	srv.Finish(task.Id, v1.TaskState_TASK_STATE_SUCCEEDED, 0, "")
+	srv.SetResult(task.Id, &v1.GetTaskResultResponse{Attempt: 1, Present: true, Result: big})
+	r, err := c.TaskResult(ctx, task.Id)
+	if err != nil || !r.Present || !bytes.Equal(r.Result, big) {
+		t.Fatalf("TaskResult: %d bytes, %v", len(r.GetResult()), err)
 	}
 }

@@ -51,7 +51,7 @@ func newAttempt(r *Runner, t Task, out Output) *attempt {
 	a.network = newNetworkHook(r.cfg.Egress)
 	a.logs = &logsHook{sink: sink, capacity: r.cfg.LogBuffer, maxBytes: r.cfg.LogBufferBytes, maxLine: r.cfg.MaxLineBytes,
 		drainTimeout: r.cfg.DrainTimeout, clock: r.cfg.Clock, logger: a.logger}
-	a.hooks = []Hook{a.image, a.network, &volumeHook{mounter: r.cfg.Volumes}, a.logs}
+	a.hooks = []Hook{a.image, a.network, &volumeHook{mounter: r.cfg.Volumes}, newIOHook(r.cfg.IODir, t, r.cfg.MaxResultBytes), a.logs}
 	if r.cfg.Hooks != nil {
 		a.hooks = append(a.hooks, r.cfg.Hooks(t)...)
 	}
@@ -146,7 +146,7 @@ func (a *attempt) prestart(ctx context.Context) (*PrestartResponse, error) {
 			merged.Image, req.Image = resp.Image, resp.Image
 		}
 		if resp.Rootfs != "" {
-			merged.Rootfs = resp.Rootfs
+			merged.Rootfs, req.Rootfs = resp.Rootfs, resp.Rootfs
 		}
 		if resp.NetNSPath != "" {
 			merged.NetNSPath = resp.NetNSPath
@@ -301,6 +301,9 @@ func (a *attempt) running(ctx, shutdown context.Context, h *sandbox.Handle) (Res
 				a.logger.Warn("exited hook failed", "hook", hk.Name(), "err", err)
 			}
 			exited.DroppedLines += resp.DroppedLines
+			if resp.Result != nil {
+				a.res.Result = *resp.Result
+			}
 		}
 	}
 	if exited.DroppedLines > 0 {

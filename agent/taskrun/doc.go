@@ -10,8 +10,10 @@
 // A Runner is built from hooks, nomad style: each hook has a Name and
 // implements only the phases it needs (Prestarter, Poststarter, Prekiller,
 // Exiter, Stopper). The built-in ones are the image hook (pull, user
-// check, overlay rootfs), the network hook (egress attach and detach) and
-// the logs hook (bounded output); Config.Hooks adds more. Prestart hooks
+// check, overlay rootfs), the network hook (egress attach and detach), the
+// volume hook, the io hook (the attempt's /run/levers9/io: the task's input
+// in, its result out, read after exit as a file the container controlled)
+// and the logs hook (bounded output); Config.Hooks adds more. Prestart hooks
 // run in order before the container starts and fill in what the container
 // needs (rootfs, network namespace, stdio); Stop hooks run in reverse
 // order once the container is deleted. Every hook is idempotent: a second
@@ -70,8 +72,9 @@
 // people; the error keeps the chain.
 //
 // It must never block a container on its output, kill a container on
-// shutdown, leave a rootfs mount, network namespace or container state
-// behind after a terminal state, or report security the runtime did not
+// shutdown, leave a rootfs mount, network namespace, io directory or
+// container state behind after a terminal state, follow a link or block on
+// a FIFO the container left as its result, or report security the runtime did not
 // apply (it forwards sandbox.Handle.Effective, with the egress mode the
 // network hook really attached the container with).
 //

@@ -33,8 +33,9 @@ type Prestarter interface {
 type PrestartRequest struct {
 	Task        Task
 	ContainerID string
-	// Image is set once the image hook ran.
-	Image *image.Image
+	// Image and Rootfs are set once the image hook ran.
+	Image  *image.Image
+	Rootfs string
 }
 
 // PrestartResponse is what a prestart hook contributes to the container.
@@ -106,6 +107,8 @@ type ExitedRequest struct {
 type ExitedResponse struct {
 	// DroppedLines counts output lines lost to full buffers.
 	DroppedLines uint64
+	// Result is what the container left in IOPath/result (the io hook).
+	Result *ResultFile
 }
 
 // Stopper releases what the hook set up. It runs in reverse hook order

@@ -45,6 +45,7 @@ type bundle struct {
 	store  *image.Store
 	runner *Runner
 	root   string // image cache root
+	cfg    Config // runner's
 }
 
 type setupOpts struct {
@@ -85,10 +86,11 @@ func setup(t *testing.T, o setupOpts) *bundle {
 		t.Fatal(err)
 	}
 	cfg := Config{Sandbox: b.sb, Images: b.store, KillGrace: 500 * time.Millisecond, Logger: logger,
-		StateDir: filepath.Join(b.root, "attempts")}
+		StateDir: filepath.Join(b.root, "attempts"), IODir: filepath.Join(b.root, "io")}
 	if o.cfg != nil {
 		o.cfg(&cfg)
 	}
+	b.cfg = cfg
 	b.runner, err = New(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -123,6 +125,7 @@ func (b *bundle) assertClean(t *testing.T, tk Task) {
 		filepath.Join(testStateDir, "bundles", cid),
 		filepath.Join(b.root, "tasks", tk.runID()),
 		filepath.Join(b.root, "attempts", tk.runID()+".json"),
+		filepath.Join(b.root, "io", tk.runID()),
 	} {
 		if _, err := os.Stat(p); !os.IsNotExist(err) {
 			t.Errorf("%s left behind (stat: %v)", p, err)

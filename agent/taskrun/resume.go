@@ -90,6 +90,9 @@ func (r *Runner) Recover(ctx context.Context) ([]Recovered, []Lost, error) {
 			}
 		}
 		r.removeStrayShipped(keptName)
+		if err := removeIODirs(r.cfg.IODir, keptName); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	return found, lost, errors.Join(errs...)
 }

@@ -55,7 +55,16 @@ type Config struct {
 	// Reconcile can report what an earlier agent lost. The agent puts it
 	// under its own state directory.
 	StateDir string
-	Logger   *slog.Logger
+	// IODir, when set, holds each task attempt's io directory (its run ID,
+	// bound at IOPath; see the io hook), so a restarted agent still reads
+	// a resumed attempt's result. The agent puts it under its state
+	// directory. Without it a task with input is refused and none has a
+	// result.
+	IODir string
+	// MaxResultBytes bounds the result an attempt may leave (default
+	// DefaultMaxResultBytes); a larger one is reported as too large.
+	MaxResultBytes int
+	Logger         *slog.Logger
 	// Clock times timeouts and grace periods and stamps log lines
 	// (default the wall clock).
 	Clock clock.Clock
@@ -76,6 +85,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.DrainTimeout == 0 {
 		c.DrainTimeout = 10 * time.Second
+	}
+	if c.MaxResultBytes == 0 {
+		c.MaxResultBytes = DefaultMaxResultBytes
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
@@ -110,6 +122,12 @@ func (c Config) Validate() error {
 	}
 	if c.StateDir != "" && !filepath.IsAbs(c.StateDir) {
 		errs = append(errs, fmt.Errorf("taskrun.stateDir: %q is not absolute", c.StateDir))
+	}
+	if c.IODir != "" && !filepath.IsAbs(c.IODir) {
+		errs = append(errs, fmt.Errorf("taskrun.ioDir: %q is not absolute", c.IODir))
+	}
+	if c.MaxResultBytes < 0 {
+		errs = append(errs, fmt.Errorf("taskrun.maxResultBytes: %d is negative", c.MaxResultBytes))
 	}
 	if len(errs) == 0 {
 		return nil
@@ -279,6 +297,9 @@ func (r *Runner) Reconcile(ctx context.Context) ([]Lost, error) {
 				errs = append(errs, err)
 			}
 		}
+		if err := removeIODirs(r.cfg.IODir, nil); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	return lost, errors.Join(errs...)
 }
@@ -310,6 +331,9 @@ type Result struct {
 	// sentence for people.
 	Reason  Reason
 	Summary string
+	// Result is what the container left in IOPath/result (zero when it
+	// never ran, or the Runner has no IODir).
+	Result ResultFile
 }
 
 // Run runs one attempt to its end and returns how it ended. ctx is the

@@ -64,6 +64,10 @@ type Task struct {
 	// it for this attempt's pull only, and nothing stores or logs it. nil
 	// pulls with the node's own keychain or anonymously.
 	RegistryAuth image.StaticKeychain
+	// Input is the task's input, written to the attempt's IOPath/input
+	// (at most MaxInputBytes). Not recorded or logged: a restarted agent
+	// needs it no more once the container runs.
+	Input []byte `json:"-"`
 	// Build makes the attempt one step of an image build (nil for a
 	// task). Not recorded: an agent restart loses a build's step, and the
 	// build's attempt is retried.
@@ -123,6 +127,9 @@ func (t Task) Validate() error {
 	}
 	if t.Timeout < 0 {
 		errs = append(errs, fmt.Errorf("task.timeout: %v is negative", t.Timeout))
+	}
+	if len(t.Input) > MaxInputBytes {
+		errs = append(errs, fmt.Errorf("task.input: %d bytes, more than %d", len(t.Input), MaxInputBytes))
 	}
 	if err := t.Security.WithDefaults().Validate(); err != nil {
 		errs = append(errs, fmt.Errorf("task.security: %w", err))

@@ -63,6 +63,20 @@ func (s *TaskService) CancelTask(ctx context.Context, req *v1.CancelTaskRequest)
 	return &v1.CancelTaskResponse{Task: t}, nil
 }
 
+// GetTaskResult returns what the task's last attempt left in
+// /run/levers9/io/result, once the task has ended.
+func (s *TaskService) GetTaskResult(ctx context.Context, req *v1.GetTaskResultRequest) (*v1.GetTaskResultResponse, error) {
+	p, err := auth.MustPrincipal(ctx)
+	if err != nil {
+		return nil, errdefs.ToGRPC(err)
+	}
+	resp, err := s.Tasks.Result(ctx, p.WorkspaceID, req.GetId())
+	if err != nil {
+		return nil, errdefs.ToGRPC(err)
+	}
+	return resp, nil
+}
+
 func (s *TaskService) FollowTask(req *v1.FollowTaskRequest, stream v1.TaskService_FollowTaskServer) error {
 	ctx := stream.Context()
 	p, err := auth.MustPrincipal(ctx)

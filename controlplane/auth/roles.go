@@ -75,11 +75,12 @@ var methods = map[string]access{
 	v1.ImageService_StatBlob_FullMethodName:    members,
 	v1.ImageService_PutBlob_FullMethodName:     members,
 
-	v1.TaskService_SubmitTask_FullMethodName: members,
-	v1.TaskService_GetTask_FullMethodName:    members,
-	v1.TaskService_ListTasks_FullMethodName:  members,
-	v1.TaskService_CancelTask_FullMethodName: members,
-	v1.TaskService_FollowTask_FullMethodName: members,
+	v1.TaskService_SubmitTask_FullMethodName:    members,
+	v1.TaskService_GetTask_FullMethodName:       members,
+	v1.TaskService_ListTasks_FullMethodName:     members,
+	v1.TaskService_CancelTask_FullMethodName:    members,
+	v1.TaskService_FollowTask_FullMethodName:    members,
+	v1.TaskService_GetTaskResult_FullMethodName: members,
 }
 
 // healthPrefix is the gRPC health service, which needs no token.

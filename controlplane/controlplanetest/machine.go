@@ -1,6 +1,7 @@
 package controlplanetest
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -29,6 +30,10 @@ import (
 //	count N D      N lines "line-I", one every D
 //	exit N         ends with exit code N
 //	sleep [D]      runs D (default: until cancelled), then succeeds
+//	upper [D]      runs D (default: none), then succeeds with its input
+//	               in upper case as its result (/run/levers9/io/result)
+//	result N       succeeds with a result of N bytes 'r'
+//	result-refused succeeds with a result the agent refused as too large
 //
 // Each record is sent on its own and resent until acknowledged, as the
 // real agent does.
@@ -345,15 +350,18 @@ func (m *ScriptedMachine) play(ctx context.Context, ta *agentv1.TaskAttempt, key
 		r.Time = timestamppb.Now()
 		m.send(ta, r, seq)
 	}
+	var result *agentv1.AttemptResult
 	update := func(st v1.AttemptState, code int32) {
+		u := &agentv1.AttemptUpdate{State: st, ExitCode: code}
 		if st != v1.AttemptState_ATTEMPT_STATE_RUNNING {
 			// Like a real container: it has ended (and stopped using the
 			// machine) before its end is reported.
 			m.mu.Lock()
 			m.running--
 			m.mu.Unlock()
+			u.Result = result
 		}
-		send(&agentv1.AttemptRecord{Record: &agentv1.AttemptRecord_Update{Update: &agentv1.AttemptUpdate{State: st, ExitCode: code}}})
+		send(&agentv1.AttemptRecord{Record: &agentv1.AttemptRecord_Update{Update: u}})
 	}
 	line := func(s string) {
 		send(&agentv1.AttemptRecord{Record: &agentv1.AttemptRecord_Log{Log: &v1.LogLine{Stream: v1.LogStream_LOG_STREAM_STDOUT, Text: s}}})
@@ -395,6 +403,17 @@ func (m *ScriptedMachine) play(ctx context.Context, ta *agentv1.TaskAttempt, key
 		if !wait(d) {
 			return
 		}
+	case "upper":
+		d, _ := time.ParseDuration(cmd[1])
+		if !wait(d) {
+			return
+		}
+		result = &agentv1.AttemptResult{Present: true, Data: bytes.ToUpper(ta.Input)}
+	case "result":
+		n, _ := strconv.Atoi(cmd[1])
+		result = &agentv1.AttemptResult{Present: true, Data: bytes.Repeat([]byte("r"), n)}
+	case "result-refused":
+		result = &agentv1.AttemptResult{Error: "the result is 9437184 bytes; the limit is 8 MiB"}
 	}
 	update(v1.AttemptState_ATTEMPT_STATE_SUCCEEDED, 0)
 }

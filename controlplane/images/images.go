@@ -373,3 +373,6 @@ var statePB = map[store.ImageState]v1.ImageState{
 	store.ImageReady:    v1.ImageState_IMAGE_STATE_READY,
 	store.ImageFailed:   v1.ImageState_IMAGE_STATE_FAILED,
 }
+
+// BlobLimit is the largest blob PutBlob takes.
+func (s *Service) BlobLimit() int64 { return s.d.BlobLimit }

@@ -25,11 +25,13 @@ import (
 // downloads, and /metrics only when controlplane.metrics.token is set (then
 // behind it). The gateway talks to the in-memory gRPC server, so REST and
 // gRPC share every interceptor, authentication included. Every request body
-// is held to maxMessageBytes before the gateway decodes it.
+// is held to maxMessageBytes before the gateway decodes it, but the raw
+// blob upload's (blobRoute), which streams and is held to the blob limit.
 func (s *Server) restHandler(ctx context.Context) (http.Handler, error) {
 	conn, err := grpc.NewClient("passthrough:///levers9-internal",
 		grpc.WithContextDialer(func(context.Context, string) (net.Conn, error) { return s.memLn.dial() }),
-		grpc.WithTransportCredentials(insecure.NewCredentials()))
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxAnswerBytes)))
 	if err != nil {
 		return nil, fmt.Errorf("gateway connection: %w", err)
 	}
@@ -64,12 +66,20 @@ func (s *Server) restHandler(ctx context.Context) (http.Handler, error) {
 	}
 	mux.HandleFunc("/healthz", s.serveHealth)
 	mux.Handle("/agent/v1/download/", s.deps.Dist)
-	return limitBody(mux, maxMessageBytes), nil
+	top := http.NewServeMux()
+	top.Handle(blobRoute, putBlob(gw, conn, s.deps.Images.BlobLimit()))
+	top.Handle("/", limitBody(mux, maxMessageBytes))
+	return top, nil
 }
 
 // maxMessageBytes bounds a request: gRPC's MaxRecvMsgSize and every REST
 // body.
 const maxMessageBytes = 4 << 20
+
+// maxAnswerBytes bounds an answer the gateway takes from the gRPC server:
+// a GetTaskResult answer carries up to 8 MiB of result (gRPC's default
+// would refuse over 4 MiB).
+const maxAnswerBytes = 16 << 20
 
 // limitBody refuses a body over max with 413 and a JSON error before next
 // sees it: a declared Content-Length at once, a chunked body once max+1

@@ -49,6 +49,11 @@ type Task struct {
 	// MountFindings are the volume mounts volume mount validation's log
 	// mode let through at submit.
 	MountFindings []MountFinding
+	// Input is TaskSpec.input, stored by InsertTask in its own column and
+	// never read back with the task (TaskInput reads it); HasInput says
+	// whether there is one.
+	Input    []byte
+	HasInput bool
 }
 
 // MountFinding is a volume mount of a task that volume mount validation
@@ -85,12 +90,13 @@ type Attempt struct {
 }
 
 const taskColumns = `id, workspace_id, pool, spec, cpu_millis, memory_bytes, gpus, gpu_type, retries, state, attempts,
-	cancel_requested, exit_code, message, coalesce(idempotency_key, ''), created_at, finished_at, mount_findings`
+	cancel_requested, exit_code, message, coalesce(idempotency_key, ''), created_at, finished_at, mount_findings, input IS NOT NULL`
 
 func scanTask(row interface{ Scan(...any) error }) (Task, error) {
 	var t Task
 	err := row.Scan(&t.ID, &t.WorkspaceID, &t.Pool, &t.Spec, &t.CPUMillis, &t.MemoryBytes, &t.GPUs, &t.GPUType, &t.Retries,
-		&t.State, &t.Attempts, &t.CancelRequested, &t.ExitCode, &t.Message, &t.IdempotencyKey, &t.CreatedAt, &t.FinishedAt, &t.MountFindings)
+		&t.State, &t.Attempts, &t.CancelRequested, &t.ExitCode, &t.Message, &t.IdempotencyKey, &t.CreatedAt, &t.FinishedAt, &t.MountFindings,
+		&t.HasInput)
 	return t, err
 }
 
@@ -116,11 +122,15 @@ func (s *Store) InsertTask(ctx context.Context, t Task) (Task, bool, error) {
 	if findings == nil {
 		findings = []MountFinding{}
 	}
-	row := s.pool.QueryRow(ctx, `INSERT INTO tasks (id, workspace_id, pool, spec, cpu_millis, memory_bytes, gpus, gpu_type, retries, state, idempotency_key, created_at, mount_findings)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $12, $10, $11, $13)
+	var input any
+	if len(t.Input) > 0 {
+		input = t.Input
+	}
+	row := s.pool.QueryRow(ctx, `INSERT INTO tasks (id, workspace_id, pool, spec, cpu_millis, memory_bytes, gpus, gpu_type, retries, state, idempotency_key, created_at, mount_findings, input)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $12, $10, $11, $13, $14)
 		ON CONFLICT (workspace_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
 		RETURNING `+taskColumns,
-		t.ID, t.WorkspaceID, t.Pool, t.Spec, t.CPUMillis, t.MemoryBytes, t.GPUs, t.GPUType, t.Retries, key, t.CreatedAt, TaskPending, findings)
+		t.ID, t.WorkspaceID, t.Pool, t.Spec, t.CPUMillis, t.MemoryBytes, t.GPUs, t.GPUType, t.Retries, key, t.CreatedAt, TaskPending, findings, input)
 	got, err := scanTask(row)
 	if err == nil {
 		return got, false, nil
@@ -391,7 +401,9 @@ type AttemptEnd struct {
 	// code does not (see Reason).
 	Reason  Reason
 	Summary string
-	At      time.Time
+	// Result is what the container left in /run/levers9/io/result.
+	Result AttemptResult
+	At     time.Time
 }
 
 // FinishAttempt records an attempt's end and makes it the task's result.
@@ -418,9 +430,11 @@ func (s *Store) EndAttempt(ctx context.Context, taskID string, n int, e AttemptE
 	retry := e.State == AttemptFailed && e.Reason.MachineFault()
 	err = s.tx(ctx, func(tx pgx.Tx) error {
 		tag, err := tx.Exec(ctx, `UPDATE task_attempts SET state = $3, exit_code = $4, message = $5, dropped_lines = $6,
-				image_digest = $7, finished_at = $8, started_at = coalesce(started_at, $8), reason = $10, summary = $11
+				image_digest = $7, finished_at = $8, started_at = coalesce(started_at, $8), reason = $10, summary = $11,
+				result = $12, result_error = $13
 			WHERE task_id = $1 AND number = $2 AND state = ANY($9)`,
-			taskID, n, e.State, e.ExitCode, e.Message, e.DroppedLines, e.ImageDigest, e.At, e.State.sources(), e.Reason, e.Summary)
+			taskID, n, e.State, e.ExitCode, e.Message, e.DroppedLines, e.ImageDigest, e.At, e.State.sources(), e.Reason, e.Summary,
+			e.Result.column(), e.Result.Err)
 		if err != nil {
 			return wrap("finish attempt", err)
 		}

@@ -103,6 +103,7 @@ func exitCodePB(p *int) *int32 {
 func taskPB(t store.Task, atts []store.Attempt) *v1.Task {
 	spec := &v1.TaskSpec{}
 	_ = protojson.Unmarshal(t.Spec, spec) // written by Submit
+	spec.Input = nil                      // kept apart from the spec, never shown
 	pb := &v1.Task{Id: t.ID, Spec: spec, State: taskStatePB(t.State), CreatedAt: timestamppb.New(t.CreatedAt), FinishedAt: tsp(t.FinishedAt),
 		ExitCode: exitCodePB(t.ExitCode), Message: t.Message, IdempotencyKey: t.IdempotencyKey}
 	for _, a := range atts {

@@ -50,6 +50,9 @@ func (s *Scheduler) dispatch(ctx context.Context, t store.Task, a store.Attempt)
 		err = s.attachBuild(ctx, t, ta)
 	}
 	if err == nil {
+		err = s.attachInput(ctx, t, ta)
+	}
+	if err == nil {
 		err = s.pushWithResends(ctx, t, a, ta)
 	}
 	if err == nil {
@@ -164,5 +167,19 @@ func (s *Scheduler) clusterWorkerSecurity(ctx context.Context, machineID string,
 	if m.Labels[enroll.ClusterWorkerLabel] != "" {
 		ta.Security = WorkerWideSecurity(s.d.config, ta.Pool)
 	}
+	return nil
+}
+
+// attachInput hands the task's input (kept apart from its spec) to the
+// attempt; each attempt gets it again.
+func (s *Scheduler) attachInput(ctx context.Context, t store.Task, ta *agentv1.TaskAttempt) error {
+	if !t.HasInput {
+		return nil
+	}
+	in, err := s.d.store.TaskInput(ctx, t.ID)
+	if err != nil {
+		return err
+	}
+	ta.Input = in
 	return nil
 }

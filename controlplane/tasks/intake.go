@@ -187,7 +187,7 @@ func (in *intake) applyUpdate(ctx context.Context, machineID, taskID string, n i
 		exit = &code
 	}
 	e := store.AttemptEnd{State: st, ExitCode: exit, Message: u.GetMessage(), DroppedLines: int64(u.GetDroppedLines()),
-		ImageDigest: u.GetImageDigest(), Reason: reason, Summary: u.GetSummary(), At: at}
+		ImageDigest: u.GetImageDigest(), Reason: reason, Summary: u.GetSummary(), Result: resultOf(u.GetResult()), At: at}
 	taskState, changed, err := in.d.store.EndAttempt(ctx, taskID, n, e)
 	if err != nil {
 		return nil, false, err

@@ -56,13 +56,16 @@ func (s *Submitter) submit(ctx context.Context, workspaceID string, spec *v1.Tas
 	if err != nil {
 		return nil, false, err
 	}
+	// The input goes to its own column: task reads never carry it.
+	input := spec.Input
+	spec.Input = nil
 	specJSON, err := protojson.Marshal(spec)
 	if err != nil {
 		return nil, false, fmt.Errorf("encode task spec: %w", err)
 	}
 	row, existing, err := s.d.store.InsertTask(ctx, store.Task{ID: ids.New("t"), WorkspaceID: workspaceID, Pool: spec.Pool, Spec: specJSON,
 		CPUMillis: spec.CpuMillis, MemoryBytes: int64(spec.MemoryBytes), GPUs: int(spec.Gpus), GPUType: spec.GpuType,
-		Retries: int(spec.Retries), IdempotencyKey: key, CreatedAt: s.d.now(), MountFindings: findings})
+		Retries: int(spec.Retries), IdempotencyKey: key, CreatedAt: s.d.now(), MountFindings: findings, Input: input})
 	if err != nil {
 		return nil, false, err
 	}

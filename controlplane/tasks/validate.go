@@ -24,6 +24,9 @@ const (
 	maxGPUs            = 64
 	maxKeyLen          = 128
 	maxCommandEnvBytes = 256 << 10
+	// MaxInputBytes bounds TaskSpec.input (the store's column holds no
+	// more).
+	MaxInputBytes = store.MaxInputBytes
 )
 
 var (
@@ -99,6 +102,9 @@ func (s *Submitter) fillAndCheck(spec *v1.TaskSpec, key string) []error {
 	}
 	if size > maxCommandEnvBytes {
 		bad("command and env: %d bytes, more than 256 KiB", size)
+	}
+	if len(spec.Input) > MaxInputBytes {
+		bad("input: %d bytes, more than the 1 MiB (%d bytes) a task may be given; pass larger data in a volume (levers9 volume create)", len(spec.Input), MaxInputBytes)
 	}
 	switch {
 	case spec.CpuMillis == 0:

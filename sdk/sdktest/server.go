@@ -62,6 +62,9 @@ type Server struct {
 type task struct {
 	t      *v1.Task
 	events []*v1.TaskEvent
+	// result is what GetTaskResult answers once the task ended (nil: no
+	// result).
+	result *v1.GetTaskResultResponse
 }
 
 // Start serves until the test ends.
@@ -389,6 +392,38 @@ func (s *Server) Submits() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.submits
+}
+
+// GetTaskResult answers as the controlplane does: NotFound for an unknown
+// task or one that has not ended, else the result SetResult gave (none
+// without).
+func (s *Server) GetTaskResult(_ context.Context, req *v1.GetTaskResultRequest) (*v1.GetTaskResultResponse, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	tk, ok := s.tasks[req.Id]
+	switch {
+	case !ok:
+		return nil, status.Errorf(codes.NotFound, "no task %s", req.Id)
+	case !terminal(tk.t.State):
+		return nil, status.Errorf(codes.NotFound, "task %s has not ended (it is %s)", req.Id, tk.t.State)
+	case tk.result != nil:
+		return proto.Clone(tk.result).(*v1.GetTaskResultResponse), nil
+	}
+	return &v1.GetTaskResultResponse{Attempt: int32(len(tk.t.Attempts))}, nil
+}
+
+// SetResult sets what GetTaskResult answers for a task once it ended.
+func (s *Server) SetResult(id string, r *v1.GetTaskResultResponse) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.get(id).result = r
+}
+
+// Spec returns the spec a task was submitted with.
+func (s *Server) Spec(id string) *v1.TaskSpec {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return proto.Clone(s.get(id).t.Spec).(*v1.TaskSpec)
 }
 
 // Tasks lists the task IDs, oldest first.

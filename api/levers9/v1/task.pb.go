@@ -327,10 +327,12 @@ func (x *GetTaskResultRequest) GetId() string {
 
 type GetTaskResultResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// The attempt the result came from (a retried task's last one).
-	Attempt int32  `protobuf:"varint,1,opt,name=attempt,proto3" json:"attempt,omitempty"`
-	Present bool   `protobuf:"varint,2,opt,name=present,proto3" json:"present,omitempty"`
-	Result  []byte `protobuf:"bytes,3,opt,name=result,proto3" json:"result,omitempty"`
+	// The attempt the result came from (a retried task's last one; 0 for a
+	// task cancelled before it was placed).
+	Attempt int32 `protobuf:"varint,1,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	Present bool  `protobuf:"varint,2,opt,name=present,proto3" json:"present,omitempty"`
+	// The file's bytes, at most 8 MiB; empty when present is false.
+	Result []byte `protobuf:"bytes,3,opt,name=result,proto3" json:"result,omitempty"`
 	// Set when the attempt wrote a result the agent could not send (larger
 	// than the limit): present is false and this says why.
 	Error         string `protobuf:"bytes,4,opt,name=error,proto3" json:"error,omitempty"`
@@ -433,6 +435,9 @@ type TaskSpec struct {
 	// (read-only), at most 1 MiB: the Python SDK's pickled call. The
 	// container may write its result to /run/levers9/io/result (at most
 	// 8 MiB); GetTaskResult returns it. Neither needs the container's network.
+	// The input is stored apart from the spec and handed to every attempt;
+	// the tasks SubmitTask, GetTask and ListTasks return leave it out (empty),
+	// so listings stay small.
 	Input         []byte `protobuf:"bytes,62,opt,name=input,proto3" json:"input,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

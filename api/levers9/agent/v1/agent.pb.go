@@ -1127,7 +1127,10 @@ type TaskAttempt struct {
 	// recipe's steps from start on, each in the attempt's sandbox over the
 	// image so far, and pushes every step's image (tag step-<key hex>) and
 	// the result (tag <hash hex>) to repository.
-	Build         *BuildSpec `protobuf:"bytes,80,opt,name=build,proto3" json:"build,omitempty"`
+	Build *BuildSpec `protobuf:"bytes,80,opt,name=build,proto3" json:"build,omitempty"`
+	// The task's input (TaskSpec.input, at most 1 MiB): the agent writes it
+	// to the attempt's /run/levers9/io/input. Never logged or echoed.
+	Input         []byte `protobuf:"bytes,90,opt,name=input,proto3" json:"input,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1284,6 +1287,13 @@ func (x *TaskAttempt) GetVolumes() []*VolumeMount {
 func (x *TaskAttempt) GetBuild() *BuildSpec {
 	if x != nil {
 		return x.Build
+	}
+	return nil
+}
+
+func (x *TaskAttempt) GetInput() []byte {
+	if x != nil {
+		return x.Input
 	}
 	return nil
 }
@@ -1933,8 +1943,11 @@ type AttemptUpdate struct {
 	// The security the runtime really applied, sent once per attempt with
 	// the RUNNING update.
 	AppliedSecurity *v1.AppliedSecurity `protobuf:"bytes,40,opt,name=applied_security,json=appliedSecurity,proto3" json:"applied_security,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// What the container left in /run/levers9/io/result, sent with the
+	// terminal update (absent from agents that predate it: no result).
+	Result        *AttemptResult `protobuf:"bytes,41,opt,name=result,proto3" json:"result,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *AttemptUpdate) Reset() {
@@ -2023,6 +2036,80 @@ func (x *AttemptUpdate) GetAppliedSecurity() *v1.AppliedSecurity {
 	return nil
 }
 
+func (x *AttemptUpdate) GetResult() *AttemptResult {
+	if x != nil {
+		return x.Result
+	}
+	return nil
+}
+
+// AttemptResult is the file /run/levers9/io/result of an ended attempt.
+type AttemptResult struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// False when the container wrote none, or one the agent refused (error
+	// says why).
+	Present bool `protobuf:"varint,1,opt,name=present,proto3" json:"present,omitempty"`
+	// The file's bytes, at most 8 MiB (less when the tunnel's message limit
+	// is smaller).
+	Data []byte `protobuf:"bytes,2,opt,name=data,proto3" json:"data,omitempty"`
+	// Why a result that was written is not sent: "the result is N bytes;
+	// the limit is 8 MiB", or not a regular file.
+	Error         string `protobuf:"bytes,3,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AttemptResult) Reset() {
+	*x = AttemptResult{}
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AttemptResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AttemptResult) ProtoMessage() {}
+
+func (x *AttemptResult) ProtoReflect() protoreflect.Message {
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AttemptResult.ProtoReflect.Descriptor instead.
+func (*AttemptResult) Descriptor() ([]byte, []int) {
+	return file_api_levers9_agent_v1_agent_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *AttemptResult) GetPresent() bool {
+	if x != nil {
+		return x.Present
+	}
+	return false
+}
+
+func (x *AttemptResult) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+func (x *AttemptResult) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
 type AttemptRecord struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Time  *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=time,proto3" json:"time,omitempty"`
@@ -2038,7 +2125,7 @@ type AttemptRecord struct {
 
 func (x *AttemptRecord) Reset() {
 	*x = AttemptRecord{}
-	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[29]
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2050,7 +2137,7 @@ func (x *AttemptRecord) String() string {
 func (*AttemptRecord) ProtoMessage() {}
 
 func (x *AttemptRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[29]
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2063,7 +2150,7 @@ func (x *AttemptRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AttemptRecord.ProtoReflect.Descriptor instead.
 func (*AttemptRecord) Descriptor() ([]byte, []int) {
-	return file_api_levers9_agent_v1_agent_proto_rawDescGZIP(), []int{29}
+	return file_api_levers9_agent_v1_agent_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *AttemptRecord) GetTime() *timestamppb.Timestamp {
@@ -2145,7 +2232,7 @@ type ReportAttemptRequest struct {
 
 func (x *ReportAttemptRequest) Reset() {
 	*x = ReportAttemptRequest{}
-	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[30]
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2157,7 +2244,7 @@ func (x *ReportAttemptRequest) String() string {
 func (*ReportAttemptRequest) ProtoMessage() {}
 
 func (x *ReportAttemptRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[30]
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2170,7 +2257,7 @@ func (x *ReportAttemptRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportAttemptRequest.ProtoReflect.Descriptor instead.
 func (*ReportAttemptRequest) Descriptor() ([]byte, []int) {
-	return file_api_levers9_agent_v1_agent_proto_rawDescGZIP(), []int{30}
+	return file_api_levers9_agent_v1_agent_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ReportAttemptRequest) GetTaskId() string {
@@ -2214,7 +2301,7 @@ type ReportAttemptResponse struct {
 
 func (x *ReportAttemptResponse) Reset() {
 	*x = ReportAttemptResponse{}
-	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[31]
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2226,7 +2313,7 @@ func (x *ReportAttemptResponse) String() string {
 func (*ReportAttemptResponse) ProtoMessage() {}
 
 func (x *ReportAttemptResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[31]
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2239,7 +2326,7 @@ func (x *ReportAttemptResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportAttemptResponse.ProtoReflect.Descriptor instead.
 func (*ReportAttemptResponse) Descriptor() ([]byte, []int) {
-	return file_api_levers9_agent_v1_agent_proto_rawDescGZIP(), []int{31}
+	return file_api_levers9_agent_v1_agent_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ReportAttemptResponse) GetAckedSeq() uint64 {
@@ -2278,7 +2365,7 @@ type MetricsReportRequest struct {
 
 func (x *MetricsReportRequest) Reset() {
 	*x = MetricsReportRequest{}
-	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[32]
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2290,7 +2377,7 @@ func (x *MetricsReportRequest) String() string {
 func (*MetricsReportRequest) ProtoMessage() {}
 
 func (x *MetricsReportRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[32]
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2303,7 +2390,7 @@ func (x *MetricsReportRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetricsReportRequest.ProtoReflect.Descriptor instead.
 func (*MetricsReportRequest) Descriptor() ([]byte, []int) {
-	return file_api_levers9_agent_v1_agent_proto_rawDescGZIP(), []int{32}
+	return file_api_levers9_agent_v1_agent_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *MetricsReportRequest) GetGeneration() uint64 {
@@ -2354,7 +2441,7 @@ type MetricsReportResponse struct {
 
 func (x *MetricsReportResponse) Reset() {
 	*x = MetricsReportResponse{}
-	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[33]
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2366,7 +2453,7 @@ func (x *MetricsReportResponse) String() string {
 func (*MetricsReportResponse) ProtoMessage() {}
 
 func (x *MetricsReportResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[33]
+	mi := &file_api_levers9_agent_v1_agent_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2379,7 +2466,7 @@ func (x *MetricsReportResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetricsReportResponse.ProtoReflect.Descriptor instead.
 func (*MetricsReportResponse) Descriptor() ([]byte, []int) {
-	return file_api_levers9_agent_v1_agent_proto_rawDescGZIP(), []int{33}
+	return file_api_levers9_agent_v1_agent_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *MetricsReportResponse) GetAckedSeq() uint64 {
@@ -2489,7 +2576,7 @@ const file_api_levers9_agent_v1_agent_proto_rawDesc = "" +
 	"\fPingResponse\x12\x1d\n" +
 	"\n" +
 	"machine_id\x18\x01 \x01(\tR\tmachineId\x12\x18\n" +
-	"\apayload\x18\x02 \x01(\fR\apayload\"\x85\x05\n" +
+	"\apayload\x18\x02 \x01(\fR\apayload\"\x9b\x05\n" +
 	"\vTaskAttempt\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12\x18\n" +
 	"\aattempt\x18\x02 \x01(\x05R\aattempt\x12\x12\n" +
@@ -2512,7 +2599,8 @@ const file_api_levers9_agent_v1_agent_proto_rawDesc = "" +
 	"\n" +
 	"secret_env\x18< \x03(\tR\tsecretEnv\x127\n" +
 	"\avolumes\x18F \x03(\v2\x1d.levers9.agent.v1.VolumeMountR\avolumes\x121\n" +
-	"\x05build\x18P \x01(\v2\x1b.levers9.agent.v1.BuildSpecR\x05build\"\x8c\x02\n" +
+	"\x05build\x18P \x01(\v2\x1b.levers9.agent.v1.BuildSpecR\x05build\x12\x14\n" +
+	"\x05input\x18Z \x01(\fR\x05input\"\x8c\x02\n" +
 	"\tBuildSpec\x12\x16\n" +
 	"\x06recipe\x18\x01 \x01(\fR\x06recipe\x12\x1f\n" +
 	"\vbase_digest\x18\x02 \x01(\tR\n" +
@@ -2559,7 +2647,7 @@ const file_api_levers9_agent_v1_agent_proto_rawDesc = "" +
 	"\x05found\x18\x01 \x01(\bR\x05found\"\x12\n" +
 	"\x10ListTasksRequest\"Q\n" +
 	"\x11ListTasksResponse\x12<\n" +
-	"\battempts\x18\x01 \x03(\v2 .levers9.agent.v1.RunningAttemptR\battempts\"\xd3\x02\n" +
+	"\battempts\x18\x01 \x03(\v2 .levers9.agent.v1.RunningAttemptR\battempts\"\x8c\x03\n" +
 	"\rAttemptUpdate\x12.\n" +
 	"\x05state\x18\x01 \x01(\x0e2\x18.levers9.v1.AttemptStateR\x05state\x12\x1b\n" +
 	"\texit_code\x18\x02 \x01(\x05R\bexitCode\x12\x18\n" +
@@ -2568,7 +2656,12 @@ const file_api_levers9_agent_v1_agent_proto_rawDesc = "" +
 	"\fimage_digest\x18\x05 \x01(\tR\vimageDigest\x121\n" +
 	"\x06reason\x18\x06 \x01(\x0e2\x19.levers9.v1.FailureReasonR\x06reason\x12\x18\n" +
 	"\asummary\x18\a \x01(\tR\asummary\x12F\n" +
-	"\x10applied_security\x18( \x01(\v2\x1b.levers9.v1.AppliedSecurityR\x0fappliedSecurity\"\xe4\x01\n" +
+	"\x10applied_security\x18( \x01(\v2\x1b.levers9.v1.AppliedSecurityR\x0fappliedSecurity\x127\n" +
+	"\x06result\x18) \x01(\v2\x1f.levers9.agent.v1.AttemptResultR\x06result\"S\n" +
+	"\rAttemptResult\x12\x18\n" +
+	"\apresent\x18\x01 \x01(\bR\apresent\x12\x12\n" +
+	"\x04data\x18\x02 \x01(\fR\x04data\x12\x14\n" +
+	"\x05error\x18\x03 \x01(\tR\x05error\"\xe4\x01\n" +
 	"\rAttemptRecord\x12.\n" +
 	"\x04time\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12'\n" +
 	"\x03log\x18\x02 \x01(\v2\x13.levers9.v1.LogLineH\x00R\x03log\x129\n" +
@@ -2625,7 +2718,7 @@ func file_api_levers9_agent_v1_agent_proto_rawDescGZIP() []byte {
 	return file_api_levers9_agent_v1_agent_proto_rawDescData
 }
 
-var file_api_levers9_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 36)
+var file_api_levers9_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 37)
 var file_api_levers9_agent_v1_agent_proto_goTypes = []any{
 	(*WorkerSpec)(nil),               // 0: levers9.agent.v1.WorkerSpec
 	(*Toleration)(nil),               // 1: levers9.agent.v1.Toleration
@@ -2656,83 +2749,85 @@ var file_api_levers9_agent_v1_agent_proto_goTypes = []any{
 	(*ListTasksRequest)(nil),         // 26: levers9.agent.v1.ListTasksRequest
 	(*ListTasksResponse)(nil),        // 27: levers9.agent.v1.ListTasksResponse
 	(*AttemptUpdate)(nil),            // 28: levers9.agent.v1.AttemptUpdate
-	(*AttemptRecord)(nil),            // 29: levers9.agent.v1.AttemptRecord
-	(*ReportAttemptRequest)(nil),     // 30: levers9.agent.v1.ReportAttemptRequest
-	(*ReportAttemptResponse)(nil),    // 31: levers9.agent.v1.ReportAttemptResponse
-	(*MetricsReportRequest)(nil),     // 32: levers9.agent.v1.MetricsReportRequest
-	(*MetricsReportResponse)(nil),    // 33: levers9.agent.v1.MetricsReportResponse
-	nil,                              // 34: levers9.agent.v1.WorkerSpec.NodeSelectorEntry
-	nil,                              // 35: levers9.agent.v1.WorkerSpec.PodAnnotationsEntry
-	(*durationpb.Duration)(nil),      // 36: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),    // 37: google.protobuf.Timestamp
-	(*v1.Inventory)(nil),             // 38: levers9.v1.Inventory
-	(*v1.ReadinessReport)(nil),       // 39: levers9.v1.ReadinessReport
-	(*v1.SecuritySettings)(nil),      // 40: levers9.v1.SecuritySettings
-	(v1.AttemptState)(0),             // 41: levers9.v1.AttemptState
-	(v1.FailureReason)(0),            // 42: levers9.v1.FailureReason
-	(*v1.AppliedSecurity)(nil),       // 43: levers9.v1.AppliedSecurity
-	(*v1.LogLine)(nil),               // 44: levers9.v1.LogLine
-	(*v1.SeccompLogged)(nil),         // 45: levers9.v1.SeccompLogged
+	(*AttemptResult)(nil),            // 29: levers9.agent.v1.AttemptResult
+	(*AttemptRecord)(nil),            // 30: levers9.agent.v1.AttemptRecord
+	(*ReportAttemptRequest)(nil),     // 31: levers9.agent.v1.ReportAttemptRequest
+	(*ReportAttemptResponse)(nil),    // 32: levers9.agent.v1.ReportAttemptResponse
+	(*MetricsReportRequest)(nil),     // 33: levers9.agent.v1.MetricsReportRequest
+	(*MetricsReportResponse)(nil),    // 34: levers9.agent.v1.MetricsReportResponse
+	nil,                              // 35: levers9.agent.v1.WorkerSpec.NodeSelectorEntry
+	nil,                              // 36: levers9.agent.v1.WorkerSpec.PodAnnotationsEntry
+	(*durationpb.Duration)(nil),      // 37: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),    // 38: google.protobuf.Timestamp
+	(*v1.Inventory)(nil),             // 39: levers9.v1.Inventory
+	(*v1.ReadinessReport)(nil),       // 40: levers9.v1.ReadinessReport
+	(*v1.SecuritySettings)(nil),      // 41: levers9.v1.SecuritySettings
+	(v1.AttemptState)(0),             // 42: levers9.v1.AttemptState
+	(v1.FailureReason)(0),            // 43: levers9.v1.FailureReason
+	(*v1.AppliedSecurity)(nil),       // 44: levers9.v1.AppliedSecurity
+	(*v1.LogLine)(nil),               // 45: levers9.v1.LogLine
+	(*v1.SeccompLogged)(nil),         // 46: levers9.v1.SeccompLogged
 }
 var file_api_levers9_agent_v1_agent_proto_depIdxs = []int32{
-	34, // 0: levers9.agent.v1.WorkerSpec.node_selector:type_name -> levers9.agent.v1.WorkerSpec.NodeSelectorEntry
+	35, // 0: levers9.agent.v1.WorkerSpec.node_selector:type_name -> levers9.agent.v1.WorkerSpec.NodeSelectorEntry
 	1,  // 1: levers9.agent.v1.WorkerSpec.tolerations:type_name -> levers9.agent.v1.Toleration
-	36, // 2: levers9.agent.v1.WorkerSpec.idle_timeout:type_name -> google.protobuf.Duration
-	35, // 3: levers9.agent.v1.WorkerSpec.pod_annotations:type_name -> levers9.agent.v1.WorkerSpec.PodAnnotationsEntry
+	37, // 2: levers9.agent.v1.WorkerSpec.idle_timeout:type_name -> google.protobuf.Duration
+	36, // 3: levers9.agent.v1.WorkerSpec.pod_annotations:type_name -> levers9.agent.v1.WorkerSpec.PodAnnotationsEntry
 	0,  // 4: levers9.agent.v1.MakeWorkerRequest.spec:type_name -> levers9.agent.v1.WorkerSpec
-	37, // 5: levers9.agent.v1.Worker.started:type_name -> google.protobuf.Timestamp
+	38, // 5: levers9.agent.v1.Worker.started:type_name -> google.protobuf.Timestamp
 	7,  // 6: levers9.agent.v1.ListWorkersResponse.workers:type_name -> levers9.agent.v1.Worker
-	38, // 7: levers9.agent.v1.HeartbeatRequest.inventory:type_name -> levers9.v1.Inventory
-	37, // 8: levers9.agent.v1.HeartbeatRequest.sent_at:type_name -> google.protobuf.Timestamp
-	39, // 9: levers9.agent.v1.HeartbeatRequest.egress_report:type_name -> levers9.v1.ReadinessReport
+	39, // 7: levers9.agent.v1.HeartbeatRequest.inventory:type_name -> levers9.v1.Inventory
+	38, // 8: levers9.agent.v1.HeartbeatRequest.sent_at:type_name -> google.protobuf.Timestamp
+	40, // 9: levers9.agent.v1.HeartbeatRequest.egress_report:type_name -> levers9.v1.ReadinessReport
 	21, // 10: levers9.agent.v1.HeartbeatRequest.running:type_name -> levers9.agent.v1.RunningAttempt
 	21, // 11: levers9.agent.v1.HeartbeatResponse.stop:type_name -> levers9.agent.v1.RunningAttempt
-	37, // 12: levers9.agent.v1.RenewCertificateResponse.expires_at:type_name -> google.protobuf.Timestamp
-	36, // 13: levers9.agent.v1.TaskAttempt.timeout:type_name -> google.protobuf.Duration
-	40, // 14: levers9.agent.v1.TaskAttempt.security:type_name -> levers9.v1.SecuritySettings
+	38, // 12: levers9.agent.v1.RenewCertificateResponse.expires_at:type_name -> google.protobuf.Timestamp
+	37, // 13: levers9.agent.v1.TaskAttempt.timeout:type_name -> google.protobuf.Duration
+	41, // 14: levers9.agent.v1.TaskAttempt.security:type_name -> levers9.v1.SecuritySettings
 	20, // 15: levers9.agent.v1.TaskAttempt.registry_auth:type_name -> levers9.agent.v1.RegistryAuth
 	19, // 16: levers9.agent.v1.TaskAttempt.volumes:type_name -> levers9.agent.v1.VolumeMount
 	18, // 17: levers9.agent.v1.TaskAttempt.build:type_name -> levers9.agent.v1.BuildSpec
 	20, // 18: levers9.agent.v1.BuildSpec.push_auth:type_name -> levers9.agent.v1.RegistryAuth
 	17, // 19: levers9.agent.v1.RunTaskRequest.attempt:type_name -> levers9.agent.v1.TaskAttempt
 	21, // 20: levers9.agent.v1.ListTasksResponse.attempts:type_name -> levers9.agent.v1.RunningAttempt
-	41, // 21: levers9.agent.v1.AttemptUpdate.state:type_name -> levers9.v1.AttemptState
-	42, // 22: levers9.agent.v1.AttemptUpdate.reason:type_name -> levers9.v1.FailureReason
-	43, // 23: levers9.agent.v1.AttemptUpdate.applied_security:type_name -> levers9.v1.AppliedSecurity
-	37, // 24: levers9.agent.v1.AttemptRecord.time:type_name -> google.protobuf.Timestamp
-	44, // 25: levers9.agent.v1.AttemptRecord.log:type_name -> levers9.v1.LogLine
-	28, // 26: levers9.agent.v1.AttemptRecord.update:type_name -> levers9.agent.v1.AttemptUpdate
-	45, // 27: levers9.agent.v1.AttemptRecord.seccomp:type_name -> levers9.v1.SeccompLogged
-	29, // 28: levers9.agent.v1.ReportAttemptRequest.records:type_name -> levers9.agent.v1.AttemptRecord
-	11, // 29: levers9.agent.v1.Controlplane.Heartbeat:input_type -> levers9.agent.v1.HeartbeatRequest
-	13, // 30: levers9.agent.v1.Controlplane.RenewCertificate:input_type -> levers9.agent.v1.RenewCertificateRequest
-	30, // 31: levers9.agent.v1.Controlplane.ReportAttempt:input_type -> levers9.agent.v1.ReportAttemptRequest
-	32, // 32: levers9.agent.v1.Controlplane.ReportMetrics:input_type -> levers9.agent.v1.MetricsReportRequest
-	9,  // 33: levers9.agent.v1.Controlplane.WorkerGone:input_type -> levers9.agent.v1.WorkerGoneRequest
-	15, // 34: levers9.agent.v1.Agent.Ping:input_type -> levers9.agent.v1.PingRequest
-	22, // 35: levers9.agent.v1.Agent.RunTask:input_type -> levers9.agent.v1.RunTaskRequest
-	24, // 36: levers9.agent.v1.Agent.CancelTask:input_type -> levers9.agent.v1.CancelTaskRequest
-	26, // 37: levers9.agent.v1.Agent.ListTasks:input_type -> levers9.agent.v1.ListTasksRequest
-	2,  // 38: levers9.agent.v1.ClusterAgent.MakeWorker:input_type -> levers9.agent.v1.MakeWorkerRequest
-	4,  // 39: levers9.agent.v1.ClusterAgent.RemoveWorker:input_type -> levers9.agent.v1.RemoveWorkerRequest
-	6,  // 40: levers9.agent.v1.ClusterAgent.ListWorkers:input_type -> levers9.agent.v1.ListWorkersRequest
-	12, // 41: levers9.agent.v1.Controlplane.Heartbeat:output_type -> levers9.agent.v1.HeartbeatResponse
-	14, // 42: levers9.agent.v1.Controlplane.RenewCertificate:output_type -> levers9.agent.v1.RenewCertificateResponse
-	31, // 43: levers9.agent.v1.Controlplane.ReportAttempt:output_type -> levers9.agent.v1.ReportAttemptResponse
-	33, // 44: levers9.agent.v1.Controlplane.ReportMetrics:output_type -> levers9.agent.v1.MetricsReportResponse
-	10, // 45: levers9.agent.v1.Controlplane.WorkerGone:output_type -> levers9.agent.v1.WorkerGoneResponse
-	16, // 46: levers9.agent.v1.Agent.Ping:output_type -> levers9.agent.v1.PingResponse
-	23, // 47: levers9.agent.v1.Agent.RunTask:output_type -> levers9.agent.v1.RunTaskResponse
-	25, // 48: levers9.agent.v1.Agent.CancelTask:output_type -> levers9.agent.v1.CancelTaskResponse
-	27, // 49: levers9.agent.v1.Agent.ListTasks:output_type -> levers9.agent.v1.ListTasksResponse
-	3,  // 50: levers9.agent.v1.ClusterAgent.MakeWorker:output_type -> levers9.agent.v1.MakeWorkerResponse
-	5,  // 51: levers9.agent.v1.ClusterAgent.RemoveWorker:output_type -> levers9.agent.v1.RemoveWorkerResponse
-	8,  // 52: levers9.agent.v1.ClusterAgent.ListWorkers:output_type -> levers9.agent.v1.ListWorkersResponse
-	41, // [41:53] is the sub-list for method output_type
-	29, // [29:41] is the sub-list for method input_type
-	29, // [29:29] is the sub-list for extension type_name
-	29, // [29:29] is the sub-list for extension extendee
-	0,  // [0:29] is the sub-list for field type_name
+	42, // 21: levers9.agent.v1.AttemptUpdate.state:type_name -> levers9.v1.AttemptState
+	43, // 22: levers9.agent.v1.AttemptUpdate.reason:type_name -> levers9.v1.FailureReason
+	44, // 23: levers9.agent.v1.AttemptUpdate.applied_security:type_name -> levers9.v1.AppliedSecurity
+	29, // 24: levers9.agent.v1.AttemptUpdate.result:type_name -> levers9.agent.v1.AttemptResult
+	38, // 25: levers9.agent.v1.AttemptRecord.time:type_name -> google.protobuf.Timestamp
+	45, // 26: levers9.agent.v1.AttemptRecord.log:type_name -> levers9.v1.LogLine
+	28, // 27: levers9.agent.v1.AttemptRecord.update:type_name -> levers9.agent.v1.AttemptUpdate
+	46, // 28: levers9.agent.v1.AttemptRecord.seccomp:type_name -> levers9.v1.SeccompLogged
+	30, // 29: levers9.agent.v1.ReportAttemptRequest.records:type_name -> levers9.agent.v1.AttemptRecord
+	11, // 30: levers9.agent.v1.Controlplane.Heartbeat:input_type -> levers9.agent.v1.HeartbeatRequest
+	13, // 31: levers9.agent.v1.Controlplane.RenewCertificate:input_type -> levers9.agent.v1.RenewCertificateRequest
+	31, // 32: levers9.agent.v1.Controlplane.ReportAttempt:input_type -> levers9.agent.v1.ReportAttemptRequest
+	33, // 33: levers9.agent.v1.Controlplane.ReportMetrics:input_type -> levers9.agent.v1.MetricsReportRequest
+	9,  // 34: levers9.agent.v1.Controlplane.WorkerGone:input_type -> levers9.agent.v1.WorkerGoneRequest
+	15, // 35: levers9.agent.v1.Agent.Ping:input_type -> levers9.agent.v1.PingRequest
+	22, // 36: levers9.agent.v1.Agent.RunTask:input_type -> levers9.agent.v1.RunTaskRequest
+	24, // 37: levers9.agent.v1.Agent.CancelTask:input_type -> levers9.agent.v1.CancelTaskRequest
+	26, // 38: levers9.agent.v1.Agent.ListTasks:input_type -> levers9.agent.v1.ListTasksRequest
+	2,  // 39: levers9.agent.v1.ClusterAgent.MakeWorker:input_type -> levers9.agent.v1.MakeWorkerRequest
+	4,  // 40: levers9.agent.v1.ClusterAgent.RemoveWorker:input_type -> levers9.agent.v1.RemoveWorkerRequest
+	6,  // 41: levers9.agent.v1.ClusterAgent.ListWorkers:input_type -> levers9.agent.v1.ListWorkersRequest
+	12, // 42: levers9.agent.v1.Controlplane.Heartbeat:output_type -> levers9.agent.v1.HeartbeatResponse
+	14, // 43: levers9.agent.v1.Controlplane.RenewCertificate:output_type -> levers9.agent.v1.RenewCertificateResponse
+	32, // 44: levers9.agent.v1.Controlplane.ReportAttempt:output_type -> levers9.agent.v1.ReportAttemptResponse
+	34, // 45: levers9.agent.v1.Controlplane.ReportMetrics:output_type -> levers9.agent.v1.MetricsReportResponse
+	10, // 46: levers9.agent.v1.Controlplane.WorkerGone:output_type -> levers9.agent.v1.WorkerGoneResponse
+	16, // 47: levers9.agent.v1.Agent.Ping:output_type -> levers9.agent.v1.PingResponse
+	23, // 48: levers9.agent.v1.Agent.RunTask:output_type -> levers9.agent.v1.RunTaskResponse
+	25, // 49: levers9.agent.v1.Agent.CancelTask:output_type -> levers9.agent.v1.CancelTaskResponse
+	27, // 50: levers9.agent.v1.Agent.ListTasks:output_type -> levers9.agent.v1.ListTasksResponse
+	3,  // 51: levers9.agent.v1.ClusterAgent.MakeWorker:output_type -> levers9.agent.v1.MakeWorkerResponse
+	5,  // 52: levers9.agent.v1.ClusterAgent.RemoveWorker:output_type -> levers9.agent.v1.RemoveWorkerResponse
+	8,  // 53: levers9.agent.v1.ClusterAgent.ListWorkers:output_type -> levers9.agent.v1.ListWorkersResponse
+	42, // [42:54] is the sub-list for method output_type
+	30, // [30:42] is the sub-list for method input_type
+	30, // [30:30] is the sub-list for extension type_name
+	30, // [30:30] is the sub-list for extension extendee
+	0,  // [0:30] is the sub-list for field type_name
 }
 
 func init() { file_api_levers9_agent_v1_agent_proto_init() }
@@ -2740,7 +2835,7 @@ func file_api_levers9_agent_v1_agent_proto_init() {
 	if File_api_levers9_agent_v1_agent_proto != nil {
 		return
 	}
-	file_api_levers9_agent_v1_agent_proto_msgTypes[29].OneofWrappers = []any{
+	file_api_levers9_agent_v1_agent_proto_msgTypes[30].OneofWrappers = []any{
 		(*AttemptRecord_Log)(nil),
 		(*AttemptRecord_Update)(nil),
 		(*AttemptRecord_Seccomp)(nil),
@@ -2751,7 +2846,7 @@ func file_api_levers9_agent_v1_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_levers9_agent_v1_agent_proto_rawDesc), len(file_api_levers9_agent_v1_agent_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   36,
+			NumMessages:   37,
 			NumExtensions: 0,
 			NumServices:   3,
 		},
