@@ -4,10 +4,15 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"net"
 	"os/exec"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/levers9/levers9/internal/testenv"
 )
 
 // fault is one kind of failure the run injects.
@@ -62,10 +67,21 @@ func (f *faulter) inject(t *testing.T, k fault) {
 		time.Sleep(d)
 		a.start(t, w.registry)
 	case faultStopRedis:
-		f.log("fault: stop Redis for %s", f.redisDown)
-		if err := env.Redis.StopServer(context.Background()); err != nil {
-			t.Fatalf("stop redis: %v", err)
-		}
+		// SHUTDOWN SAVE: Redis comes back with its data, as a production
+		// Redis with persistence does (the test Redis saves nothing on its
+		// own). One that loses its data loses live events by design
+		// (ARCHITECTURE.md, Redis), which the follower checks would count.
+		f.log("fault: stop Redis (SHUTDOWN SAVE) for %s", f.redisDown)
+		rdb := redis.NewClient(&redis.Options{Addr: env.Redis.Addr(), Password: env.Redis.Password, MaxRetries: -1})
+		_ = rdb.ShutdownSave(context.Background()).Err() // the reply is the connection closing
+		rdb.Close()
+		testenv.Eventually(t, 30*time.Second, "redis stopped", func() bool {
+			c, err := net.DialTimeout("tcp", env.Redis.Addr(), time.Second)
+			if err == nil {
+				c.Close()
+			}
+			return err != nil
+		})
 		time.Sleep(f.redisDown)
 		if err := env.Redis.StartServer(context.Background()); err != nil {
 			t.Fatalf("start redis: %v", err)
