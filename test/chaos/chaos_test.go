@@ -138,6 +138,7 @@ func TestChaos(t *testing.T) {
 		t.Error(p)
 	}
 	t.Logf("attempts=%d for %d tasks; wrong=%d overlapped=%d gaps=%d", attempts, len(jobs), v.wrong, v.overlapped, v.gaps)
+	t.Logf("attempts given up, by why: %s", lostWhy(jobs))
 
 	// The controlplanes back near their baseline once the clients left.
 	for _, c := range w.clients {

@@ -7,6 +7,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -295,4 +297,24 @@ func (r *replica) usage() (usage, error) {
 // plus 64 MiB (the GC has its own schedule).
 func near(base, now usage) bool {
 	return now.goroutines <= base.goroutines*1.25+40 && now.heap <= base.heap*2+64<<20
+}
+
+// lostWhy counts the lost attempts by their message, machine, replica and
+// task IDs left out.
+func lostWhy(jobs []*job) string {
+	ids := regexp.MustCompile(`\b(m|t|rep)_[a-z2-7]+`)
+	n := map[string]int{}
+	for _, j := range jobs {
+		for _, a := range j.final.GetAttempts() {
+			if a.GetState() == v1.AttemptState_ATTEMPT_STATE_LOST {
+				n[ids.ReplaceAllString(a.GetMessage(), "${1}_…")]++
+			}
+		}
+	}
+	var parts []string
+	for why, c := range n {
+		parts = append(parts, fmt.Sprintf("%d× %s", c, why))
+	}
+	slices.Sort(parts)
+	return strings.Join(parts, "; ")
 }
