@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 export GOFLAGS ?= -mod=mod
 
-.PHONY: all deps build release up down test proto lint bench
+.PHONY: all deps build release up down test proto lint bench chaos
 
 all: build
 
@@ -44,6 +44,14 @@ kube-status:
 
 test: deps
 	@bash packaging/dev/test.sh
+
+# The whole-stack fault run (test/chaos) at full length: two controlplane
+# replicas, three agents, 1,000 tasks through the SDK while replicas, agents,
+# Redis, Postgres and tunnel packets fail at random for
+# LEVERS9_CHAOS_DURATION (root; `make test` runs its short form).
+LEVERS9_CHAOS_DURATION ?= 30m
+chaos:
+	cd test/chaos && LEVERS9_CHAOS_DURATION=$(LEVERS9_CHAOS_DURATION) go test -run TestChaos -count=1 -v -timeout 3h .
 
 proto:
 	@bash api/generate.sh

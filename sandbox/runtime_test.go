@@ -256,6 +256,36 @@ func TestReconcileRemovesLeftovers(t *testing.T) {
 	}
 }
 
+// TestReconcileRuncLeftoverIsQuick: a runc leftover (kept by `run --keep`
+// once stopped) is removed at once, not after waiting seconds for it to
+// disappear by itself. A restarted agent reconciles before it connects,
+// so every leftover delayed it (four took 40 s, past lostAgentGrace, in
+// test/chaos).
+func TestReconcileRuncLeftoverIsQuick(t *testing.T) {
+	b, rootfs := setupRuntimes(t, "runc")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	h, err := b.sb.Run(ctx, TaskSpec{ID: "quick", Rootfs: rootfs, Args: []string{"sleep", "600"}}, Security{Runtime: RuntimeRunc}, Stdio{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 10*time.Second, "running", func() bool {
+		st, err := h.State(ctx)
+		return err == nil && st.Status == StatusRunning
+	})
+	fresh, err := New(Config{StateDir: "/run/l9s-test", CgroupParent: "/l9s-test", Host: b.host})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if err := fresh.Reconcile(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(start); took > 3*time.Second {
+		t.Errorf("reconciling one runc leftover took %s", took.Round(time.Millisecond))
+	}
+}
+
 // TestReleaseCgroups: an agent leaving removes its cgroup parent once no
 // container is in it, and leaves it while one runs.
 func TestReleaseCgroups(t *testing.T) {

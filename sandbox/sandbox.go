@@ -333,10 +333,18 @@ func (s *Sandbox) ReconcileExcept(ctx context.Context, keep []string) error {
 		if rt, ok := s.runtimes[RuntimeName(name)].(*OCI); ok {
 			// Kill first and give a surviving `run` parent the chance to
 			// clean up after itself: racing it with a forced delete
-			// makes runsc time out.
+			// makes runsc time out. runc runs with --keep, so its parent
+			// never removes the container: once it is stopped it only
+			// waits for the delete below (waiting for it to disappear
+			// cost each leftover the loop's full 5-10 s).
 			_, _ = rt.exec(ctx, dir, CreateOpts{}, "kill", id, "9")
 			for i := 0; i < 100; i++ {
-				if _, err := rt.exec(ctx, dir, CreateOpts{}, "state", id); err != nil {
+				out, err := rt.exec(ctx, dir, CreateOpts{}, "state", id)
+				if err != nil {
+					break
+				}
+				var st State
+				if rt.name == RuntimeRunc && json.Unmarshal(out, &st) == nil && st.Status == StatusStopped {
 					break
 				}
 				time.Sleep(50 * time.Millisecond)

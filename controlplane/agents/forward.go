@@ -17,6 +17,7 @@ import (
 
 	agentv1 "github.com/levers9/levers9/api/levers9/agent/v1"
 	"github.com/levers9/levers9/controlplane/bus"
+	"github.com/levers9/levers9/internal/errdefs"
 	"github.com/levers9/levers9/internal/ids"
 )
 
@@ -305,9 +306,9 @@ func (f *forwarder) roundTrip(ctx context.Context, replica, machineID string, ms
 	}
 	if n == 0 {
 		if machineID == "" {
-			return forwardMsg{}, status.Errorf(codes.Unavailable, "replica %s is gone", replica)
+			return forwardMsg{}, errdefs.UnavailableWithReason(fmt.Errorf("replica %s is gone", replica), errdefs.ReasonNotDelivered)
 		}
-		return forwardMsg{}, status.Errorf(codes.Unavailable, "replica %s holding machine %s is gone", replica, machineID)
+		return forwardMsg{}, errdefs.UnavailableWithReason(fmt.Errorf("replica %s holding machine %s is gone", replica, machineID), errdefs.ReasonNotDelivered)
 	}
 	for {
 		select {

@@ -108,7 +108,9 @@ func (s *Scheduler) pushWithResends(ctx context.Context, t store.Task, a store.A
 		// An agent whose new session's first heartbeat is not yet answered
 		// refuses with ReasonAgentNotReady: it got the push and asks for
 		// it again, so that is not a push lost with a session.
-		if sent && !errdefs.HasReason(err, errdefs.ReasonAgentNotReady) {
+		// Nor is a forwarded push no replica received (the one that held
+		// the tunnel died; the agent comes back on another).
+		if sent && !errdefs.HasReason(err, errdefs.ReasonAgentNotReady) && !errdefs.HasReason(err, errdefs.ReasonNotDelivered) {
 			if resends == maxResends {
 				return err
 			}
@@ -151,9 +153,12 @@ func (s *Scheduler) push(ctx context.Context, machineID string, ta *agentv1.Task
 }
 
 // sessionLost reports whether a push failed because the machine's session
-// was gone or went away under it, so the agent may not have seen it.
+// was gone or went away under it, so the agent may not have seen it. A
+// session that closes mid-call fails it with Canceled ("the client
+// connection is closing"); the caller tells that from its own
+// cancellation (stopping).
 func sessionLost(err error) bool {
-	return status.Code(err) == codes.Unavailable || errdefs.IsUnavailable(err)
+	return status.Code(err) == codes.Unavailable || status.Code(err) == codes.Canceled || errdefs.IsUnavailable(err)
 }
 
 // clusterWorkerSecurity gives an attempt placed on an attached cluster's

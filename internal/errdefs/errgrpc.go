@@ -77,6 +77,11 @@ func FromGRPC(err error) error {
 // without counting it as a lost push.
 const ReasonAgentNotReady = "AGENT_SESSION_NOT_READY"
 
+// ReasonNotDelivered marks an Unavailable call that reached no one (a
+// forwarded call published to a replica nobody listens for any more): the
+// callee surely did not get it, so sending it again is not a re-send.
+const ReasonNotDelivered = "NOT_DELIVERED"
+
 // errorDomain is the ErrorInfo domain of levers9's reasons.
 const errorDomain = "levers9.dev"
 
