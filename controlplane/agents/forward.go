@@ -237,7 +237,10 @@ func (f *forwarder) serveCall(ctx context.Context, msg forwardMsg) {
 		reply.Payload = out.b
 	}
 	if err != nil {
-		st := status.Convert(err)
+		// The hub's errors are errdefs kinds, not statuses: "not connected
+		// to this replica" must cross as Unavailable so the caller sends
+		// again, not as Unknown.
+		st := status.Convert(errdefs.ToGRPC(err))
 		reply.Code, reply.Message = uint32(st.Code()), st.Message()
 	}
 	f.r.metrics.forwarded.WithLabelValues("served").Inc()

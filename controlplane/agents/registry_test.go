@@ -172,6 +172,19 @@ func TestForwardBetweenReplicas(t *testing.T) {
 		if status.Code(err) != codes.Unavailable {
 			t.Errorf("ping through a replica that is gone: %v, want Unavailable", err)
 		}
+		// A live replica that no longer holds the machine says so with
+		// Unavailable (the push is sent again), not Unknown (lost at once).
+		stale, _ := b.machine(t, time.Hour)
+		if err := b.bus.Redis().Set(ctx, bus.PresenceKey(stale), r2.SignedPresenceForTest(stale, r1.ReplicaID(), "quic"), time.Minute).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if conn, err = r2.Conn(ctx, stale); err != nil {
+			t.Fatal(err)
+		}
+		_, err = agentv1.NewAgentClient(conn).Ping(ctx, &agentv1.PingRequest{})
+		if status.Code(err) != codes.Unavailable {
+			t.Errorf("ping through a replica that does not hold the machine: %v, want Unavailable", err)
+		}
 	})
 	t.Run("drop through the other replica", func(t *testing.T) {
 		before := a.sessionCount()
