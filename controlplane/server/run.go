@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
+	"runtime/debug"
 	"strings"
 
 	"github.com/levers9/levers9/controlplane/config"
@@ -45,6 +47,17 @@ func Main(ctx context.Context, args []string, getenv func(string) (string, bool)
 	}
 	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: parseLevel(cfg.Controlplane.LogLevel)}))
 	log.Info("starting", "version", version.String())
+	switch limit, source, err := memoryLimit(getenv, os.ReadFile); {
+	case err != nil:
+		log.Warn("no Go memory limit: the memory cgroup's limit could not be read (set GOMEMLIMIT)", "err", err)
+	case limit > 0:
+		debug.SetMemoryLimit(limit)
+		log.Info("Go memory limit from the memory cgroup", "bytes", limit, "share", memLimitShare, "from", source)
+	case source != "":
+		log.Info("Go memory limit from GOMEMLIMIT", "bytes", debug.SetMemoryLimit(-1))
+	default:
+		log.Info("no Go memory limit: the memory cgroup has none (GOMEMLIMIT sets one)")
+	}
 	srv, err := New(cfg, Options{Logger: log})
 	if err != nil {
 		return err
