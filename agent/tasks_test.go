@@ -150,6 +150,8 @@ type taskBundle struct {
 	agent     *Agent
 	runner    *taskrun.Runner
 	client    agentv1.AgentClient
+	// conn is the hub's connection to the agent b.client uses.
+	conn *grpc.ClientConn
 	tunnel    *tunnel.Server
 	// startTunnel starts the controlplane's tunnel server on addr.
 	startTunnel func(addr string) *tunnel.Server
@@ -259,12 +261,15 @@ func (b *taskBundle) startAgent(t *testing.T, report ReportConfig) {
 			t.Errorf("reconcile after: %v, lost %+v", err, lost)
 		}
 	})
+	// A restarted agent's tunnel is a new connection: until the hub has
+	// dropped the stopped agent's, it may still hand that one out.
+	old := b.conn
 	testenv.Eventually(t, 10*time.Second, "the agent's tunnel", func() bool {
-		_, err := b.hub.Conn(b.machineID)
-		return err == nil
+		c, err := b.hub.Conn(b.machineID)
+		return err == nil && c != old
 	})
-	conn, _ := b.hub.Conn(b.machineID)
-	b.client = agentv1.NewAgentClient(conn)
+	b.conn, _ = b.hub.Conn(b.machineID)
+	b.client = agentv1.NewAgentClient(b.conn)
 }
 
 // testNode says where a test Runner keeps its host objects and files.
