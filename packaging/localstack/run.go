@@ -40,6 +40,9 @@ levers9 is up. Try:
   levers9 machine list
   levers9 token create --name laptop
   printf 'USER=app\nPASSWORD=hunter2\n' | levers9 secret put db
+Python functions on levers9-runner:latest (README "Python SDK"):
+  export PYTHONPATH="$PWD/sdk/python"
+  python3 -m levers9 tasks
 `)
 	if volumes {
 		fmt.Fprint(out, `Volumes (SeaweedFS under .levers9-dev/seaweedfs/):
