@@ -151,8 +151,8 @@ type taskBundle struct {
 	runner    *taskrun.Runner
 	client    agentv1.AgentClient
 	// conn is the hub's connection to the agent b.client uses.
-	conn *grpc.ClientConn
-	tunnel    *tunnel.Server
+	conn   *grpc.ClientConn
+	tunnel *tunnel.Server
 	// startTunnel starts the controlplane's tunnel server on addr.
 	startTunnel func(addr string) *tunnel.Server
 }
