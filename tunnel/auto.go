@@ -205,9 +205,15 @@ func (a *Auto) serve(ctx context.Context, s Session) func() {
 	return func() { cancel(); <-done }
 }
 
-// waitOrProbe blocks until s ends or ctx does (nil), or a QUIC probe made
-// while s is on TCP succeeded (the new session).
+// waitOrProbe blocks until s ends or ctx does (nil), or returns a new
+// session: a QUIC probe made while s is on TCP succeeded, or s went quiet
+// (no heartbeat for about two intervals, as when the controlplane
+// restarted and its reset was lost) and a fresh dial succeeded.
 func (a *Auto) waitOrProbe(ctx context.Context, s Session) Session {
+	var quiet <-chan struct{}
+	if q, ok := s.(interface{ Quiet() <-chan struct{} }); ok {
+		quiet = q.Quiet()
+	}
 	for {
 		var probe <-chan time.Time
 		stop := func() bool { return false }
@@ -222,6 +228,13 @@ func (a *Auto) waitOrProbe(ctx context.Context, s Session) Session {
 		case <-ctx.Done():
 			stop()
 			return nil
+		case <-quiet:
+			stop()
+			quiet = nil
+			if n := a.redialQuiet(ctx, s); n != nil {
+				return n
+			}
+			continue
 		case <-probe:
 		}
 		q, err := a.d.Dial(ctx, DialQUICOnly)
@@ -231,6 +244,39 @@ func (a *Auto) waitOrProbe(ctx context.Context, s Session) Session {
 		}
 		a.log.Info("QUIC works again, moving the tunnel off TCP")
 		return q
+	}
+}
+
+// redialQuiet dials until a new session is up or the quiet one ends; the
+// first try waits up to half a heartbeat interval so a fleet that lost
+// its controlplane at one instant does not come back at one instant.
+func (a *Auto) redialQuiet(ctx context.Context, s Session) Session {
+	wait := fullJitter(a.cfg.Liveness.HeartbeatInterval / 2)
+	for {
+		t := a.cfg.Clock.NewTimer(wait)
+		select {
+		case <-t.C():
+		case <-s.Done():
+			t.Stop()
+			return nil
+		case <-ctx.Done():
+			t.Stop()
+			return nil
+		}
+		n, err := a.d.Dial(ctx, DialRace)
+		if err == nil {
+			a.cfg.Metrics.reconnects.Inc()
+			a.log.Info("the controlplane went quiet; moved the tunnel to a new session")
+			return n
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+		a.log.Warn("the controlplane went quiet and a new session failed; keeping the old one until its heartbeat timeout", "err", err)
+		wait = fullJitter(a.cfg.Liveness.HeartbeatInterval)
+		if ra, ok := RetryAfterOf(err); ok {
+			wait = max(wait, ra)
+		}
 	}
 }
 

@@ -27,6 +27,13 @@ type Liveness struct {
 	HandshakeTimeout time.Duration
 }
 
+// quietAfter is how long a client waits for a heartbeat before it tries a
+// new session beside the silent one: two intervals and a half, so one
+// late heartbeat is not enough.
+func (l Liveness) quietAfter() time.Duration {
+	return 2*l.HeartbeatInterval + l.HeartbeatInterval/2
+}
+
 // WithDefaults fills zero fields.
 func (l Liveness) WithDefaults() Liveness {
 	orDefault(&l.HeartbeatInterval, 3*time.Second)

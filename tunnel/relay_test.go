@@ -12,12 +12,15 @@ import (
 // relay forwards TCP and UDP from one local port to a target, like a NAT or
 // load balancer in between. It can drop flows idle longer than idle (the way
 // NAT bindings expire) and can blackhole: swallow everything silently, no
-// RST, no FIN.
+// RST, no FIN, either for every flow or (freeze) for the flows open now,
+// the way a peer that died without a word looks while its replacement
+// answers new connections.
 type relay struct {
 	addr      string
 	target    string
 	idle      time.Duration
 	blackhole atomic.Bool
+	frozenTo  atomic.Int64 // flows born before this (unix nanos) are swallowed
 	expired   atomic.Int64
 	flows     atomic.Int64
 	tcp       net.Listener
@@ -33,7 +36,16 @@ type relay struct {
 
 type udpFlow struct {
 	up   *net.UDPConn
+	born int64
 	last atomic.Int64
+}
+
+// freeze swallows the flows open now; new flows pass.
+func (r *relay) freeze() { r.frozenTo.Store(time.Now().UnixNano()) }
+
+// swallowed says whether a flow born then is blackholed.
+func (r *relay) swallowed(born int64) bool {
+	return r.blackhole.Load() || born < r.frozenTo.Load()
 }
 
 func newRelay(t testing.TB, target string, idle time.Duration) *relay {
@@ -92,25 +104,26 @@ func (r *relay) acceptTCP() {
 			continue
 		}
 		r.flows.Add(1)
+		born := time.Now().UnixNano()
 		last := new(atomic.Int64)
-		last.Store(time.Now().UnixNano())
+		last.Store(born)
 		r.mu.Lock()
 		r.conns[c] = last
 		r.conns[up] = last
 		r.mu.Unlock()
 		r.wg.Add(2)
-		go r.pipe(c, up, last)
-		go r.pipe(up, c, last)
+		go r.pipe(c, up, born, last)
+		go r.pipe(up, c, born, last)
 	}
 }
 
-func (r *relay) pipe(from, to net.Conn, last *atomic.Int64) {
+func (r *relay) pipe(from, to net.Conn, born int64, last *atomic.Int64) {
 	defer r.wg.Done()
 	defer func() { _ = from.Close(); _ = to.Close() }()
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := from.Read(buf)
-		if n > 0 && !r.blackhole.Load() {
+		if n > 0 && !r.swallowed(born) {
 			last.Store(time.Now().UnixNano())
 			if _, werr := to.Write(buf[:n]); werr != nil {
 				return
@@ -130,9 +143,6 @@ func (r *relay) readUDP() {
 		if err != nil {
 			return
 		}
-		if r.blackhole.Load() {
-			continue
-		}
 		r.mu.Lock()
 		f, ok := r.maps[from.String()]
 		if !ok {
@@ -142,13 +152,16 @@ func (r *relay) readUDP() {
 				r.mu.Unlock()
 				continue
 			}
-			f = &udpFlow{up: up}
+			f = &udpFlow{up: up, born: time.Now().UnixNano()}
 			r.maps[from.String()] = f
 			r.flows.Add(1)
 			r.wg.Add(1)
 			go r.udpBack(f, from)
 		}
 		r.mu.Unlock()
+		if r.swallowed(f.born) {
+			continue
+		}
 		f.last.Store(time.Now().UnixNano())
 		_, _ = f.up.Write(buf[:n])
 	}
@@ -162,7 +175,7 @@ func (r *relay) udpBack(f *udpFlow, client *net.UDPAddr) {
 		if err != nil {
 			return
 		}
-		if r.blackhole.Load() {
+		if r.swallowed(f.born) {
 			continue
 		}
 		f.last.Store(time.Now().UnixNano())

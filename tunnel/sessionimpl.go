@@ -30,7 +30,12 @@ type session struct {
 	rx, tx   prometheus.Counter
 	addr     *Addr
 	doneCh   chan struct{}
-	wg       sync.WaitGroup
+	// quiet (client side only) is closed once nothing has arrived on the
+	// control stream for quietAfter: the controlplane may have restarted
+	// without the reset reaching us, and Auto dials a new session rather
+	// than wait out HeartbeatTimeout.
+	quiet chan struct{}
+	wg    sync.WaitGroup
 
 	// mu guards err, closed, streams and hb.
 	mu      sync.Mutex
@@ -54,6 +59,9 @@ func newSession(m mux, side, identity string, ctrl net.Conn, live Liveness, lim 
 		doneCh:  make(chan struct{}),
 		streams: make(map[*countedStream]struct{}),
 	}
+	if side == "client" && live.quietAfter() < live.HeartbeatTimeout {
+		s.quiet = make(chan struct{})
+	}
 	metrics.sessions.WithLabelValues(side, string(m.transport())).Inc()
 	s.wg.Add(1)
 	go s.readHeartbeats()
@@ -68,11 +76,20 @@ func newSession(m mux, side, identity string, ctrl net.Conn, live Liveness, lim 
 func (s *session) readHeartbeats() {
 	defer s.wg.Done()
 	buf := make([]byte, 64)
+	// Connection deadlines are wall-clock instants (the kernel and quic-go
+	// read them), so they come from time.Now, not the Clock.
+	last := time.Now()
+	quiet := s.quiet
 	for {
-		// Connection deadlines are wall-clock instants (the kernel and
-		// quic-go read them), so they come from time.Now, not the Clock.
-		_ = s.ctrl.SetReadDeadline(time.Now().Add(s.live.HeartbeatTimeout))
+		deadline := last.Add(s.live.HeartbeatTimeout)
+		if quiet != nil {
+			deadline = last.Add(s.live.quietAfter())
+		}
+		_ = s.ctrl.SetReadDeadline(deadline)
 		n, err := s.ctrl.Read(buf)
+		if n > 0 {
+			last = time.Now()
+		}
 		for _, b := range buf[:n] {
 			if b != heartbeatByte {
 				s.fail(fmt.Errorf("control stream: unexpected byte 0x%02x from %s", b, s.identity))
@@ -82,6 +99,15 @@ func (s *session) readHeartbeats() {
 		if err != nil {
 			var ne net.Error
 			switch {
+			case errors.As(err, &ne) && ne.Timeout() && quiet != nil:
+				// Keep the session until HeartbeatTimeout; Auto
+				// tries a new one meanwhile.
+				if n == 0 {
+					s.log.Info("no heartbeat from the peer", "for", time.Since(last).Round(time.Millisecond))
+					close(quiet)
+					quiet = nil
+				}
+				continue
 			case errors.As(err, &ne) && ne.Timeout():
 				s.fail(fmt.Errorf("session with %s: %w", s.identity, ErrPeerDead))
 			default:
@@ -91,6 +117,10 @@ func (s *session) readHeartbeats() {
 		}
 	}
 }
+
+// Quiet is closed once nothing arrived from the controlplane for about
+// two heartbeat intervals (nil on the server side: it never redials).
+func (s *session) Quiet() <-chan struct{} { return s.quiet }
 
 var heartbeat = [heartbeatLen]byte(bytes.Repeat([]byte{heartbeatByte}, heartbeatLen))
 

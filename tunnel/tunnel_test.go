@@ -256,6 +256,44 @@ func TestBlackholeDetectedByBothSides(t *testing.T) {
 	}
 }
 
+// TestQuietSessionReplaced: when the controlplane's side of a session goes
+// silent (it restarted and its reset never arrived) but new connections
+// work, the agent moves to a new session after about two heartbeat
+// intervals instead of waiting out the heartbeat timeout.
+func TestQuietSessionReplaced(t *testing.T) {
+	live := tunnel.Liveness{HeartbeatInterval: 200 * time.Millisecond, HeartbeatTimeout: 5 * time.Second, HandshakeTimeout: 2 * time.Second}
+	for _, tr := range transports {
+		t.Run(tr.name, func(t *testing.T) {
+			t.Parallel()
+			e := setupCP(t, cpOpts{live: live})
+			r := newRelay(t, e.addr, 0)
+			a := setupAgent(t, e, "m-quiet", func(c *tunnel.ClientConfig) {
+				tr.mod(c)
+				c.Addrs = []string{r.addr}
+				c.Liveness = live
+				c.BackoffBase = 10 * time.Second // the slow path would show
+				c.BackoffMax = 10 * time.Second
+			})
+			e.waitPush(t, 5*time.Second, "m-quiet", "x")
+			old := a.last()
+			r.freeze()
+			start := time.Now()
+			testenv.Eventually(t, live.HeartbeatTimeout, "a new session", func() bool { return a.last() != old })
+			took := time.Since(start)
+			if !errors.Is(old.Err(), tunnel.ErrClosed) {
+				t.Fatalf("old session ended with %v, want closed by the agent for its replacement", old.Err())
+			}
+			// Quiet after 2.5 intervals, a dial after at most half an
+			// interval more: far below the timeout.
+			if took >= live.HeartbeatTimeout-time.Second {
+				t.Fatalf("moved after %s, not before the heartbeat timeout %s", took, live.HeartbeatTimeout)
+			}
+			e.waitPush(t, 5*time.Second, "m-quiet", "after")
+			t.Logf("moved to a new session %s after the old one went quiet", took.Round(time.Millisecond))
+		})
+	}
+}
+
 func TestIdleTunnelSurvivesNATExpiry(t *testing.T) {
 	// The relay forgets flows idle for 1 s (a 30 s UDP NAT scaled by 1/30);
 	// heartbeats every 100 ms keep them warm.
