@@ -238,11 +238,7 @@ func (b *imageBuild) keychain() image.StaticKeychain {
 // creates on the way to the destination take their mode and owner from the
 // image so far (ref), which the node's image store pulls for that.
 func (b *imageBuild) copyLayer(ctx context.Context, ref string, c *recipe.Copy, tarPath string) (gv1.Layer, error) {
-	var kc image.Keychain
-	if k := b.keychain(); k != nil {
-		kc = k
-	}
-	img, err := b.runner.Images().PullWith(ctx, ref, kc)
+	img, err := b.runner.Images().PullWith(ctx, ref, b.keychain())
 	if err != nil {
 		return nil, fmt.Errorf("pull the image so far: %w", err)
 	}

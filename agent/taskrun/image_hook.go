@@ -39,11 +39,9 @@ func (h *imageHook) Prestart(ctx context.Context, req *PrestartRequest, resp *Pr
 		resp.Image, resp.Rootfs = h.img, h.rootfs
 		return nil
 	}
-	var kc image.Keychain
-	if len(req.Task.RegistryAuth) > 0 {
-		kc = req.Task.RegistryAuth
-	}
-	img, err := h.store.PullWith(ctx, req.Task.Image, kc)
+	// A nil StaticKeychain answers "no credentials": the store's own
+	// keychain is asked next.
+	img, err := h.store.PullWith(ctx, req.Task.Image, req.Task.RegistryAuth)
 	if err != nil {
 		return pullReason(req.Task.Image, h.store.RegistryOf(req.Task.Image), fmt.Errorf("pull image %s: %w", req.Task.Image, err))
 	}

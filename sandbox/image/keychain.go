@@ -44,6 +44,7 @@ type Keychain interface {
 }
 
 // StaticKeychain maps a registry host (e.g. "127.0.0.1:5000") to credentials.
+// A nil one has none, so it may be passed where a Keychain is optional.
 type StaticKeychain map[string]Credentials
 
 // Credentials implements Keychain.
