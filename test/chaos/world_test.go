@@ -3,11 +3,9 @@ package chaos
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
 	"crypto/tls"
 	"encoding/json"
 	"fmt"
-	"math/big"
 	"net/http"
 	"os"
 	"os/exec"
@@ -25,6 +23,7 @@ import (
 	"github.com/levers9/levers9/controlplane/controlplanetest"
 	"github.com/levers9/levers9/internal/clientconfig"
 	"github.com/levers9/levers9/internal/devstack"
+	"github.com/levers9/levers9/internal/testbox"
 	"github.com/levers9/levers9/internal/testenv"
 	"github.com/levers9/levers9/sandbox/image/build"
 	"github.com/levers9/levers9/sdk"
@@ -51,42 +50,13 @@ type box struct {
 	hostIP, boxIP string
 }
 
-func ip(t *testing.T, args ...string) {
-	t.Helper()
-	if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
-		t.Fatalf("ip %s: %v: %s", strings.Join(args, " "), err, out)
-	}
-}
+func ip(t *testing.T, args ...string) { t.Helper(); testbox.IP(t, args...) }
 
-// newBox makes a namespace l9k<rand> with veths l9k<rand>h and l9k<rand>b.
+// newBox makes a namespace l9k<hex> on 10.198.N.0/30.
 func newBox(t *testing.T) *box {
 	t.Helper()
-	var b *box
-	for try := 0; ; try++ {
-		n, _ := rand.Int(rand.Reader, big.NewInt(200))
-		suffix := fmt.Sprintf("%04x", n.Int64()*251%65536)
-		b = &box{ns: "l9k" + suffix, hostIP: fmt.Sprintf("10.198.%d.1", n.Int64()+20), boxIP: fmt.Sprintf("10.198.%d.2", n.Int64()+20)}
-		out, err := exec.Command("ip", "netns", "add", b.ns).CombinedOutput()
-		if err == nil {
-			break
-		}
-		if try == 20 || !strings.Contains(string(out), "File exists") {
-			t.Fatalf("ip netns add %s: %v: %s", b.ns, err, out)
-		}
-	}
-	host, peer := b.ns+"h", b.ns+"b"
-	t.Cleanup(func() {
-		_ = exec.Command("ip", "link", "del", host).Run()
-		_ = exec.Command("ip", "netns", "del", b.ns).Run()
-	})
-	ip(t, "link", "add", host, "type", "veth", "peer", "name", peer)
-	ip(t, "link", "set", peer, "netns", b.ns)
-	ip(t, "addr", "add", b.hostIP+"/30", "dev", host)
-	ip(t, "link", "set", host, "up")
-	ip(t, "-n", b.ns, "addr", "add", b.boxIP+"/30", "dev", peer)
-	ip(t, "-n", b.ns, "link", "set", peer, "up")
-	ip(t, "-n", b.ns, "link", "set", "lo", "up")
-	return b
+	b := testbox.New(t, "l9k", 198)
+	return &box{ns: b.NS, hostIP: b.HostIP, boxIP: b.BoxIP}
 }
 
 func freePort(t *testing.T) int {

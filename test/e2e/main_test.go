@@ -3,11 +3,11 @@ package e2e
 import (
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"testing"
 
 	"github.com/levers9/levers9/controlplane/controlplanetest"
+	"github.com/levers9/levers9/internal/testbox"
 )
 
 var (
@@ -28,21 +28,14 @@ func TestMain(m *testing.M) {
 }
 
 func run(m *testing.M) int {
-	dir, err := os.MkdirTemp("", "l9e2e-bin-")
+	// Stamped as a release is, so the join test can see the agent's
+	// version travel through enroll and heartbeat to `machine list`.
+	dir, cleanup, err := testbox.BuildCommands(filepath.Join("..", ".."), stampFlags, "./cmd/levers9", "./cmd/levers9-agent")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	defer os.RemoveAll(dir)
-	os.Chmod(dir, 0o755)
-	// Stamped as a release is, so the join test can see the agent's
-	// version travel through enroll and heartbeat to `machine list`.
-	cmd := exec.Command("go", "build", "-ldflags", stampFlags, "-o", dir+"/", "./cmd/levers9", "./cmd/levers9-agent")
-	cmd.Dir = filepath.Join("..", "..")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "build binaries: %v\n%s", err, out)
-		return 1
-	}
+	defer cleanup()
 	bin = dir
 	return controlplanetest.Main(m, &env)
 }
