@@ -149,10 +149,14 @@ func runCP(dir, addr string) error {
 	}
 	srv, err := tunnel.NewServer(tunnel.ServerConfig{
 		Addr: addr, TLS: stls, QUICStatelessResetKey: key,
-		Authorize: func(_ context.Context, c *x509Cert) (string, error) { return c.Subject.CommonName, nil },
-		OnSession: hub.HandleSession,
-		Metrics:   m,
-		Logger:    childLogger(),
+		// Every generated agent dials from 127.0.0.1: one source, as
+		// behind a NAT or load balancer, so the per-source cap is raised
+		// to the global one (the documented setting for that case).
+		MaxHandshakesPerSource: 1024, // tunnel.ServerConfig's default MaxConcurrentHandshakes
+		Authorize:              func(_ context.Context, c *x509Cert) (string, error) { return c.Subject.CommonName, nil },
+		OnSession:              hub.HandleSession,
+		Metrics:                m,
+		Logger:                 childLogger(),
 	})
 	if err != nil {
 		return err
