@@ -207,7 +207,7 @@ func (a *Auto) serve(ctx context.Context, s Session) func() {
 
 // waitOrProbe blocks until s ends or ctx does (nil), or returns a new
 // session: a QUIC probe made while s is on TCP succeeded, or s went quiet
-// (no heartbeat for about two intervals, as when the controlplane
+// (no heartbeat for two and a half intervals, as when the controlplane
 // restarted and its reset was lost) and a fresh dial succeeded.
 func (a *Auto) waitOrProbe(ctx context.Context, s Session) Session {
 	var quiet <-chan struct{}
