@@ -2,11 +2,12 @@
 // TLS, push latency with many idle agents, memory and goroutines per agent,
 // a reconnect storm after a controlplane SIGKILL, and control latency under
 // packet loss. The controlplane and the load generators run as separate
-// processes (this binary re-executed with -role). The last line prints the
-// figures issue 3 names; NaN marks one that was not measured. Pushes are
-// also reported split into first pushes to an agent (which make its push
-// ClientConn) and the rest. -only runs some phases; -profile keeps CPU,
-// heap and goroutine profiles and the children's logs in a directory.
+// processes (this binary re-executed with -role), on separate CPUs unless
+// -split-cpus=false. The last line prints the figures issue 3 names; NaN
+// marks one that was not measured. Pushes are also reported split into
+// first pushes to an agent (which make its push ClientConn) and the rest.
+// -only runs some phases; -profile keeps CPU, heap and goroutine profiles
+// and the children's logs in a directory.
 package main
 
 import (
@@ -20,6 +21,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"syscall"
@@ -39,6 +41,7 @@ func main() {
 	flag.IntVar(&fleet1, "fleet1k", 1000, "agents for the *_1k figures (scale down on a small machine)")
 	flag.IntVar(&fleet5, "fleet5k", 5000, "agents for the *_5k and storm figures")
 	only := flag.String("only", "throughput,fleet,loss", "phases to run: throughput, fleet (push, idle cost, reconnect storm), loss")
+	flag.BoolVar(&splitCPUs, "split-cpus", runtime.NumCPU() >= 2, "run the controlplane on the first half of the CPUs and the load generators on the rest (taskset), so the controlplane's figures are its own")
 	flag.StringVar(&profileDir, "profile", "", "keep in this directory: every process's CPU profile, the controlplane's heap and goroutine profiles, and the children's logs (at Info)")
 	cpuprofile := flag.String("cpuprofile", "", "internal: write this child's CPU profile here")
 	flag.Parse()
@@ -76,7 +79,22 @@ func main() {
 var (
 	fleet1, fleet5 int
 	profileDir     string
+	splitCPUs      bool
 )
+
+// cpuList is the taskset list for a child of role: the first half of the
+// CPUs for the controlplane, the rest for the load generators.
+func cpuList(role string) string {
+	n := runtime.NumCPU()
+	lo, hi := 0, n/2-1
+	if role != "cp" {
+		lo, hi = n/2, n-1
+	}
+	if lo == hi {
+		return fmt.Sprint(lo)
+	}
+	return fmt.Sprintf("%d-%d", lo, hi)
+}
 
 func phases(list string) (map[string]bool, error) {
 	m := map[string]bool{}
@@ -109,7 +127,17 @@ func spawn(dir, name string, args ...string) (*child, error) {
 			args = append(args, "-cpuprofile", filepath.Join(profileDir, name+".pprof"))
 		}
 	}
-	cmd := exec.Command(exe, append([]string{"-dir", dir}, args...)...)
+	argv := append([]string{exe, "-dir", dir}, args...)
+	if splitCPUs {
+		// Pinned before exec, so every thread the child makes inherits
+		// the set and its GOMAXPROCS matches it.
+		role := "agents"
+		if slices.Contains(args, "cp") {
+			role = "cp"
+		}
+		argv = append([]string{"taskset", "-c", cpuList(role)}, argv...)
+	}
+	cmd := exec.Command(argv[0], argv[1:]...)
 	logf, err := os.Create(filepath.Join(dir, name+".log"))
 	if err != nil {
 		return nil, err
@@ -267,6 +295,9 @@ func measureThroughputFigures(quick bool, fig map[string]float64) {
 // measureFleet connects fleets of idle agents to one controlplane process:
 // push latency, cost per idle agent, then the reconnect storm.
 func measureFleet(quick bool, fig map[string]float64) error {
+	if splitCPUs {
+		fmt.Printf("controlplane on CPUs %s, load generators on CPUs %s (-split-cpus=false shares them)\n", cpuList("cp"), cpuList("agents"))
+	}
 	dir, cleanup, err := fleetDir()
 	if err != nil {
 		return err
