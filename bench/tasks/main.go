@@ -15,6 +15,8 @@
 //
 //	overhead_ms_p50=… overhead_ms_p99=… vs_podman=… tasks_per_s=…
 //
+// Above it, the per-phase breakdown of levers9's first line (submit to
+// stored, to scheduled, to running, to the first line at the follower).
 // overhead_ms_* is levers9's first-line latency minus bare runc's at that
 // percentile; vs_podman the ratio of medians (levers9 / podman). Needs root.
 package main
@@ -70,6 +72,7 @@ func run(rounds, burst int) error {
 		}
 	}
 	var l9, bare, pod []time.Duration
+	var phases [4][]time.Duration
 	for r := 0; r < rounds; r++ {
 		order := []string{"levers9", "runc", "podman"}
 		if r%2 == 1 {
@@ -80,8 +83,13 @@ func run(rounds, burst int) error {
 			var err error
 			switch which {
 			case "levers9":
-				d, err = firstLine(s)
+				var tr benchstack.Trace
+				tr, err = s.FirstLineTrace("")
+				d = tr.First
 				l9 = append(l9, d)
+				for i, p := range tr.Phases {
+					phases[i] = append(phases[i], p)
+				}
 			case "runc":
 				d, err = runcFirst(r)
 				bare = append(bare, d)
@@ -104,8 +112,15 @@ func run(rounds, burst int) error {
 	}{{"levers9", l9}, {"bare runc", bare}, {"podman", pod}} {
 		fmt.Printf("%-10s first line p50 %v p99 %v over %d runs\n", x.name, pct(x.d, 50), pct(x.d, 99), len(x.d))
 	}
-	fmt.Printf("throughput: %d trivial tasks on 2 agents at %.1f tasks/s\n", burst, perSec)
+	// Where levers9's first line goes, from the instants the controlplane
+	// records (each phase's own percentiles: they need not add up).
 	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+	fmt.Print("phases p50/p99 ms:")
+	for i, name := range benchstack.PhaseNames {
+		fmt.Printf(" %s %.1f/%.1f", name, ms(pct(phases[i], 50)), ms(pct(phases[i], 99)))
+	}
+	fmt.Println()
+	fmt.Printf("throughput: %d trivial tasks on 2 agents at %.1f tasks/s\n", burst, perSec)
 	fmt.Printf("overhead_ms_p50=%.1f overhead_ms_p99=%.1f vs_podman=%.3f tasks_per_s=%.1f\n",
 		ms(pct(l9, 50)-pct(bare, 50)), ms(pct(l9, 99)-pct(bare, 99)), float64(pct(l9, 50))/float64(pct(pod, 50)), perSec)
 	return nil

@@ -20,37 +20,74 @@ import (
 // time until its first output line reached a follower, and until the
 // follower saw the task end. It gives up after a minute.
 func (s *Stack) FirstLine(image string) (first, end time.Duration, err error) {
+	tr, err := s.FirstLineTrace(image)
+	return tr.First, tr.End, err
+}
+
+// Trace is one FirstLine run split at the instants the controlplane
+// records: the task stored (created_at), its attempt scheduled
+// (scheduled_at) and its container reported running (started_at). All are
+// this machine's clock, so the phases add up to First.
+type Trace struct {
+	First, End time.Duration
+	// Phases: submit to stored, stored to scheduled, scheduled to
+	// running, running to the first line at the follower.
+	Phases [4]time.Duration
+}
+
+// PhaseNames names Trace.Phases in order.
+var PhaseNames = [4]string{"submit→stored", "stored→scheduled", "scheduled→running", "running→first line"}
+
+// FirstLineTrace is FirstLine with the phases of the run.
+func (s *Stack) FirstLineTrace(image string) (Trace, error) {
+	var tr Trace
 	ctx, cancel := context.WithTimeout(s.ctx, time.Minute)
 	defer cancel()
 	start := time.Now()
 	sub, err := s.tasks.SubmitTask(ctx, &v1.SubmitTaskRequest{Spec: &v1.TaskSpec{Image: image, Command: []string{"echo", "hi"}}})
 	if err != nil {
-		return 0, 0, fmt.Errorf("submit: %w", err)
+		return tr, fmt.Errorf("submit: %w", err)
 	}
-	st, err := s.tasks.FollowTask(ctx, &v1.FollowTaskRequest{Id: sub.Task.Id})
+	id := sub.GetTask().GetId()
+	st, err := s.tasks.FollowTask(ctx, &v1.FollowTaskRequest{Id: id})
 	if err != nil {
-		return 0, 0, fmt.Errorf("follow task %s: %w", sub.Task.Id, err)
+		return tr, fmt.Errorf("follow task %s: %w", id, err)
 	}
+	var firstAt time.Time
 	for {
 		ev, err := st.Recv()
 		if errors.Is(err, io.EOF) {
 			break
 		}
 		if err != nil {
-			return 0, 0, fmt.Errorf("follow task %s: %w", sub.Task.Id, err)
+			return tr, fmt.Errorf("follow task %s: %w", id, err)
 		}
-		if ev.GetLog() != nil && first == 0 {
-			first = time.Since(start)
+		if ev.GetLog() != nil && firstAt.IsZero() {
+			firstAt = time.Now()
 		}
 		if sc := ev.GetState(); sc != nil && sc.TaskState == v1.TaskState_TASK_STATE_FAILED {
-			return 0, 0, fmt.Errorf("task %s failed: %s", sub.Task.Id, sc.Message)
+			return tr, fmt.Errorf("task %s failed: %s", id, sc.Message)
 		}
 	}
-	end = time.Since(start)
-	if first == 0 {
-		return 0, 0, fmt.Errorf("task %s printed nothing", sub.Task.Id)
+	tr.End = time.Since(start)
+	if firstAt.IsZero() {
+		return tr, fmt.Errorf("task %s printed nothing", id)
 	}
-	return first, end, nil
+	tr.First = firstAt.Sub(start)
+	got, err := s.tasks.GetTask(ctx, &v1.GetTaskRequest{Id: id})
+	if err != nil {
+		return tr, fmt.Errorf("get task %s: %w", id, err)
+	}
+	t := got.GetTask()
+	if len(t.GetAttempts()) == 0 {
+		return tr, fmt.Errorf("task %s has no attempt", id)
+	}
+	a := t.GetAttempts()[0]
+	marks := []time.Time{start, t.GetCreatedAt().AsTime(), a.GetScheduledAt().AsTime(), a.GetStartedAt().AsTime(), firstAt}
+	for i := range tr.Phases {
+		tr.Phases[i] = marks[i+1].Sub(marks[i])
+	}
+	return tr, nil
 }
 
 // Bundle is an OCI bundle for bare `runc run` baselines: a busybox rootfs
