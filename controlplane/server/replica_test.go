@@ -61,7 +61,7 @@ func secondReplica(t *testing.T, in *controlplanetest.Instance) *controlplanetes
 	}
 	cfg2.Controlplane.TunnelAddr = fmt.Sprintf("127.0.0.1:%d", port)
 	other := controlplanetest.Start(t, &cfg2, true)
-	controlplanetest.Eventually(t, 10*time.Second, "both tunnel endpoints", func() bool {
+	controlplanetest.Eventually(t, 30*time.Second, "both tunnel endpoints", func() bool {
 		return in.Server.Agents() != nil && other.Server.Agents() != nil
 	})
 	return other
