@@ -380,8 +380,12 @@ func (r *Registry) local(machineID string) (*tunnel.Agent, bool) {
 	return r.hub.Agent(machineID)
 }
 
-// Online reports whether machineID holds a tunnel to any replica.
+// Online reports whether machineID holds a tunnel to any replica. A nil
+// Registry (the server's before its tunnel endpoint starts) has none.
 func (r *Registry) Online(machineID string) (string, bool) {
+	if r == nil {
+		return "", false
+	}
 	if a, ok := r.local(machineID); ok {
 		return string(a.Transport), true
 	}
