@@ -427,7 +427,10 @@ func (m *ScriptedMachine) send(ta *agentv1.TaskAttempt, r *agentv1.AttemptRecord
 		if stopped {
 			return
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		// The agent's own bound (agent.ReportConfig.CallTimeout's default):
+		// a shorter one cut an 8 MiB result short on every try under -race
+		// on a loaded machine, so the record was never acknowledged.
+		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 		resp, err := cp.ReportAttempt(ctx, &agentv1.ReportAttemptRequest{TaskId: ta.TaskId, Attempt: ta.Attempt, FirstSeq: seq, Records: []*agentv1.AttemptRecord{r}})
 		cancel()
 		if err == nil && resp.AckedSeq >= seq {
