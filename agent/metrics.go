@@ -39,6 +39,10 @@ type Metrics struct {
 	// TaskStartSeconds is worker_task_start_seconds{pool}: from RunTask to
 	// the container running (image pull and network included).
 	TaskStartSeconds *prometheus.HistogramVec
+	// TaskStartPhaseSeconds is worker_task_start_phase_seconds{pool,phase}:
+	// the parts of a start that succeeded (each prestart hook: image,
+	// volumes, network, io, logs; the sandbox's prepare, create and start).
+	TaskStartPhaseSeconds *prometheus.HistogramVec
 	// TunnelConnected is worker_tunnel_connected{transport}: 1 while a
 	// session over that transport is up.
 	TunnelConnected *prometheus.GaugeVec
@@ -63,6 +67,11 @@ func NewMetrics() *Metrics {
 			Help:    "Seconds from taking an attempt to its container running (image pull and network included).",
 			Buckets: []float64{0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120},
 		}, []string{"pool"}),
+		TaskStartPhaseSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "worker_task_start_phase_seconds",
+			Help:    "Seconds each part of a container's start took (prestart hooks by name; the sandbox's prepare, create and start).",
+			Buckets: []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 10, 60},
+		}, []string{"pool", "phase"}),
 		TunnelConnected: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "worker_tunnel_connected",
 			Help: "1 while the agent's tunnel session over this transport is up.",
@@ -72,7 +81,7 @@ func NewMetrics() *Metrics {
 			Help: "Tunnel sessions the agent opened.",
 		}),
 	}
-	m.Registry.MustRegister(m.SeccompLogEvents, m.TaskStarts, m.TaskStartSeconds, m.TunnelConnected, m.TunnelSessions)
+	m.Registry.MustRegister(m.SeccompLogEvents, m.TaskStarts, m.TaskStartSeconds, m.TaskStartPhaseSeconds, m.TunnelConnected, m.TunnelSessions)
 	return m
 }
 

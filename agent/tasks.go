@@ -285,6 +285,7 @@ func (t *tasks) execute(ctx context.Context, h *held, task taskrun.Task, run run
 			case taskrun.StateRunning:
 				started = true
 				t.countStart(task.Pool, "started", t.clock.Since(taken))
+				t.countPhases(task.Pool, e.Phases)
 				h.q.pushRunning(&agentv1.AttemptRecord{Time: timestamppb.New(e.Time),
 					Record: &agentv1.AttemptRecord_Update{Update: &agentv1.AttemptUpdate{State: v1.AttemptState_ATTEMPT_STATE_RUNNING,
 						AppliedSecurity: applied}}})
@@ -357,6 +358,16 @@ func (t *tasks) countStart(pool, result string, latency time.Duration) {
 	t.metrics.TaskStarts.WithLabelValues(pool, result).Inc()
 	if result == "started" {
 		t.metrics.TaskStartSeconds.WithLabelValues(pool).Observe(latency.Seconds())
+	}
+}
+
+// countPhases records where a start's time went.
+func (t *tasks) countPhases(pool string, phases []taskrun.Phase) {
+	if t.metrics == nil {
+		return
+	}
+	for _, p := range phases {
+		t.metrics.TaskStartPhaseSeconds.WithLabelValues(pool, p.Name).Observe(p.Took.Seconds())
 	}
 }
 

@@ -114,9 +114,18 @@ type Handle struct {
 	ID         string
 	Effective  Effective
 	Violations []Violation
-	rt         Runtime
+	// Timing is where Run's time went (zero on a reattached handle).
+	Timing StartTiming
+	rt     Runtime
 	// cgroup is the container's cgroup path (the spec's cgroupsPath).
 	cgroup string
+}
+
+// StartTiming splits Run: building the spec and writing the bundle
+// (Prepare), the runtime's create (Create: namespaces, mounts, cgroup,
+// seccomp) and its start (Start: the process let go).
+type StartTiming struct {
+	Prepare, Create, Start time.Duration
 }
 
 // Wait blocks until the container exits or ctx ends.
@@ -148,6 +157,7 @@ func (s *Sandbox) mountValidator(sec Security) MountValidator {
 // task's volumes (Mounts, not the agent's own AgentMounts), builds the spec, and creates and starts the container.
 // The caller must Delete the handle.
 func (s *Sandbox) Run(ctx context.Context, task TaskSpec, pool Security, stdio Stdio) (*Handle, error) {
+	began := time.Now()
 	sec, err := Tighten(pool.WithDefaults(), task.Env)
 	if err != nil {
 		return nil, errdefs.WithRetry(fmt.Errorf("task %s: %w", task.ID, err), false)
@@ -185,10 +195,14 @@ func (s *Sandbox) Run(ctx context.Context, task TaskSpec, pool Security, stdio S
 		OwnNetwork: task.NetNSPath == "",
 		NetRaw:     slices.Contains(spec.Process.Capabilities.Bounding, "CAP_NET_RAW"),
 	}
+	var timing StartTiming
+	created := time.Now()
+	timing.Prepare = created.Sub(began)
 	if err := rt.Create(ctx, id, opts); err != nil {
 		_ = os.RemoveAll(bundle)
 		return nil, fmt.Errorf("task %s: %w", task.ID, err)
 	}
+	timing.Create = time.Since(created)
 	if v, ok := rt.(Versioner); ok {
 		// Best effort: the container runs either way, and an empty
 		// version claims nothing.
@@ -196,11 +210,13 @@ func (s *Sandbox) Run(ctx context.Context, task TaskSpec, pool Security, stdio S
 			s.logger.Warn("runtime version unknown", "task_id", task.ID, "runtime", string(sec.Runtime), "err", err)
 		}
 	}
-	h := &Handle{ID: id, Effective: eff, Violations: viol, cgroup: spec.Linux.CgroupsPath, rt: &bundleCleanup{Runtime: rt, bundle: bundle, seccomp: s.cfg.SeccompLog}}
+	h := &Handle{ID: id, Effective: eff, Violations: viol, Timing: timing, cgroup: spec.Linux.CgroupsPath, rt: &bundleCleanup{Runtime: rt, bundle: bundle, seccomp: s.cfg.SeccompLog}}
 	if s.cfg.SeccompLog != nil {
 		s.cfg.SeccompLog.Track(id, task.ID)
 	}
+	startedAt := time.Now()
 	err = rt.Start(ctx, id)
+	h.Timing.Start = time.Since(startedAt)
 	if err == nil && withSecrets != spec {
 		// Started: the runtime has read the spec (runc and runsc read it
 		// before they write the pid file Start waits for).

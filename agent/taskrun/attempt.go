@@ -37,6 +37,7 @@ type attempt struct {
 	logs    *logsHook
 	hooks   []Hook
 	res     Result
+	phases  []Phase
 }
 
 func newAttempt(r *Runner, t Task, out Output) *attempt {
@@ -75,6 +76,9 @@ func (a *attempt) to(s State, cause error) {
 		return
 	}
 	e := Event{Kind: EventState, From: a.state, To: next}
+	if next == StateRunning {
+		e.Phases = a.phases
+	}
 	if cause != nil {
 		e.Err = cause.Error()
 	}
@@ -139,9 +143,11 @@ func (a *attempt) prestart(ctx context.Context) (*PrestartResponse, error) {
 			continue
 		}
 		var resp PrestartResponse
+		began := a.r.cfg.Clock.Now()
 		if err := p.Prestart(ctx, req, &resp); err != nil {
 			return nil, fmt.Errorf("prestart %s: %w", h.Name(), err)
 		}
+		a.phases = append(a.phases, Phase{h.Name(), a.r.cfg.Clock.Since(began)})
 		if resp.Image != nil {
 			merged.Image, req.Image = resp.Image, resp.Image
 		}
@@ -220,6 +226,7 @@ func (a *attempt) start(ctx context.Context, resp *PrestartResponse) (*sandbox.H
 		}
 		return nil, startReason(err)
 	}
+	a.phases = append(a.phases, Phase{"prepare", h.Timing.Prepare}, Phase{"create", h.Timing.Create}, Phase{"start", h.Timing.Start})
 	rec := record{TaskID: a.task.ID, Attempt: a.task.Attempt, Pool: a.task.Pool, ContainerID: h.ID,
 		ImageDigest: resp.Image.Digest, Started: a.r.cfg.Clock.Now(),
 		Timeout: a.task.Timeout, Resources: a.task.Resources, Network: a.task.Network}

@@ -37,4 +37,14 @@ type Event struct {
 	Effective    *sandbox.Effective
 	Exit         *sandbox.ExitStatus
 	DroppedLines uint64
+	// Phases is where the start went, on the change to RUNNING: each
+	// prestart hook by its name, then the sandbox's "prepare", "create"
+	// and "start".
+	Phases []Phase
+}
+
+// Phase is one part of an attempt's start and the time it took.
+type Phase struct {
+	Name string
+	Took time.Duration
 }

@@ -194,6 +194,18 @@ func (r *recorder) event(kind EventKind) (Event, bool) {
 	return Event{}, false
 }
 
+// running is the change to RUNNING (zero if there was none).
+func (r *recorder) running() Event {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, e := range r.events {
+		if e.Kind == EventState && e.To == StateRunning {
+			return e
+		}
+	}
+	return Event{}
+}
+
 func (r *recorder) texts(s Stream) []string {
 	r.mu.Lock()
 	defer r.mu.Unlock()

@@ -58,6 +58,7 @@ func TestRunOutputAndExitCode(t *testing.T) {
 				}
 				last = l.Time
 			}
+			checkPhases(t, rec.running().Phases)
 			sec, ok := rec.event(EventSecurity)
 			if !ok || sec.Effective == nil || sec.Effective.Runtime != sandbox.RuntimeRunc || sec.Effective.Profile != sandbox.ProfileHardened {
 				t.Errorf("security event %+v, want runc hardened", sec)
@@ -414,5 +415,25 @@ func TestSecurityReported(t *testing.T) {
 				t.Errorf("effective %+v (event %v), want %s/%s", res.Effective, ok, tc.wantProfile, tc.wantSeccomp)
 			}
 		})
+	}
+}
+
+// checkPhases wants a start split into the image hook first and the
+// sandbox's prepare, create and start last, each a real duration: runc's
+// create cannot take no time.
+func checkPhases(t *testing.T, phases []Phase) {
+	t.Helper()
+	var names []string
+	for _, p := range phases {
+		names = append(names, p.Name)
+		if p.Took < 0 {
+			t.Errorf("phase %s took %v", p.Name, p.Took)
+		}
+	}
+	if len(names) < 4 || names[0] != "image" || !slices.Equal(names[len(names)-3:], []string{"prepare", "create", "start"}) {
+		t.Fatalf("phases %v, want image first and prepare, create, start last", names)
+	}
+	if create := phases[len(phases)-2]; create.Took <= 0 {
+		t.Errorf("create took %v, want more than nothing", create.Took)
 	}
 }

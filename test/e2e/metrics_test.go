@@ -32,7 +32,8 @@ func scrape(t *testing.T, addr string) string {
 // TestWorkerMetricsThroughTheTunnel: a task in an observe-mode pool that
 // connects to the metadata address moves the agent's egress counter, and
 // a scrape of the controlplane's metrics endpoint sees it, labelled with
-// the machine and the pool. The agents listen on no port: their metrics
+// the machine and the pool, and the agent's start phases (image, network,
+// create, start) are there too. The agents listen on no port: their metrics
 // come as snapshots over their tunnel.
 func TestWorkerMetricsThroughTheTunnel(t *testing.T) {
 	w := setupTaskWorldWith(t, func(c *config.Config, _ *taskWorld) {
@@ -95,4 +96,19 @@ func TestWorkerMetricsThroughTheTunnel(t *testing.T) {
 		return false
 	})
 	t.Logf("scraped: %s", last)
+
+	// The agent that ran it says where its start went, phase by phase.
+	phase := regexp.MustCompile(`(?m)^worker_task_start_phase_seconds_count\{([^}]*)\} (\S+)$`)
+	seen := map[string]bool{}
+	controlplanetest.Eventually(t, 30*time.Second, "the start's phases in a scrape of the controlplane", func() bool {
+		body = scrape(t, addr)
+		for _, m := range phase.FindAllStringSubmatch(body, -1) {
+			if strings.Contains(m[1], `machine="`+machine+`"`) && m[2] != "0" {
+				if i := strings.Index(m[1], `phase="`); i >= 0 {
+					seen[strings.SplitN(m[1][i+len(`phase="`):], `"`, 2)[0]] = true
+				}
+			}
+		}
+		return seen["image"] && seen["network"] && seen["create"] && seen["start"]
+	})
 }
