@@ -16,7 +16,10 @@
 //	overhead_ms_p50=… overhead_ms_p99=… vs_podman=… tasks_per_s=…
 //
 // Above it, the per-phase breakdown of levers9's first line (submit to
-// stored, to scheduled, to running, to the first line at the follower).
+// stored, to scheduled, to running, to the first line at the follower),
+// and scheduled→running split by the agent's own start phases
+// (worker_task_start_phase_seconds: image, network, prepare, create,
+// start, ...) and what lies outside them.
 // overhead_ms_* is levers9's first-line latency minus bare runc's at that
 // percentile; vs_podman the ratio of medians (levers9 / podman). Needs root.
 package main
@@ -73,6 +76,7 @@ func run(rounds, burst int) error {
 	}
 	var l9, bare, pod []time.Duration
 	var phases [4][]time.Duration
+	agentPhases := map[string][]time.Duration{}
 	for r := 0; r < rounds; r++ {
 		order := []string{"levers9", "runc", "podman"}
 		if r%2 == 1 {
@@ -90,6 +94,12 @@ func run(rounds, burst int) error {
 				for i, p := range tr.Phases {
 					phases[i] = append(phases[i], p)
 				}
+				var inAgent time.Duration
+				for name, d := range tr.Agent {
+					agentPhases[name] = append(agentPhases[name], d)
+					inAgent += d
+				}
+				agentPhases["outside"] = append(agentPhases["outside"], tr.Phases[2]-inAgent)
 			case "runc":
 				d, err = runcFirst(r)
 				bare = append(bare, d)
@@ -118,6 +128,15 @@ func run(rounds, burst int) error {
 	fmt.Print("phases p50/p99 ms:")
 	for i, name := range benchstack.PhaseNames {
 		fmt.Printf(" %s %.1f/%.1f", name, ms(pct(phases[i], 50)), ms(pct(phases[i], 99)))
+	}
+	fmt.Println()
+	// scheduled→running as the agent saw it; "outside" is the rest of it
+	// (the push down the tunnel, taking the attempt, the RUNNING report).
+	fmt.Print("scheduled→running p50/p99 ms:")
+	for _, name := range append(benchstack.AgentPhaseNames, "outside") {
+		if d := agentPhases[name]; len(d) > 0 {
+			fmt.Printf(" %s %.1f/%.1f", name, ms(pct(d, 50)), ms(pct(d, 99)))
+		}
 	}
 	fmt.Println()
 	fmt.Printf("throughput: %d trivial tasks on 2 agents at %.1f tasks/s\n", burst, perSec)

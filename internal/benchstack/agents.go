@@ -75,7 +75,9 @@ func (s *Stack) joinAgent(ctx context.Context, i int, pool, caFile string) error
 	if err != nil {
 		return fmt.Errorf("node: %w", err)
 	}
-	a, err := agent.NewAgent(agent.RunOptions{State: state, Log: quiet, Version: "bench", Runner: node.Runner, HeartbeatInterval: time.Second})
+	m := agent.NewMetrics()
+	s.agentMetrics = append(s.agentMetrics, m)
+	a, err := agent.NewAgent(agent.RunOptions{State: state, Log: quiet, Version: "bench", Runner: node.Runner, HeartbeatInterval: time.Second, Metrics: m})
 	if err != nil {
 		node.Close()
 		return err
@@ -86,4 +88,30 @@ func (s *Stack) joinAgent(ctx context.Context, i int, pool, caFile string) error
 	}
 	s.OnClose(func() { a.Stop(); node.Close() })
 	return nil
+}
+
+// startPhases sums worker_task_start_phase_seconds over the agents, by
+// phase: the difference across one run is that run's start, as long as
+// nothing else starts meanwhile.
+func (s *Stack) startPhases() (map[string]time.Duration, error) {
+	sums := map[string]time.Duration{}
+	for _, m := range s.agentMetrics {
+		fams, err := m.Registry.Gather()
+		if err != nil {
+			return nil, fmt.Errorf("gather agent metrics: %w", err)
+		}
+		for _, f := range fams {
+			if f.GetName() != "worker_task_start_phase_seconds" {
+				continue
+			}
+			for _, mt := range f.GetMetric() {
+				for _, l := range mt.GetLabel() {
+					if l.GetName() == "phase" {
+						sums[l.GetValue()] += time.Duration(mt.GetHistogram().GetSampleSum() * float64(time.Second))
+					}
+				}
+			}
+		}
+	}
+	return sums, nil
 }

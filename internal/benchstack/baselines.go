@@ -33,7 +33,15 @@ type Trace struct {
 	// Phases: submit to stored, stored to scheduled, scheduled to
 	// running, running to the first line at the follower.
 	Phases [4]time.Duration
+	// Agent is the agent's own account of its start, by the phase names
+	// of worker_task_start_phase_seconds (AgentPhaseNames); the rest of
+	// scheduled→running is the push down the tunnel, taking the attempt
+	// and the RUNNING report back.
+	Agent map[string]time.Duration
 }
+
+// AgentPhaseNames orders Trace.Agent as the agent runs them.
+var AgentPhaseNames = []string{"image", "volumes", "network", "io", "logs", "prepare", "create", "start"}
 
 // PhaseNames names Trace.Phases in order.
 var PhaseNames = [4]string{"submit→stored", "stored→scheduled", "scheduled→running", "running→first line"}
@@ -43,6 +51,10 @@ func (s *Stack) FirstLineTrace(image string) (Trace, error) {
 	var tr Trace
 	ctx, cancel := context.WithTimeout(s.ctx, time.Minute)
 	defer cancel()
+	before, err := s.startPhases()
+	if err != nil {
+		return tr, err
+	}
 	start := time.Now()
 	sub, err := s.tasks.SubmitTask(ctx, &v1.SubmitTaskRequest{Spec: &v1.TaskSpec{Image: image, Command: []string{"echo", "hi"}}})
 	if err != nil {
@@ -86,6 +98,14 @@ func (s *Stack) FirstLineTrace(image string) (Trace, error) {
 	marks := []time.Time{start, t.GetCreatedAt().AsTime(), a.GetScheduledAt().AsTime(), a.GetStartedAt().AsTime(), firstAt}
 	for i := range tr.Phases {
 		tr.Phases[i] = marks[i+1].Sub(marks[i])
+	}
+	after, err := s.startPhases()
+	if err != nil {
+		return tr, err
+	}
+	tr.Agent = map[string]time.Duration{}
+	for name, d := range after {
+		tr.Agent[name] = d - before[name]
 	}
 	return tr, nil
 }

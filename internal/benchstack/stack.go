@@ -31,6 +31,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/metadata"
 
+	"github.com/levers9/levers9/agent"
 	v1 "github.com/levers9/levers9/api/levers9/v1"
 	"github.com/levers9/levers9/controlplane/config"
 	"github.com/levers9/levers9/controlplane/server"
@@ -79,6 +80,9 @@ type Stack struct {
 	ctx   context.Context // Start's, carrying Token
 	tasks v1.TaskServiceClient
 	stops []func() // Close runs them last to first
+	// agentMetrics are the agents' registries, read for the phases of
+	// their starts.
+	agentMetrics []*agent.Metrics
 }
 
 // Start brings the stack up: Postgres, Redis, the registry holding Image,
