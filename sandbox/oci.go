@@ -305,8 +305,19 @@ func (r *OCI) watch(id string, c *ociContainer, outOff, errOff int64, holderDone
 	defer errs.close()
 	tick := time.NewTicker(watchEvery)
 	defer tick.Stop()
+	// Woken by writes in the container's directory (output, the exit
+	// file); the tick stays for anything inotify misses.
+	var wake <-chan struct{}
+	if w, err := watchDir(c.dir); err == nil {
+		defer w.Close()
+		wake = w.C
+	} else {
+		r.logger.Debug("container output polled only", "container_id", id, "err", err)
+	}
 	holderGone := false
+	var last time.Time
 	for i := 0; ; i++ {
+		last = time.Now()
 		code, ok := readExit(filepath.Join(c.dir, exitFile))
 		out.read()
 		errs.read()
@@ -330,6 +341,10 @@ func (r *OCI) watch(id string, c *ociContainer, outOff, errOff int64, holderDone
 			// One more pass reads the exit file the holder wrote last.
 			holderGone, holderDone = true, nil
 			continue
+		case <-wake:
+			if d := minPass - time.Since(last); d > 0 {
+				time.Sleep(d)
+			}
 		case <-tick.C:
 		}
 		if holderDone == nil && i%40 == 39 && (holder <= 0 || syscall.Kill(holder, 0) == syscall.ESRCH) {
