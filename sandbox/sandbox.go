@@ -122,8 +122,10 @@ type Handle struct {
 }
 
 // StartTiming splits Run: building the spec and writing the bundle
-// (Prepare), the runtime's create (Create: namespaces, mounts, cgroup,
-// seccomp) and its start (Start: the process let go).
+// (Prepare), the Runtime's Create and its Start. Which of the last two
+// does the work is the runtime's: OCI only records the container at
+// Create and runs `runc run` (namespaces, mounts, cgroup, seccomp, the
+// process) in Start.
 type StartTiming struct {
 	Prepare, Create, Start time.Duration
 }
