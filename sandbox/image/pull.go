@@ -87,6 +87,7 @@ func (s *Store) pull(ctx context.Context, ref string, kc Keychain) (Image, bool,
 	}
 	body, mt, digest, err := c.manifest(ctx, r.Identifier())
 	if err != nil {
+		s.forgetClient(r.Context())
 		return Image{}, false, fmt.Errorf("pull %s: %w", canonical, err)
 	}
 	if mt.IsIndex() {

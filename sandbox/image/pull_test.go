@@ -308,3 +308,32 @@ func TestUnpackedTreesAreRootOnly(t *testing.T) {
 		}
 	}
 }
+
+// TestPullKeepsAnonymousClient: pulls of a tag ask the registry for the
+// manifest each time (the tag may move) but find out how to log in once;
+// a failed pull forgets the client, so the next one asks again.
+func TestPullKeepsAnonymousClient(t *testing.T) {
+	t.Parallel()
+	b := setup(t, setupOpts{})
+	ctx := testCtx(t)
+	pushBusybox(t, b.reg.Host, "l9i/kept", "v1", nil)
+	proxy := imagetest.StartProxy(t, b.reg.Host)
+	s, _ := b.newStore(t, func(c *image.Config) { c.Registry, c.InsecureRegistries = proxy.Host, []string{proxy.Host} })
+	for i := range 3 {
+		if _, err := s.Pull(ctx, "l9i/kept:v1"); err != nil {
+			t.Fatalf("Pull %d: %v", i, err)
+		}
+	}
+	if n := proxy.Pings(); n != 1 {
+		t.Errorf("3 pulls pinged the registry %d times, want 1", n)
+	}
+	if _, err := s.Pull(ctx, "l9i/kept:missing"); !errdefs.IsNotFound(err) {
+		t.Fatalf("Pull of a missing tag = %v, want not found", err)
+	}
+	if _, err := s.Pull(ctx, "l9i/kept:v1"); err != nil {
+		t.Fatalf("Pull after a failure: %v", err)
+	}
+	if n := proxy.Pings(); n != 2 {
+		t.Errorf("pings after a failed pull and another = %d, want 2", n)
+	}
+}

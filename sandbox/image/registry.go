@@ -11,6 +11,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
@@ -108,12 +109,57 @@ func (s *Store) newClient(ctx context.Context, repo name.Repository, kc Keychain
 	if err != nil {
 		return nil, err
 	}
+	anonymous := auth == authn.Anonymous
+	if anonymous {
+		if c := s.keptClient(repo); c != nil {
+			return c, nil
+		}
+	}
 	base := schemeGuard{insecure: s.cfg.InsecureRegistries, next: s.cfg.Transport}
 	rt, err := transport.NewWithContext(ctx, repo.Registry, auth, base, []string{repo.Scope(transport.PullScope)})
 	if err != nil {
 		return nil, classify(fmt.Errorf("registry %s: authenticate: %w", repo.RegistryStr(), err), err)
 	}
-	return &registryClient{repo: repo, client: &http.Client{Transport: rt}, authed: auth != authn.Anonymous}, nil
+	c := &registryClient{repo: repo, client: &http.Client{Transport: rt}, authed: !anonymous}
+	if anonymous {
+		s.clientsMu.Lock()
+		s.clients[repo.String()] = keptClient{c: c, made: time.Now()}
+		s.clientsMu.Unlock()
+	}
+	return c, nil
+}
+
+// clientTTL is how long an anonymous client is kept. Making one pings the
+// registry (an insecure one over HTTPS first), a round trip or two every
+// pull of a tag paid again; a kept client's bearer token, if the registry
+// gives one, renews itself on a 401.
+const clientTTL = 5 * time.Minute
+
+// keptClient is an anonymous client and when it was made.
+type keptClient struct {
+	c    *registryClient
+	made time.Time
+}
+
+// keptClient returns repo's anonymous client if one was made less than
+// clientTTL ago.
+func (s *Store) keptClient(repo name.Repository) *registryClient {
+	s.clientsMu.Lock()
+	defer s.clientsMu.Unlock()
+	k, ok := s.clients[repo.String()]
+	if !ok || time.Since(k.made) > clientTTL {
+		delete(s.clients, repo.String())
+		return nil
+	}
+	return k.c
+}
+
+// forgetClient drops repo's kept client after a failure, so the next pull
+// asks the registry afresh how to log in.
+func (s *Store) forgetClient(repo name.Repository) {
+	s.clientsMu.Lock()
+	defer s.clientsMu.Unlock()
+	delete(s.clients, repo.String())
 }
 
 func (c *registryClient) url(kind, ref string) string {

@@ -79,6 +79,11 @@ type Store struct {
 	// inflight counts pulls in progress per blob digest, so GC does not
 	// delete a shared blob a pull found present but has not unpacked yet.
 	inflight map[string]int
+
+	// clientsMu guards clients: anonymous registry clients by repository
+	// (registry.go).
+	clientsMu sync.Mutex
+	clients   map[string]keptClient
 }
 
 // New validates cfg and creates the cache directories.
@@ -91,7 +96,7 @@ func New(cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("image store metrics: %w", err)
 	}
-	s := &Store{cfg: cfg, log: cfg.Logger.With("component", "image"), metrics: m, mounts: map[string]int{}, inflight: map[string]int{}}
+	s := &Store{cfg: cfg, log: cfg.Logger.With("component", "image"), metrics: m, mounts: map[string]int{}, inflight: map[string]int{}, clients: map[string]keptClient{}}
 	// Unpacked trees hold images' setuid binaries and device-free but
 	// otherwise arbitrary files: only root may traverse to them, so a local
 	// host user can never run an image's setuid-root binary.

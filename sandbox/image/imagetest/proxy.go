@@ -26,6 +26,8 @@ type Proxy struct {
 	mu sync.Mutex
 	// blobGets counts GETs per blob digest.
 	blobGets map[string]int
+	// pings counts GETs of /v2/ (a client finding out how to log in).
+	pings int
 	// corrupt lists digests whose body gets one byte flipped.
 	corrupt map[string]bool
 }
@@ -41,6 +43,11 @@ func StartProxy(t testing.TB, registryHost string) *Proxy {
 		if r.Method == http.MethodGet && blobGetRE.MatchString(r.URL.Path) {
 			p.mu.Lock()
 			p.blobGets[digestOf(r.URL.Path)]++
+			p.mu.Unlock()
+		}
+		if r.Method == http.MethodGet && r.URL.Path == "/v2/" {
+			p.mu.Lock()
+			p.pings++
 			p.mu.Unlock()
 		}
 		rp.ServeHTTP(w, r)
@@ -103,4 +110,11 @@ func (p *Proxy) TotalBlobGets() int {
 		n += c
 	}
 	return n
+}
+
+// Pings returns how many times a client pinged the registry (GET /v2/).
+func (p *Proxy) Pings() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.pings
 }
