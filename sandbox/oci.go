@@ -45,6 +45,9 @@ type OCI struct {
 	mu         sync.Mutex
 	containers map[string]*ociContainer
 	version    string
+
+	// dirs wakes containers' watchers when their files change.
+	dirs dirWatch
 }
 
 var _ Runtime = (*OCI)(nil)
@@ -307,10 +310,9 @@ func (r *OCI) watch(id string, c *ociContainer, outOff, errOff int64, holderDone
 	defer tick.Stop()
 	// Woken by writes in the container's directory (output, the exit
 	// file); the tick stays for anything inotify misses.
-	var wake <-chan struct{}
-	if w, err := watchDir(c.dir); err == nil {
-		defer w.Close()
-		wake = w.C
+	wake, stopWake, err := r.dirs.add(c.dir)
+	if err == nil {
+		defer stopWake()
 	} else {
 		r.logger.Debug("container output polled only", "container_id", id, "err", err)
 	}
