@@ -18,8 +18,10 @@ import (
 // while some directory is watched.
 type dirWatch struct {
 	// mu guards the fields below.
-	mu    sync.Mutex
-	f     *os.File
+	mu sync.Mutex
+	f  *os.File
+	// fd is f's descriptor, kept because f.Fd() would make f blocking
+	// and Close could no longer end a Read.
 	fd    int
 	wakes map[int32]chan struct{}
 }

@@ -419,8 +419,8 @@ func TestSecurityReported(t *testing.T) {
 }
 
 // checkPhases wants a start split into the image hook first and the
-// sandbox's prepare, create and start last, each a real duration: runc's
-// create cannot take no time.
+// sandbox's prepare, create and start last, each a real duration: even
+// OCI's create, which only records the container, writes files.
 func checkPhases(t *testing.T, phases []Phase) {
 	t.Helper()
 	var names []string

@@ -131,7 +131,7 @@ func run(rounds, burst int) error {
 	}
 	fmt.Println()
 	// scheduled→running as the agent saw it; "outside" is the rest of it
-	// (the push down the tunnel, taking the attempt, the RUNNING report).
+	// (the push down the tunnel, taking the attempt).
 	fmt.Print("scheduled→running p50/p99 ms:")
 	for _, name := range append(benchstack.AgentPhaseNames, "outside") {
 		if d := agentPhases[name]; len(d) > 0 {

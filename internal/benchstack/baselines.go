@@ -35,8 +35,9 @@ type Trace struct {
 	Phases [4]time.Duration
 	// Agent is the agent's own account of its start, by the phase names
 	// of worker_task_start_phase_seconds (AgentPhaseNames); the rest of
-	// scheduled→running is the push down the tunnel, taking the attempt
-	// and the RUNNING report back.
+	// scheduled→running is the push down the tunnel and taking the
+	// attempt (started_at is the agent's instant of RUNNING, so the report
+	// back is not in it).
 	Agent map[string]time.Duration
 }
 

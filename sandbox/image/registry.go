@@ -111,7 +111,7 @@ func (s *Store) newClient(ctx context.Context, repo name.Repository, kc Keychain
 	}
 	anonymous := auth == authn.Anonymous
 	if anonymous {
-		if c := s.keptClient(repo); c != nil {
+		if c := s.kept(repo); c != nil {
 			return c, nil
 		}
 	}
@@ -141,9 +141,9 @@ type keptClient struct {
 	made time.Time
 }
 
-// keptClient returns repo's anonymous client if one was made less than
+// kept returns repo's anonymous client if one was made less than
 // clientTTL ago.
-func (s *Store) keptClient(repo name.Repository) *registryClient {
+func (s *Store) kept(repo name.Repository) *registryClient {
 	s.clientsMu.Lock()
 	defer s.clientsMu.Unlock()
 	k, ok := s.clients[repo.String()]
