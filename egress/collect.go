@@ -25,7 +25,7 @@ func (n *Node) Collect(ctx context.Context) error {
 	live := map[counterKey]uint64{}
 	for _, x := range n.ipts {
 		err := n.ns.do(func() error {
-			counts, err := x.counters(ctx, nil)
+			counts, err := x.counters(ctx)
 			if err != nil {
 				return err
 			}

@@ -1,6 +1,7 @@
 package egress
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"fmt"
@@ -9,29 +10,28 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-
-	"github.com/coreos/go-iptables/iptables"
 )
 
 // ipt drives one family's tables. Every method must run inside the node
 // namespace (callers wrap them in netNS.do).
+//
+// Each change costs two execs: one iptables-save that reads hooks, chains
+// and counters at once, and one iptables-restore that creates, swaps and
+// deletes in a single transaction. Listing chain by chain (iptables -S per
+// built-in, per table) cost five execs more per family and dominated the
+// time a container took to join the network.
 type ipt struct {
 	fam     family
 	prefix  string
-	tables  *iptables.IPTables
 	restore string
 	save    string
 	chainRE *regexp.Regexp
 }
 
 func newIPT(fam family, prefix string) (*ipt, error) {
-	proto, bin, saveBin := iptables.ProtocolIPv4, "iptables-restore", "iptables-save"
+	bin, saveBin := "iptables-restore", "iptables-save"
 	if fam == v6 {
-		proto, bin, saveBin = iptables.ProtocolIPv6, "ip6tables-restore", "ip6tables-save"
-	}
-	t, err := iptables.New(iptables.IPFamily(proto), iptables.Timeout(10))
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", fam, err)
+		bin, saveBin = "ip6tables-restore", "ip6tables-save"
 	}
 	restore, err := exec.LookPath(bin)
 	if err != nil {
@@ -42,9 +42,13 @@ func newIPT(fam family, prefix string) (*ipt, error) {
 		return nil, fmt.Errorf("%s: %w", fam, err)
 	}
 	return &ipt{
-		fam: fam, prefix: prefix, tables: t, restore: restore, save: save,
-		chainRE: regexp.MustCompile(`^` + regexp.QuoteMeta(prefix) + `-(F|I|N|R|c[0-9a-f]{8})-[0-9a-f]{6}$`),
+		fam: fam, prefix: prefix, restore: restore, save: save,
+		chainRE: chainPattern(prefix),
 	}, nil
+}
+
+func chainPattern(prefix string) *regexp.Regexp {
+	return regexp.MustCompile(`^` + regexp.QuoteMeta(prefix) + `-(F|I|N|R|c[0-9a-f]{8})-[0-9a-f]{6}$`)
 }
 
 // hookRule is one of our jumps found in a built-in chain.
@@ -57,42 +61,99 @@ type hookRule struct {
 
 var builtins = []struct{ table, chain string }{{"filter", "FORWARD"}, {"filter", "INPUT"}, {"nat", "POSTROUTING"}}
 
-// inspect lists our hooks and chains.
-func (x *ipt) inspect() (hooks []hookRule, chains map[string][]string, err error) {
-	chains = map[string][]string{}
+func isHooked(table, chain string) bool {
 	for _, b := range builtins {
-		lines, err := x.tables.List(b.table, b.chain)
-		if err != nil {
-			return nil, nil, fmt.Errorf("%s list %s %s: %w", x.fam, b.table, b.chain, err)
+		if b.table == table && b.chain == chain {
+			return true
 		}
-		pos := 0
-		for _, l := range lines {
-			if !strings.HasPrefix(l, "-A ") {
+	}
+	return false
+}
+
+// installed is what one iptables-save showed of ours.
+type installed struct {
+	hooks  []hookRule
+	chains map[string][]string // by table, in listed order
+	// counts holds the attributed counters of each container chain (filter
+	// table): packets per (container key, class).
+	counts map[string]map[counterKey]uint64
+}
+
+// parseSave reads iptables-save -c output. Lines it does not understand are
+// skipped: the save format is the kernel's, and other tools' rules share it.
+func parseSave(out []byte, chainRE *regexp.Regexp, ctrPrefix string) installed {
+	st := installed{chains: map[string][]string{}, counts: map[string]map[counterKey]uint64{}}
+	table := ""
+	pos := map[string]int{} // rules seen per built-in chain of the table
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		switch {
+		case strings.HasPrefix(line, "*"):
+			table, pos = line[1:], map[string]int{}
+		case strings.HasPrefix(line, ":"):
+			if name, _, ok := strings.Cut(line[1:], " "); ok && chainRE.MatchString(name) {
+				st.chains[table] = append(st.chains[table], name)
+			}
+		default:
+			var packets uint64
+			rule := line
+			if strings.HasPrefix(rule, "[") {
+				m := counterLineRE.FindStringSubmatch(rule)
+				if m == nil {
+					continue
+				}
+				n, err := strconv.ParseUint(m[1], 10, 64)
+				if err != nil {
+					continue
+				}
+				packets, rule = n, rule[len(m[0]):]
+			}
+			chain, spec, ok := strings.Cut(strings.TrimPrefix(rule, "-A "), " ")
+			if !ok || !strings.HasPrefix(rule, "-A ") {
 				continue
 			}
-			pos++
-			f := strings.Fields(l)
-			for i := 0; i+1 < len(f); i++ {
-				if f[i] == "-j" && x.chainRE.MatchString(f[i+1]) {
-					h := hookRule{table: b.table, builtin: b.chain, pos: pos, target: f[i+1],
-						spec: strings.TrimPrefix(l, "-A "+b.chain+" ")}
-					hooks = append(hooks, h)
+			if isHooked(table, chain) {
+				pos[chain]++
+				f := strings.Fields(spec)
+				for i := 0; i+1 < len(f); i++ {
+					if f[i] == "-j" && chainRE.MatchString(f[i+1]) {
+						st.hooks = append(st.hooks, hookRule{table: table, builtin: chain, pos: pos[chain], target: f[i+1], spec: spec})
+					}
 				}
+				continue
 			}
+			if table != "filter" || !strings.HasPrefix(chain, ctrPrefix) || !chainRE.MatchString(chain) {
+				continue
+			}
+			c := ctrCommentRE.FindStringSubmatch(spec)
+			if c == nil {
+				continue
+			}
+			if st.counts[chain] == nil {
+				st.counts[chain] = map[counterKey]uint64{}
+			}
+			st.counts[chain][counterKey{key: c[1], class: c[2]}] += packets
 		}
 	}
-	for _, table := range []string{"filter", "nat"} {
-		names, err := x.tables.ListChains(table)
-		if err != nil {
-			return nil, nil, fmt.Errorf("%s list chains %s: %w", x.fam, table, err)
-		}
-		for _, n := range names {
-			if x.chainRE.MatchString(n) {
-				chains[table] = append(chains[table], n)
-			}
-		}
+	return st
+}
+
+// inspect reads our hooks, chains and container counters in one exec.
+// With table "" every table is read.
+func (x *ipt) inspect(ctx context.Context, table string) (installed, error) {
+	args := []string{"-c"}
+	if table != "" {
+		args = append(args, "-t", table)
 	}
-	return hooks, chains, nil
+	cmd := exec.CommandContext(ctx, x.save, args...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		return installed{}, fmt.Errorf("%s %s: %w: %s", x.fam, x.save, err, strings.TrimSpace(stderr.String()))
+	}
+	return parseSave(stdout.Bytes(), x.chainRE, x.prefix+"-c"), nil
 }
 
 // applyResult says what apply did.
@@ -100,28 +161,36 @@ type applyResult struct {
 	created int  // chains created
 	swapped bool // a hook now points at a different chain
 	moved   bool // a hook was put back at position 1
+	// retired holds the counters of the container chains apply deleted,
+	// as read just before, to be carried into the node's base.
+	retired map[counterKey]uint64
 }
 
 // apply makes the installed rules equal to rs. Chains are named by their
 // content, so an installed chain with the wanted name is kept as it is
-// (with its counters); only missing chains are created, and the hooks are
-// swapped to new dispatch chains in the same iptables-restore transaction
-// that creates them, so no packet ever sees a half-built set. Chains of
-// ours that rs does not name are handed to retire (to carry their counters)
-// and deleted. Idempotent, and converges from whatever a killed apply left:
-// anything not hooked is garbage.
-func (x *ipt) apply(ctx context.Context, rs ruleSet, retire func(gone map[string]bool)) (applyResult, error) {
-	hooks, chains, err := x.inspect()
+// (with its counters); only missing chains are created. The hooks are
+// swapped to new dispatch chains, and chains of ours that rs does not name
+// are flushed and deleted, in the same iptables-restore transaction that
+// creates them, so no packet ever sees a half-built set. Idempotent, and
+// converges from whatever a killed apply left: anything not hooked is
+// garbage.
+func (x *ipt) apply(ctx context.Context, rs ruleSet) (applyResult, error) {
+	st, err := x.inspect(ctx, "")
 	if err != nil {
 		return applyResult{}, err
 	}
 	exists := map[string]bool{}
-	for _, cs := range chains {
+	for _, cs := range st.chains {
 		for _, c := range cs {
 			exists[c] = true
 		}
 	}
-	var res applyResult
+	keep := map[string]bool{}
+	for _, c := range rs.chains {
+		keep[c.name] = true
+	}
+	res := applyResult{retired: map[counterKey]uint64{}}
+	changed := false
 	var in bytes.Buffer
 	for _, table := range []string{"filter", "nat"} {
 		fmt.Fprintf(&in, "*%s\n", table)
@@ -144,7 +213,7 @@ func (x *ipt) apply(ctx context.Context, rs ruleSet, retire func(gone map[string
 				continue
 			}
 			var found []hookRule
-			for _, h := range hooks {
+			for _, h := range st.hooks {
 				if h.table == hd.table && h.builtin == hd.builtin {
 					found = append(found, h)
 				}
@@ -165,86 +234,72 @@ func (x *ipt) apply(ctx context.Context, rs ruleSet, retire func(gone map[string
 			}
 			fmt.Fprintf(&in, "-I %s 1 %s\n", hd.builtin, joinArgs(hd.args(x.prefix)))
 		}
+		if x.writeDeletes(&in, st, table, keep, res.retired) {
+			changed = true
+		}
 		in.WriteString("COMMIT\n")
 	}
-	if res.created > 0 || res.swapped || res.moved {
-		if err := x.runRestore(ctx, in.Bytes()); err != nil {
-			return res, fmt.Errorf("%s install rules: %w", x.fam, err)
-		}
+	if res.created == 0 && !res.swapped && !res.moved && !changed {
+		return res, nil
 	}
-	keep := map[string]bool{}
-	for _, c := range rs.chains {
-		keep[c.name] = true
-	}
-	if err := x.deleteChains(ctx, chains, keep, retire); err != nil {
-		return res, err
+	if err := x.runRestore(ctx, in.Bytes()); err != nil {
+		return applyResult{}, fmt.Errorf("%s install rules: %w", x.fam, err)
 	}
 	return res, nil
 }
 
-// deleteChains flushes and deletes every chain of ours not in keep, after
-// handing each to retire.
-func (x *ipt) deleteChains(ctx context.Context, chains map[string][]string, keep map[string]bool, retire func(gone map[string]bool)) error {
+// writeDeletes writes the flush and delete of every chain of ours in table
+// that keep does not name, and adds their counters to retired. Flushes come
+// first, so chains that jump to each other can go in any order.
+func (x *ipt) writeDeletes(in *bytes.Buffer, st installed, table string, keep map[string]bool, retired map[counterKey]uint64) bool {
+	var gone []string
+	for _, c := range st.chains[table] {
+		if !keep[c] {
+			gone = append(gone, c)
+		}
+	}
+	sort.Strings(gone)
+	for _, c := range gone {
+		fmt.Fprintf(in, "-F %s\n", c)
+		for k, v := range st.counts[c] {
+			retired[k] += v
+		}
+	}
+	for _, c := range gone {
+		fmt.Fprintf(in, "-X %s\n", c)
+	}
+	return len(gone) > 0
+}
+
+// uninstall removes our hooks and chains in one transaction and returns the
+// counters of the container chains it deleted.
+func (x *ipt) uninstall(ctx context.Context) (map[counterKey]uint64, error) {
+	st, err := x.inspect(ctx, "")
+	if err != nil {
+		return nil, err
+	}
+	retired := map[counterKey]uint64{}
+	changed := len(st.hooks) > 0
 	var in bytes.Buffer
-	all := map[string]bool{}
 	for _, table := range []string{"filter", "nat"} {
-		for _, c := range chains[table] {
-			if !keep[c] {
-				all[c] = true
-			}
-		}
-	}
-	if len(all) == 0 {
-		return nil
-	}
-	if retire != nil {
-		retire(all)
-	}
-	for _, table := range []string{"filter", "nat"} {
-		var gone []string
-		for _, c := range chains[table] {
-			if !keep[c] {
-				gone = append(gone, c)
-			}
-		}
-		sort.Strings(gone)
 		fmt.Fprintf(&in, "*%s\n", table)
-		for _, c := range gone {
-			fmt.Fprintf(&in, "-F %s\n", c)
+		for _, h := range st.hooks {
+			if h.table == table {
+				fmt.Fprintf(&in, "-D %s %s\n", h.builtin, h.spec)
+			}
 		}
-		for _, c := range gone {
-			fmt.Fprintf(&in, "-X %s\n", c)
+		if x.writeDeletes(&in, st, table, nil, retired) {
+			changed = true
 		}
 		in.WriteString("COMMIT\n")
 	}
+	if !changed {
+		return retired, nil
+	}
 	if err := x.runRestore(ctx, in.Bytes()); err != nil {
-		return fmt.Errorf("%s delete old chains: %w", x.fam, err)
+		return nil, fmt.Errorf("%s remove rules: %w", x.fam, err)
 	}
-	return nil
-}
-
-// uninstall removes our hooks and chains.
-func (x *ipt) uninstall(ctx context.Context, retire func(gone map[string]bool)) error {
-	hooks, chains, err := x.inspect()
-	if err != nil {
-		return err
-	}
-	if len(hooks) > 0 {
-		var in bytes.Buffer
-		for _, table := range []string{"filter", "nat"} {
-			fmt.Fprintf(&in, "*%s\n", table)
-			for _, h := range hooks {
-				if h.table == table {
-					fmt.Fprintf(&in, "-D %s %s\n", h.builtin, h.spec)
-				}
-			}
-			in.WriteString("COMMIT\n")
-		}
-		if err := x.runRestore(ctx, in.Bytes()); err != nil {
-			return fmt.Errorf("%s remove hooks: %w", x.fam, err)
-		}
-	}
-	return x.deleteChains(ctx, chains, nil, retire)
+	return retired, nil
 }
 
 func (x *ipt) runRestore(ctx context.Context, input []byte) error {
@@ -258,37 +313,24 @@ func (x *ipt) runRestore(ctx context.Context, input []byte) error {
 	return nil
 }
 
-// counters reads the attributed counters of the given chains of ours
-// (all container chains when chains is nil): packets per (container key,
-// class). One iptables-save -c reads every chain at once; asking per chain
-// (go-iptables Stats) costs an exec each, which dominated at ~20 containers.
-func (x *ipt) counters(ctx context.Context, chains map[string]bool) (map[counterKey]uint64, error) {
-	cmd := exec.CommandContext(ctx, x.save, "-c", "-t", "filter")
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		return nil, fmt.Errorf("%s -c: %w: %s", x.save, err, strings.TrimSpace(stderr.String()))
+// counters reads the attributed counters of every container chain of ours:
+// packets per (container key, class), from one iptables-save of the filter
+// table.
+func (x *ipt) counters(ctx context.Context) (map[counterKey]uint64, error) {
+	st, err := x.inspect(ctx, "filter")
+	if err != nil {
+		return nil, err
 	}
 	out := map[counterKey]uint64{}
-	for _, line := range strings.Split(stdout.String(), "\n") {
-		m := counterLineRE.FindStringSubmatch(line)
-		if m == nil || !strings.HasPrefix(m[2], x.prefix+"-c") || chains != nil && !chains[m[2]] {
-			continue
+	for _, cs := range st.counts {
+		for k, v := range cs {
+			out[k] += v
 		}
-		c := ctrCommentRE.FindStringSubmatch(line)
-		if c == nil {
-			continue
-		}
-		n, err := strconv.ParseUint(m[1], 10, 64)
-		if err != nil {
-			return nil, fmt.Errorf("%s: bad counter in %q", x.save, line)
-		}
-		out[counterKey{key: c[1], class: c[2]}] += n
 	}
 	return out, nil
 }
 
-var counterLineRE = regexp.MustCompile(`^\[([0-9]+):[0-9]+\] -A (\S+) `)
+var counterLineRE = regexp.MustCompile(`^\[([0-9]+):[0-9]+\] `)
 
 var ctrCommentRE = regexp.MustCompile(`ctr=([0-9a-f]{8}) class=([a-z-]+)`)
 

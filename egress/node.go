@@ -379,7 +379,9 @@ func (n *Node) RemoveContainer(ctx context.Context, id string) error {
 }
 
 // applyLocked installs the rules for the tracked containers in both
-// families.
+// families. The families are independent tables, so they are applied side
+// by side: each is an iptables-save and an iptables-restore, and a
+// container's start waits for the slower one instead of the sum.
 func (n *Node) applyLocked(ctx context.Context) error {
 	var ctrs []ctrRules
 	for _, c := range n.ctrs {
@@ -389,36 +391,38 @@ func (n *Node) applyLocked(ctx context.Context) error {
 		}
 		ctrs = append(ctrs, ctrRules{key: c.key, addr: c.a4, pol: c.pol, veth: veth}, ctrRules{key: c.key, addr: c.a6, pol: c.pol, veth: veth})
 	}
-	for _, x := range n.ipts {
+	results := make([]applyResult, len(n.ipts))
+	errs := make([]error, len(n.ipts))
+	var wg sync.WaitGroup
+	for i, x := range n.ipts {
 		rs := buildRules(n.plan, x.fam, append([]ctrRules(nil), ctrs...))
-		var res applyResult
-		err := n.ns.do(func() error {
-			var err error
-			res, err = x.apply(ctx, rs, n.retire(ctx, x))
-			return err
-		})
-		if err != nil {
-			return err
-		}
-		if res.moved {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = n.ns.do(func() error {
+				var err error
+				results[i], err = x.apply(ctx, rs)
+				return err
+			})
+		}()
+	}
+	wg.Wait()
+	for i, x := range n.ipts {
+		// A family that failed left its tables as they were; the other's
+		// change stands, and the next apply converges both.
+		n.carry(results[i].retired)
+		if results[i].moved {
 			n.log.Warn("egress hooks were not first in their chains; moved back to position 1", "family", x.fam.String())
 		}
 	}
-	return nil
+	return errors.Join(errs...)
 }
 
-// retire returns the callback that carries retiring chains' counts into
-// base. Called with mu held, inside the node namespace.
-func (n *Node) retire(ctx context.Context, x *ipt) func(map[string]bool) {
-	return func(gone map[string]bool) {
-		counts, err := x.counters(ctx, gone)
-		if err != nil {
-			n.log.Warn("reading counters of retiring chains", "family", x.fam.String(), "err", err)
-			return
-		}
-		for k, v := range counts {
-			n.base[k] += v
-		}
+// carry adds the counters of retired chains to base, so totals never go
+// backwards. Called with mu held.
+func (n *Node) carry(retired map[counterKey]uint64) {
+	for k, v := range retired {
+		n.base[k] += v
 	}
 }
 

@@ -138,7 +138,12 @@ func (n *Node) Uninstall(ctx context.Context) error {
 			errs = append(errs, err)
 			continue
 		}
-		if err := n.ns.do(func() error { return x.uninstall(ctx, n.retire(ctx, x)) }); err != nil {
+		err = n.ns.do(func() error {
+			retired, err := x.uninstall(ctx)
+			n.carry(retired)
+			return err
+		})
+		if err != nil {
 			errs = append(errs, err)
 		}
 	}
