@@ -369,25 +369,34 @@ func (s *Store) PlaceAttempt(ctx context.Context, p Placement) (Attempt, error) 
 	return a, err
 }
 
-// MarkRunning records that an attempt's container started. It reports
-// whether anything changed (false for a repeat or a stale attempt).
-func (s *Store) MarkRunning(ctx context.Context, taskID string, n int, at time.Time) (bool, error) {
-	changed := false
-	err := s.tx(ctx, func(tx pgx.Tx) error {
-		tag, err := tx.Exec(ctx, `UPDATE task_attempts SET state = $4, started_at = $3
-			WHERE task_id = $1 AND number = $2 AND state = ANY($5)`, taskID, n, at, AttemptRunning, AttemptRunning.sources())
-		if err != nil {
-			return wrap("mark attempt running", err)
+// MarkRunning records that an attempt's container started, and the
+// security its runtime really applied (a JSON object the caller encodes;
+// nil for none), stored once: a repeated report leaves the first value. It
+// reports whether the state changed (false for a repeat or a stale
+// attempt). Both changes go in one round trip and one implicit
+// transaction: this is on the path of every task's first output line.
+func (s *Store) MarkRunning(ctx context.Context, taskID string, n int, at time.Time, applied []byte) (bool, error) {
+	if applied != nil {
+		if err := checkApplied(applied); err != nil {
+			return false, fmt.Errorf("attempt %s/%d: %w", taskID, n, err)
 		}
-		if tag.RowsAffected() == 0 {
-			return nil
-		}
-		changed = true
-		_, err = tx.Exec(ctx, `UPDATE tasks SET state = $3, updated_at = now() WHERE id = $1 AND attempts = $2 AND state = ANY($4)`,
-			taskID, n, TaskRunning, TaskRunning.sources())
-		return wrap("mark task running", err)
-	})
-	return changed, err
+	}
+	b := &pgx.Batch{}
+	var changed int
+	b.Queue(`WITH a AS (
+			UPDATE task_attempts SET state = $4, started_at = $3
+			WHERE task_id = $1 AND number = $2 AND state = ANY($5)
+			RETURNING task_id),
+		t AS (
+			UPDATE tasks SET state = $6, updated_at = now()
+			WHERE id IN (SELECT task_id FROM a) AND attempts = $2 AND state = ANY($7))
+		SELECT count(*) FROM a`, taskID, n, at, AttemptRunning, AttemptRunning.sources(), TaskRunning, TaskRunning.sources()).
+		QueryRow(func(r pgx.Row) error { return r.Scan(&changed) })
+	if applied != nil {
+		b.Queue(`UPDATE task_attempts SET applied_security = $3
+			WHERE task_id = $1 AND number = $2 AND applied_security IS NULL`, taskID, n, applied)
+	}
+	return changed > 0, wrap("mark attempt running", s.pool.SendBatch(ctx, b).Close())
 }
 
 // AttemptEnd is how an attempt finished on its machine.
@@ -535,12 +544,13 @@ func (s *Store) AttemptWanted(ctx context.Context, machineID, taskID string, n i
 }
 
 // AttemptOwner returns the workspace of a task attempt that ran or runs on
-// machineID (not found otherwise): an agent may only report its own.
-func (s *Store) AttemptOwner(ctx context.Context, machineID, taskID string, n int) (string, error) {
-	var ws string
-	err := s.pool.QueryRow(ctx, `SELECT t.workspace_id FROM task_attempts a JOIN tasks t ON t.id = a.task_id
-		WHERE a.task_id = $1 AND a.number = $2 AND a.machine_id = $3`, taskID, n, machineID).Scan(&ws)
-	return ws, wrap(fmt.Sprintf("attempt %s/%d on machine %s", taskID, n, machineID), err)
+// machineID (not found otherwise: an agent may only report its own), and
+// whether it is still wanted there (as AttemptWanted), in one query.
+func (s *Store) AttemptOwner(ctx context.Context, machineID, taskID string, n int) (workspace string, wanted bool, err error) {
+	err = s.pool.QueryRow(ctx, `SELECT t.workspace_id, a.state IN `+sqlActiveAttempts+` AND NOT t.cancel_requested
+		FROM task_attempts a JOIN tasks t ON t.id = a.task_id
+		WHERE a.task_id = $1 AND a.number = $2 AND a.machine_id = $3`, taskID, n, machineID).Scan(&workspace, &wanted)
+	return workspace, wanted, wrap(fmt.Sprintf("attempt %s/%d on machine %s", taskID, n, machineID), err)
 }
 
 // RequestCancel asks a task of workspaceID to stop. A PENDING task becomes

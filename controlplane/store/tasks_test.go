@@ -256,7 +256,7 @@ func TestAttemptLifecycle(t *testing.T) {
 			n    int
 			want bool
 		}{{a.Number + 1, false}, {a.Number, true}, {a.Number, false}} {
-			if changed, err := b.st.MarkRunning(b.ctx, tk.ID, tc.n, at); err != nil || changed != tc.want {
+			if changed, err := b.st.MarkRunning(b.ctx, tk.ID, tc.n, at, nil); err != nil || changed != tc.want {
 				t.Errorf("MarkRunning(attempt %d) = %v, %v; want %v", tc.n, changed, err, tc.want)
 			}
 		}
@@ -264,10 +264,10 @@ func TestAttemptLifecycle(t *testing.T) {
 		if got.State != store.TaskRunning || atts[0].State != store.AttemptRunning || !atts[0].StartedAt.Equal(at) {
 			t.Errorf("running task %+v, attempt %+v", got, atts[0])
 		}
-		if owner, err := b.st.AttemptOwner(b.ctx, b.m.ID, tk.ID, a.Number); err != nil || owner != b.ws.ID {
-			t.Errorf("AttemptOwner = %q, %v", owner, err)
+		if owner, wanted, err := b.st.AttemptOwner(b.ctx, b.m.ID, tk.ID, a.Number); err != nil || owner != b.ws.ID || !wanted {
+			t.Errorf("AttemptOwner = %q, %v, %v; want %q, wanted", owner, wanted, err, b.ws.ID)
 		}
-		if _, err := b.st.AttemptOwner(b.ctx, "m_other", tk.ID, a.Number); !errors.Is(err, errdefs.ErrNotFound) {
+		if _, _, err := b.st.AttemptOwner(b.ctx, "m_other", tk.ID, a.Number); !errors.Is(err, errdefs.ErrNotFound) {
 			t.Errorf("AttemptOwner from another machine: %v", err)
 		}
 
@@ -287,7 +287,7 @@ func TestAttemptLifecycle(t *testing.T) {
 		if atts[0].State != store.AttemptSucceeded || atts[0].DroppedLines != 3 || atts[0].ImageDigest != "sha256:x" {
 			t.Errorf("finished attempt = %+v", atts[0])
 		}
-		if changed, err := b.st.MarkRunning(b.ctx, tk.ID, a.Number, at); err != nil || changed {
+		if changed, err := b.st.MarkRunning(b.ctx, tk.ID, a.Number, at, nil); err != nil || changed {
 			t.Errorf("MarkRunning after the end = %v, %v", changed, err)
 		}
 		if _, changed, err := b.st.LoseAttempt(b.ctx, tk.ID, a.Number, "late"); err != nil || changed {

@@ -1,7 +1,6 @@
 package tasks
 
 import (
-	"context"
 	"fmt"
 
 	"google.golang.org/protobuf/encoding/protojson"
@@ -9,20 +8,19 @@ import (
 	v1 "github.com/levers9/levers9/api/levers9/v1"
 )
 
-// storeApplied keeps the security an attempt's runtime really applied, as
-// its agent reported it with the RUNNING update (nil from an agent that
-// does not report it: nothing is stored, nothing claimed). The first
-// report wins; a resent RUNNING record changes nothing.
-func (in *intake) storeApplied(ctx context.Context, taskID string, n int, a *v1.AppliedSecurity) error {
+// appliedJSON encodes the security an attempt's runtime really applied,
+// as its agent reported it with the RUNNING update, for the store (nil
+// from an agent that does not report it: nothing is stored, nothing
+// claimed). The first report wins; a resent RUNNING record changes nothing.
+func appliedJSON(a *v1.AppliedSecurity) ([]byte, error) {
 	if a == nil {
-		return nil
+		return nil, nil
 	}
 	b, err := protojson.Marshal(a)
 	if err != nil {
-		return fmt.Errorf("report %s/%d: applied security: %w", taskID, n, err)
+		return nil, fmt.Errorf("applied security: %w", err)
 	}
-	_, err = in.d.store.SetAppliedSecurity(ctx, taskID, n, b)
-	return err
+	return b, nil
 }
 
 // appliedPB reads an attempt's stored applied security back; nil when

@@ -46,7 +46,12 @@ func (in *intake) Report(ctx context.Context, machineID string, req *agentv1.Rep
 	if req.GetFirstSeq() == 0 && len(req.GetRecords()) > 0 {
 		return nil, fmt.Errorf("report: records are numbered from 1: %w", errdefs.ErrInvalidArgument)
 	}
-	if _, err := in.d.store.AttemptOwner(ctx, machineID, taskID, n); err != nil {
+	// Whether it is still wanted is read before the records are stored:
+	// they only move it along (to RUNNING, or to its end, when Stop no
+	// longer matters), and a cancel that lands meanwhile reaches the agent
+	// with its next report or the cancel push.
+	_, wanted, err := in.d.store.AttemptOwner(ctx, machineID, taskID, n)
+	if err != nil {
 		if errors.Is(err, errdefs.ErrNotFound) {
 			// Not this machine's (or long gone): take the records so the
 			// agent stops resending, and tell it to stop the attempt.
@@ -68,10 +73,6 @@ func (in *intake) Report(ctx context.Context, machineID string, req *agentv1.Rep
 	if finished {
 		in.events.finished(ctx, taskID)
 		in.wake()
-	}
-	wanted, err := in.d.store.AttemptWanted(ctx, machineID, taskID, n)
-	if err != nil {
-		return nil, err
 	}
 	return &agentv1.ReportAttemptResponse{AckedSeq: acked, Stop: !wanted && !finished}, nil
 }
@@ -157,10 +158,11 @@ func (in *intake) applyUpdate(ctx context.Context, machineID, taskID string, n i
 	case !ok || st == store.AttemptScheduled:
 		return nil, false, fmt.Errorf("report: attempt state %v is not one an agent reports: %w", u.GetState(), errdefs.ErrInvalidArgument)
 	case st == store.AttemptRunning:
-		if _, err := in.d.store.MarkRunning(ctx, taskID, n, at); err != nil {
-			return nil, false, err
+		applied, err := appliedJSON(u.GetAppliedSecurity())
+		if err != nil {
+			return nil, false, fmt.Errorf("report %s/%d: %w", taskID, n, err)
 		}
-		if err := in.storeApplied(ctx, taskID, n, u.GetAppliedSecurity()); err != nil {
+		if _, err := in.d.store.MarkRunning(ctx, taskID, n, at, applied); err != nil {
 			return nil, false, err
 		}
 		sc.TaskState = v1.TaskState_TASK_STATE_RUNNING
