@@ -46,22 +46,19 @@ func (in *intake) Report(ctx context.Context, machineID string, req *agentv1.Rep
 	if req.GetFirstSeq() == 0 && len(req.GetRecords()) > 0 {
 		return nil, fmt.Errorf("report: records are numbered from 1: %w", errdefs.ErrInvalidArgument)
 	}
-	// Whether it is still wanted is read before the records are stored:
+	// Whether it is still wanted is known before the records are stored:
 	// they only move it along (to RUNNING, or to its end, when Stop no
 	// longer matters), and a cancel that lands meanwhile reaches the agent
-	// with its next report or the cancel push.
-	_, wanted, err := in.d.store.AttemptOwner(ctx, machineID, taskID, n)
-	if err != nil {
-		if errors.Is(err, errdefs.ErrNotFound) {
-			// Not this machine's (or long gone): take the records so the
-			// agent stops resending, and tell it to stop the attempt.
-			last := req.GetFirstSeq() + uint64(len(req.GetRecords()))
-			if last > 0 {
-				last--
-			}
-			return &agentv1.ReportAttemptResponse{AckedSeq: last, Stop: true}, nil
+	// with the cancel push or its next report.
+	wanted := in.d.placed.wanted(machineID, taskID, n, in.d.now())
+	if !wanted {
+		var err error
+		if _, wanted, err = in.d.store.AttemptOwner(ctx, machineID, taskID, n); err == nil && wanted {
+			in.d.placed.remember(machineID, taskID, n, in.d.now())
 		}
-		return nil, err
+		if err != nil {
+			return in.notOwned(req, err)
+		}
 	}
 	acked, finished, err := in.store(ctx, machineID, req)
 	if err != nil {
@@ -71,10 +68,25 @@ func (in *intake) Report(ctx context.Context, machineID string, req *agentv1.Rep
 		acked = in.events.acked(ctx, taskID, n)
 	}
 	if finished {
+		in.d.placed.forget(taskID)
 		in.events.finished(ctx, taskID)
 		in.wake()
 	}
 	return &agentv1.ReportAttemptResponse{AckedSeq: acked, Stop: !wanted && !finished}, nil
+}
+
+// notOwned answers a report of an attempt the store could not confirm as
+// the machine's: one that is not (or is long gone) has its records taken,
+// so the agent stops resending, and is told to stop.
+func (in *intake) notOwned(req *agentv1.ReportAttemptRequest, err error) (*agentv1.ReportAttemptResponse, error) {
+	if !errors.Is(err, errdefs.ErrNotFound) {
+		return nil, err
+	}
+	last := req.GetFirstSeq() + uint64(len(req.GetRecords()))
+	if last > 0 {
+		last--
+	}
+	return &agentv1.ReportAttemptResponse{AckedSeq: last, Stop: true}, nil
 }
 
 // store appends a report's records in order, applying each state update

@@ -168,3 +168,71 @@ func storeAndRedis(ctx context.Context, t *testing.T, cfg *config.Config, name s
 	}
 	return st, rdb, ws
 }
+
+// TestReportSaysStopWhenNoLongerWanted: a report's Stop answer follows a
+// cancel made on this replica at once, and one made elsewhere (straight in
+// the store, as another replica would) within a second or so, although the
+// replica no longer asks Postgres on every report of a placed attempt. A
+// report from a machine that does not run the attempt is told to stop.
+func TestReportSaysStopWhenNoLongerWanted(t *testing.T) {
+	b := setupLife(t)
+	ctx := context.Background()
+	if err := b.svc.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(b.svc.Stop)
+	placed := func() string {
+		t.Helper()
+		task, _, err := b.svc.Submit(ctx, b.ws, &v1.TaskSpec{Command: []string{"sleep", "600"}}, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for {
+			select {
+			case m := <-b.agents.pushed:
+				if m == agentv1.Agent_RunTask_FullMethodName {
+					return task.Id
+				}
+			case <-time.After(20 * time.Second):
+				t.Fatal("the placed attempt was never pushed")
+			}
+		}
+	}
+	stop := func(machine, id string) bool {
+		t.Helper()
+		resp, err := b.svc.Report(ctx, machine, &agentv1.ReportAttemptRequest{TaskId: id, Attempt: 1})
+		if err != nil {
+			t.Fatalf("report %s: %v", id, err)
+		}
+		return resp.Stop
+	}
+
+	here := placed()
+	if stop(b.machine, here) {
+		t.Fatal("a running attempt was told to stop")
+	}
+	if !stop("m_other", here) {
+		t.Error("a machine that does not run the attempt was not told to stop")
+	}
+	if _, err := b.svc.Cancel(ctx, b.ws, here); err != nil {
+		t.Fatal(err)
+	}
+	if !stop(b.machine, here) {
+		t.Error("the report after a cancel on this replica did not say stop")
+	}
+
+	elsewhere := placed()
+	if stop(b.machine, elsewhere) {
+		t.Fatal("a running attempt was told to stop")
+	}
+	if _, err := b.st.RequestCancel(ctx, b.ws, elsewhere); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(3 * time.Second)
+	for !stop(b.machine, elsewhere) {
+		if time.Now().After(deadline) {
+			t.Fatal("a cancel made on another replica never reached a report's answer")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}

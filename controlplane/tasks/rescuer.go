@@ -143,6 +143,7 @@ func (r *Rescuer) Lose(ctx context.Context, taskID string, n int, machineID, why
 // or nil when the attempt was not active any more.
 func (r *Rescuer) loseQuiet(ctx context.Context, taskID string, n int, machineID, why string) *v1.StateChange {
 	st, changed, err := r.d.store.LoseAttempt(ctx, taskID, n, why)
+	r.d.placed.forget(taskID)
 	if err != nil {
 		r.d.log.Warn("could not mark an attempt lost", "task_id", taskID, "attempt", n, "err", err)
 		return nil

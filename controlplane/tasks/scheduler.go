@@ -226,6 +226,7 @@ func (s *Scheduler) place(ctx context.Context, ten tenancy, id string, rooms []*
 		return false
 	}
 	best.take(t.CPUMillis, t.MemoryBytes, devs)
+	s.d.placed.remember(best.id, t.ID, a.Number, s.d.now())
 	s.q.remove(ctx, pool, ws, id)
 	sc := &v1.StateChange{TaskState: v1.TaskState_TASK_STATE_SCHEDULED, AttemptState: v1.AttemptState_ATTEMPT_STATE_SCHEDULED,
 		MachineId: best.id, NewAttempt: a.Number > 1, Message: "placed on machine " + best.id}

@@ -160,6 +160,7 @@ func parsePageToken(token string) (time.Time, string, error) {
 // agent (or as lost, if its machine is gone).
 func (s *Submitter) Cancel(ctx context.Context, workspaceID, id string) (*v1.Task, error) {
 	t, err := s.d.store.RequestCancel(ctx, workspaceID, id)
+	s.d.placed.forget(id)
 	if err != nil {
 		return nil, err
 	}

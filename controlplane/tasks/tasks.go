@@ -111,6 +111,8 @@ type deps struct {
 	secrets SecretOpener
 	// volumeMountEnv is Config.VolumeMountEnv.
 	volumeMountEnv []string
+	// placed is what this replica knows of where attempts run.
+	placed *placedAttempts
 }
 
 func (d *deps) now() time.Time { return d.clock.Now() }
@@ -163,7 +165,7 @@ func New(cfg Config) (*Service, error) {
 	}
 	d := &deps{store: cfg.Store, redis: cfg.Redis, config: cfg.Config, agentsF: cfg.Agents, logins: cfg.RegistryLogins, log: cfg.Log,
 		clock: clock.OrReal(cfg.Clock), tick: cfg.Tick, secrets: cfg.Secrets,
-		volumeMountEnv: cfg.VolumeMountEnv}
+		volumeMountEnv: cfg.VolumeMountEnv, placed: newPlacedAttempts()}
 	q := &queue{d: d}
 	ev := newEvents(d)
 	sch := newScheduler(d, q, ev)
