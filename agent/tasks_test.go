@@ -649,7 +649,15 @@ func TestReportOverflow(t *testing.T) {
 	a := b.attempt("overflow", "seq 1 "+strconv.Itoa(n))
 	k := attemptKey{a.TaskId, a.Attempt}
 	b.run(t, a)
-	testenv.Eventually(t, 30*time.Second, "the attempt to end on the node", func() bool { return len(b.runner.Attempts()) == 0 })
+	// RunTask returns before the runner holds the attempt: an empty list
+	// right after it says nothing, so the attempt must have reported (and
+	// failed to) once before its absence means it ended.
+	testenv.Eventually(t, 30*time.Second, "the attempt to end on the node", func() bool {
+		cp.mu.Lock()
+		called := cp.calls[k] > 0
+		cp.mu.Unlock()
+		return called && len(b.runner.Attempts()) == 0
+	})
 	close(healthy)
 	u := b.waitTerminal(t, k)
 	recs := cp.recordsOf(k)

@@ -44,7 +44,7 @@ func startReal(t *testing.T, grace string) *realBundle {
 	if err != nil {
 		t.Fatal(err)
 	}
-	controlplanetest.Eventually(t, 10*time.Second, "tunnel endpoint", func() bool { return in.Server.Agents() != nil })
+	controlplanetest.WaitTunnelEndpoint(t, in)
 	r := startRelay(t, in.Server.GRPCAddr())
 	return &realBundle{cfg: cfg, in: in, relay: r, token: resp.Token,
 		admin: metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer "+resp.Token)}
@@ -69,7 +69,7 @@ func (b *realBundle) restart(t *testing.T) {
 	t.Helper()
 	b.in.Server.Stop()
 	b.in = controlplanetest.Start(t, b.cfg, true)
-	controlplanetest.Eventually(t, 10*time.Second, "tunnel endpoint", func() bool { return b.in.Server.Agents() != nil })
+	controlplanetest.WaitTunnelEndpoint(t, b.in)
 	b.relay.setTarget(b.in.Server.GRPCAddr())
 }
 

@@ -201,6 +201,15 @@ func Start(t testing.TB, cfg *config.Config, wait bool) *Instance {
 	return in
 }
 
+// WaitTunnelEndpoint waits for in's tunnel endpoint to run. It starts once
+// the dependency check has passed, which under a loaded `make test` (every
+// package's stacks at once) took over 10 s: this is a wait for readiness,
+// not a timing check, so it allows 30.
+func WaitTunnelEndpoint(t testing.TB, in *Instance) {
+	t.Helper()
+	Eventually(t, 30*time.Second, "tunnel endpoint", func() bool { return in.Server.Agents() != nil })
+}
+
 // Eventually is testenv.Eventually, kept for the controlplane's tests.
 func Eventually(t testing.TB, within time.Duration, what string, cond func() bool) {
 	t.Helper()

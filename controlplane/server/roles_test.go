@@ -183,7 +183,7 @@ func TestTokenRoleDefaults(t *testing.T) {
 func TestMemberRunsAndFollowsATask(t *testing.T) {
 	t.Parallel()
 	s := startRoles(t)
-	controlplanetest.Eventually(t, 10*time.Second, "tunnel endpoint", func() bool { return s.in.Server.Agents() != nil })
+	controlplanetest.WaitTunnelEndpoint(t, s.in)
 	controlplanetest.StartScriptedMachine(t, s.in, s.admin, "default", 2, 0)
 	sub, err := s.tasks.SubmitTask(s.member, &v1.SubmitTaskRequest{Spec: &v1.TaskSpec{Command: []string{"echo", "hello", "member"}}})
 	if err != nil {

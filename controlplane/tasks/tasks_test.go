@@ -49,7 +49,7 @@ func start(t *testing.T, cfg *config.Config) *bundle {
 	if err != nil {
 		t.Fatal(err)
 	}
-	controlplanetest.Eventually(t, 10*time.Second, "tunnel endpoint", func() bool { return in.Server.Agents() != nil })
+	controlplanetest.WaitTunnelEndpoint(t, in)
 	return &bundle{in: in, ctx: metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer "+resp.Token), tasks: v1.NewTaskServiceClient(in.Conn)}
 }
 

@@ -69,7 +69,7 @@ func setup(t *testing.T, o setupOpts) *bundle {
 	b := &bundle{cp: in, token: resp.Token, logs: &testenv.SyncBuffer{},
 		admin: metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer "+resp.Token)}
 	if o.machine {
-		controlplanetest.Eventually(t, 10*time.Second, "tunnel endpoint", func() bool { return in.Server.Agents() != nil })
+		controlplanetest.WaitTunnelEndpoint(t, in)
 		b.machine = controlplanetest.StartScriptedMachine(t, in, b.admin, "default", 4, 0)
 	}
 	b.ts = httptest.NewUnstartedServer(nil)

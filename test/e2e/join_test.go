@@ -69,7 +69,7 @@ func setupJoinWorldWith(t *testing.T, mutate func(*config.Config)) *joinWorld {
 		mutate(cfg)
 	}
 	in := controlplanetest.Start(t, cfg, true)
-	controlplanetest.Eventually(t, 10*time.Second, "tunnel endpoint", func() bool { return in.Server.Agents() != nil })
+	controlplanetest.WaitTunnelEndpoint(t, in)
 	w := &joinWorld{box: b, in: in, home: filepath.Join(t.TempDir(), "home"), cert: cert}
 	cmd := exec.Command(filepath.Join(bin, "levers9"), "config", "create", "e2e", "--controlplane", in.Server.GRPCAddr(), "--tls", "--ca", cert)
 	cmd.Env = append(os.Environ(), "LEVERS9_HOME="+w.home, "LEVERS9_BOOTSTRAP_SECRET=test-bootstrap-secret-0123456789abcdef")
