@@ -151,7 +151,7 @@ func TestFloorRefusesADowngrade(t *testing.T) {
 	}
 	online := func(in *controlplanetest.Instance, admin context.Context) {
 		t.Helper()
-		controlplanetest.Eventually(t, 20*time.Second, "machine online with inventory", func() bool {
+		controlplanetest.Eventually(t, 60*time.Second, "machine online with inventory", func() bool {
 			m, err := v1.NewMachineServiceClient(in.Conn).GetMachine(admin, &v1.GetMachineRequest{Id: created.Machine.Id})
 			return err == nil && m.Machine.State == v1.MachineState_MACHINE_STATE_ONLINE && m.Machine.GetInventory().GetCpus() > 0
 		})

@@ -62,7 +62,7 @@ func TestAgentOnlineWithInventoryAndPush(t *testing.T) {
 	b := setupJoin(t)
 	a := joinedAgent(t, b)
 	var m *v1.Machine
-	controlplanetest.Eventually(t, 10*time.Second, "machine online with inventory", func() bool {
+	controlplanetest.Eventually(t, 30*time.Second, "machine online with inventory", func() bool {
 		resp, err := b.machines.GetMachine(b.ctx, &v1.GetMachineRequest{Id: a.MachineID()})
 		if err != nil {
 			return false
