@@ -110,8 +110,9 @@ func parseSave(out []byte, chainRE *regexp.Regexp, ctrPrefix string) installed {
 				}
 				packets, rule = n, rule[len(m[0]):]
 			}
-			chain, spec, ok := strings.Cut(strings.TrimPrefix(rule, "-A "), " ")
-			if !ok || !strings.HasPrefix(rule, "-A ") {
+			rest, isRule := strings.CutPrefix(rule, "-A ")
+			chain, spec, ok := strings.Cut(rest, " ")
+			if !isRule || !ok {
 				continue
 			}
 			if isHooked(table, chain) {

@@ -45,7 +45,13 @@ func (p *placedAttempts) wanted(machine, taskID string, n int, now time.Time) bo
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	e, ok := p.m[taskID]
-	return ok && e.machine == machine && e.n == n && now.Sub(e.at) < placedFresh && !now.Before(e.at)
+	return ok && e.machine == machine && e.n == n && e.fresh(now)
+}
+
+// fresh says whether what e records still holds at now (a clock that went
+// back makes it stale).
+func (e placedAttempt) fresh(now time.Time) bool {
+	return now.Sub(e.at) < placedFresh && !now.Before(e.at)
 }
 
 // remember records that attempt n of taskID is machine's and wanted as of
@@ -55,7 +61,7 @@ func (p *placedAttempts) remember(machine, taskID string, n int, now time.Time) 
 	defer p.mu.Unlock()
 	if len(p.m) >= maxPlaced {
 		for id, e := range p.m {
-			if now.Sub(e.at) >= placedFresh || now.Before(e.at) {
+			if !e.fresh(now) {
 				delete(p.m, id)
 			}
 		}
