@@ -60,6 +60,10 @@ func (c ReportConfig) withDefaults() ReportConfig {
 	return c
 }
 
+// gatherRunning is how long the RUNNING update waits for the attempt's
+// first output before it goes alone.
+const gatherRunning = 3 * time.Millisecond
+
 // recordOverhead approximates a record's size beside its text.
 const recordOverhead = 48
 
@@ -182,6 +186,14 @@ func (q *reportQueue) pushRunning(r *agentv1.AttemptRecord) {
 	q.running = r
 	q.mu.Unlock()
 	q.wake()
+}
+
+// runningAlone reports whether the RUNNING update waits to go out with
+// nothing behind it, in the attempt's first call.
+func (q *reportQueue) runningAlone() bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.running != nil && len(q.sent) == 0 && q.acked == 0 && len(q.logs) == 0 && q.terminal == nil
 }
 
 // pushLog queues an output line; when the unsent lines exceed the bounds
@@ -361,11 +373,39 @@ type reporter struct {
 	onShipped func(taskrun.Shipped)
 }
 
+// gatherRunning holds a RUNNING update that would go alone for up to
+// gatherRunning, until something queues behind it. The first lines usually
+// follow RUNNING within a millisecond or two: in RUNNING's call, the
+// controlplane streams them without waiting for RUNNING's Postgres write.
+// The timer is not the injected clock: this wait decides no outcome, and a
+// fake clock must not hold RUNNING back. False when ctx ended.
+func (r *reporter) gatherRunning(ctx context.Context) bool {
+	if !r.q.runningAlone() {
+		return true
+	}
+	t := time.NewTimer(gatherRunning)
+	defer t.Stop()
+	// A wake-up can be the RUNNING push's own: look again after each.
+	for r.q.runningAlone() {
+		select {
+		case <-r.q.notify:
+		case <-t.C:
+			return true
+		case <-ctx.Done():
+			return false
+		}
+	}
+	return true
+}
+
 func (r *reporter) run(ctx context.Context) {
 	cfg := r.q.cfg
 	backoff := cfg.BackoffMin
 	failing := false
 	for {
+		if !r.gatherRunning(ctx) {
+			return
+		}
 		first, recs := r.q.batch()
 		if recs == nil {
 			if r.q.done() {

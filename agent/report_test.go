@@ -239,6 +239,53 @@ func TestReporterRetries(t *testing.T) {
 	}
 }
 
+// TestRunningGathersFirstLines: RUNNING waits a moment for the first
+// output and takes it in the same call; with no output it goes alone,
+// only that moment late.
+func TestRunningGathersFirstLines(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		lines []string
+		want  []string
+	}{
+		{"a line soon after", []string{"hi"}, []string{"RUN", "hi"}},
+		{"no output", nil, []string{"RUN"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st := &store{}
+			q := newReportQueue(ReportConfig{})
+			r := &reporter{taskID: "t", attempt: 1, q: q, send: st.report, clock: clock.Real(), log: slog.New(slog.DiscardHandler)}
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			done := make(chan struct{})
+			go func() { defer close(done); r.run(ctx) }()
+			q.pushRunning(testUpdate(v1.AttemptState_ATTEMPT_STATE_RUNNING))
+			time.Sleep(gatherRunning / 3)
+			for _, l := range tc.lines {
+				q.pushLog(testLog(l))
+			}
+			deadline := time.Now().Add(5 * time.Second)
+			for {
+				st.mu.Lock()
+				calls, got := st.calls, describe(st.recs)
+				st.mu.Unlock()
+				if len(got) == len(tc.want) {
+					if calls != 1 || !slices.Equal(got, tc.want) {
+						t.Errorf("%d calls stored %q, want one call with %q", calls, got, tc.want)
+					}
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("stored %q, want %q", got, tc.want)
+				}
+				time.Sleep(time.Millisecond)
+			}
+			cancel()
+			<-done
+		})
+	}
+}
+
 // TestTasksStartStop: stop before start and twice is safe, a stopped
 // agent refuses attempts (Unavailable) and never starts again, and stop
 // returns with attempts that never got to run.

@@ -92,6 +92,16 @@ func (in *intake) notOwned(req *agentv1.ReportAttemptRequest, err error) (*agent
 // store appends a report's records in order, applying each state update
 // between the lines around it, and returns the acknowledged number and
 // whether the attempt ended.
+//
+// RUNNING is the exception: its Postgres write runs beside the stream
+// append rather than ahead of it, so the first lines, which follow it in
+// the same or the next report, do not wait for Postgres. The stream may
+// then say RUNNING a moment before the row does (or, while Postgres is
+// away, until it is back): the agent is not acknowledged until both are
+// written, so it resends, and a resend writes the row and stores no
+// record twice. Every other update still goes to Postgres first (it
+// decides what the stream says: a retry, the task's end), and waits for
+// a RUNNING write before it, so the row moves in the attempt's order.
 func (in *intake) store(ctx context.Context, machineID string, req *agentv1.ReportAttemptRequest) (uint64, bool, error) {
 	taskID, n := req.GetTaskId(), int(req.GetAttempt())
 	var (
@@ -99,7 +109,20 @@ func (in *intake) store(ctx context.Context, machineID string, req *agentv1.Repo
 		first    = req.GetFirstSeq()
 		acked    uint64
 		finished bool
+		// running, when not nil, yields the RUNNING write's result.
+		running chan error
 	)
+	settle := func() error {
+		if running == nil {
+			return nil
+		}
+		err := <-running
+		running = nil
+		return err
+	}
+	// A return before the RUNNING write ended must not leave it running
+	// with the request's context.
+	defer func() { _ = settle() }()
 	flush := func() error {
 		if len(batch) == 0 {
 			return nil
@@ -120,7 +143,24 @@ func (in *intake) store(ctx context.Context, machineID string, req *agentv1.Repo
 		case *agentv1.AttemptRecord_Log:
 			ev.Event = &v1.TaskEvent_Log{Log: r.Log}
 		case *agentv1.AttemptRecord_Update:
+			if st, _ := attemptStateOf(r.Update.GetState()); st == store.AttemptRunning && running == nil {
+				applied, err := appliedJSON(r.Update.GetAppliedSecurity())
+				if err != nil {
+					return 0, false, fmt.Errorf("report %s/%d: %w", taskID, n, err)
+				}
+				running = make(chan error, 1)
+				go func() {
+					_, err := in.d.store.MarkRunning(ctx, taskID, n, at, applied)
+					running <- err
+				}()
+				ev.Event = &v1.TaskEvent_State{State: &v1.StateChange{AttemptState: r.Update.GetState(), MachineId: machineID,
+					Message: r.Update.GetMessage(), TaskState: v1.TaskState_TASK_STATE_RUNNING}}
+				break
+			}
 			if err := flush(); err != nil {
+				return 0, false, err
+			}
+			if err := settle(); err != nil {
 				return 0, false, err
 			}
 			sc, done, err := in.applyUpdate(ctx, machineID, taskID, n, r.Update, at)
@@ -143,13 +183,19 @@ func (in *intake) store(ctx context.Context, machineID string, req *agentv1.Repo
 			return 0, false, err
 		}
 		batch = append(batch, b)
-		if ev.GetState() != nil {
+		if ev.GetState() != nil && running == nil {
 			if err := flush(); err != nil {
 				return 0, false, err
 			}
 		}
 	}
-	return acked, finished, flush()
+	if err := flush(); err != nil {
+		return 0, false, err
+	}
+	if err := settle(); err != nil {
+		return 0, false, err
+	}
+	return acked, finished, nil
 }
 
 // seccompCounts turns an agent's seccomp totals into the store's.

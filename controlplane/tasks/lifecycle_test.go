@@ -3,14 +3,17 @@ package tasks_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	agentv1 "github.com/levers9/levers9/api/levers9/agent/v1"
 	v1 "github.com/levers9/levers9/api/levers9/v1"
@@ -29,6 +32,8 @@ type lifeBundle struct {
 	ws      string
 	machine string
 	agents  *hangingAgents
+	// pg is the database's connection string.
+	pg string
 }
 
 func setupLife(t *testing.T) *lifeBundle {
@@ -56,7 +61,7 @@ func setupLife(t *testing.T) *lifeBundle {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &lifeBundle{st: st, rdb: rdb, svc: svc, ws: ws.ID, machine: m.ID, agents: ag}
+	return &lifeBundle{st: st, rdb: rdb, svc: svc, ws: ws.ID, machine: m.ID, agents: ag, pg: cfg.Database.Postgres.ConnString()}
 }
 
 // hangingAgents has one machine online whose pushes block until their
@@ -235,4 +240,101 @@ func TestReportSaysStopWhenNoLongerWanted(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// TestRunningStreamsBeforeItsRow: a report of RUNNING and the first lines
+// puts them on the task's stream without waiting for Postgres, but is not
+// acknowledged until Postgres has RUNNING too. Here Postgres refuses the
+// write (a trigger): the lines are followed all the same, the report
+// fails, and its resend writes the row and streams no record twice.
+func TestRunningStreamsBeforeItsRow(t *testing.T) {
+	b := setupLife(t)
+	ctx := context.Background()
+	if err := b.svc.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(b.svc.Stop)
+	task, _, err := b.svc.Submit(ctx, b.ws, &v1.TaskSpec{Command: []string{"sleep", "600"}}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for m := ""; m != agentv1.Agent_RunTask_FullMethodName; {
+		select {
+		case m = <-b.agents.pushed:
+		case <-time.After(time.Until(deadline)):
+			t.Fatal("the placed attempt was never pushed")
+		}
+	}
+	conn, err := pgx.Connect(ctx, b.pg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	refuse := func(on bool) {
+		t.Helper()
+		sql := `DROP TRIGGER IF EXISTS refuse_running ON task_attempts`
+		if on {
+			sql = `CREATE OR REPLACE FUNCTION refuse_running() RETURNS trigger LANGUAGE plpgsql AS
+				$$ BEGIN RAISE EXCEPTION 'refused by the test'; END $$;
+				CREATE TRIGGER refuse_running BEFORE UPDATE ON task_attempts FOR EACH ROW
+				WHEN (NEW.state = 'RUNNING') EXECUTE FUNCTION refuse_running()`
+		}
+		if _, err := conn.Exec(ctx, sql); err != nil {
+			t.Fatal(err)
+		}
+	}
+	now := timestamppb.Now()
+	line := func(s string) *agentv1.AttemptRecord {
+		return &agentv1.AttemptRecord{Time: now, Record: &agentv1.AttemptRecord_Log{Log: &v1.LogLine{Text: s}}}
+	}
+	req := &agentv1.ReportAttemptRequest{TaskId: task.Id, Attempt: 1, FirstSeq: 1, Records: []*agentv1.AttemptRecord{
+		{Time: now, Record: &agentv1.AttemptRecord_Update{Update: &agentv1.AttemptUpdate{State: v1.AttemptState_ATTEMPT_STATE_RUNNING}}},
+		line("one"), line("two")}}
+
+	refuse(true)
+	if _, err := b.svc.Report(ctx, b.machine, req); err == nil {
+		t.Fatal("a report whose RUNNING write failed was acknowledged")
+	}
+	if got, _, _ := b.st.GetTask(ctx, b.ws, task.Id); got.State == store.TaskRunning {
+		t.Fatal("the row is RUNNING although Postgres refused the write")
+	}
+	if got := followed(ctx, t, b.svc, b.ws, task.Id); got != "RUNNING one two" {
+		t.Fatalf("the stream before the row has %q, want RUNNING one two", got)
+	}
+
+	refuse(false)
+	resp, err := b.svc.Report(ctx, b.machine, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.AckedSeq != 3 {
+		t.Errorf("acknowledged %d, want 3", resp.AckedSeq)
+	}
+	if got, _, err := b.st.GetTask(ctx, b.ws, task.Id); err != nil || got.State != store.TaskRunning {
+		t.Errorf("task state after the resend %q (%v), want RUNNING", got.State, err)
+	}
+	if got := followed(ctx, t, b.svc, b.ws, task.Id); got != "RUNNING one two" {
+		t.Errorf("the stream after the resend has %q, want each record once", got)
+	}
+}
+
+// followed is what a follower sees of a task's attempt records so far:
+// RUNNING for that state change, a line's text for a line.
+func followed(ctx context.Context, t *testing.T, svc *tasks.Service, ws, id string) string {
+	t.Helper()
+	var got []string
+	err := svc.Follow(ctx, ws, id, "", true, func(ev *v1.TaskEvent) error {
+		switch {
+		case ev.GetLog() != nil:
+			got = append(got, ev.GetLog().GetText())
+		case ev.GetState().GetAttemptState() == v1.AttemptState_ATTEMPT_STATE_RUNNING:
+			got = append(got, "RUNNING")
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.Join(got, " ")
 }
