@@ -78,7 +78,11 @@ const (
 // status; its arguments are the output files, the exit file and then the
 // runtime's command line. It takes no secret (the environment is in the
 // bundle).
-const holderScript = `out=$1 err=$2 exitf=$3; shift 3; "$@" </dev/null >>"$out" 2>>"$err"; echo $? >"$exitf.tmp" && mv "$exitf.tmp" "$exitf"`
+//
+// The status is written in place, one write of digits and a newline (no
+// temporary file and `mv`, a second process at every exit): a reader takes
+// the file only once that newline is there.
+const holderScript = `out=$1 err=$2 exitf=$3; shift 3; "$@" </dev/null >>"$out" 2>>"$err"; echo $? >"$exitf"`
 
 // meta is what a later process needs to drive a container it did not
 // start.
@@ -316,7 +320,7 @@ func (r *OCI) watch(id string, c *ociContainer, outOff, errOff int64, holderDone
 	} else {
 		r.logger.Debug("container output polled only", "container_id", id, "err", err)
 	}
-	holderGone := false
+	holderGone, woken := false, false
 	var last time.Time
 	for i := 0; ; i++ {
 		last = time.Now()
@@ -344,10 +348,14 @@ func (r *OCI) watch(id string, c *ociContainer, outOff, errOff int64, holderDone
 			holderGone, holderDone = true, nil
 			continue
 		case <-wake:
-			if d := minPass - time.Since(last); d > 0 {
+			// Only a run of wake-ups is spaced: the first output after a
+			// quiet spell (a task's first line) is read at once.
+			if d := minPass - time.Since(last); d > 0 && woken {
 				time.Sleep(d)
 			}
+			woken = true
 		case <-tick.C:
+			woken = false
 		}
 		if holderDone == nil && i%40 == 39 && (holder <= 0 || syscall.Kill(holder, 0) == syscall.ESRCH) {
 			holderGone = true
@@ -355,10 +363,11 @@ func (r *OCI) watch(id string, c *ociContainer, outOff, errOff int64, holderDone
 	}
 }
 
-// readExit reads the holder's exit file.
+// readExit reads the holder's exit file; false while it is missing or not
+// yet written to its newline.
 func readExit(path string) (int, bool) {
 	b, err := os.ReadFile(path)
-	if err != nil {
+	if err != nil || !bytes.HasSuffix(b, []byte("\n")) {
 		return 0, false
 	}
 	code, err := strconv.Atoi(strings.TrimSpace(string(b)))
