@@ -248,6 +248,9 @@ type PoolMachine struct {
 	UsedCPU     int64
 	UsedMem     int64
 	UsedGPUs    []string
+	// ClusterWorker says an attached cluster's worker Job enrolled it
+	// (enroll.ClusterWorkerLabel).
+	ClusterWorker bool
 }
 
 // PoolMachines lists the enrolled, undeleted machines of pool in every
@@ -258,18 +261,18 @@ type PoolMachine struct {
 func (s *Store) PoolMachines(ctx context.Context, pool string) ([]PoolMachine, error) {
 	rows, err := s.pool.Query(ctx, `SELECT m.id, m.workspace_id, m.inventory,
 			coalesce(sum(a.cpu_millis), 0)::bigint, coalesce(sum(a.memory_bytes), 0)::bigint,
-			coalesce(array_agg(g) FILTER (WHERE g IS NOT NULL), '{}')
+			coalesce(array_agg(g) FILTER (WHERE g IS NOT NULL), '{}'), m.labels ? $3
 		FROM machines m
 		LEFT JOIN task_attempts a ON a.machine_id = m.id AND a.state IN `+sqlActiveAttempts+`
 		LEFT JOIN LATERAL unnest(a.gpu_devices) g ON true
 		WHERE m.pool = $1 AND m.enrolled_at IS NOT NULL AND m.deleted_at IS NULL AND NOT m.labels ? $2
-		GROUP BY m.id, m.workspace_id, m.inventory ORDER BY m.id`, pool, enroll.ClusterAgentLabel)
+		GROUP BY m.id, m.workspace_id, m.inventory, m.labels ORDER BY m.id`, pool, enroll.ClusterAgentLabel, enroll.ClusterWorkerLabel)
 	if err != nil {
 		return nil, wrap("list machines of pool "+pool, err)
 	}
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (PoolMachine, error) {
 		var m PoolMachine
-		return m, r.Scan(&m.ID, &m.WorkspaceID, &m.Inventory, &m.UsedCPU, &m.UsedMem, &m.UsedGPUs)
+		return m, r.Scan(&m.ID, &m.WorkspaceID, &m.Inventory, &m.UsedCPU, &m.UsedMem, &m.UsedGPUs, &m.ClusterWorker)
 	})
 	return out, wrap("list machines of pool "+pool, err)
 }

@@ -51,6 +51,9 @@ type machineRoom struct {
 	mem       int64
 	gpus      []gpuSlot
 	cap       store.Capacity
+	// clusterWorker: an attached cluster's worker (its tasks get the
+	// worker-wide security).
+	clusterWorker bool
 }
 
 type gpuSlot struct{ id, name string }
@@ -97,7 +100,8 @@ func roomOf(pm store.PoolMachine) *machineRoom {
 	for _, g := range pm.UsedGPUs {
 		used[g] = true
 	}
-	r := &machineRoom{id: pm.ID, workspace: pm.WorkspaceID, cpu: c.cpu - pm.UsedCPU, mem: c.mem - pm.UsedMem, cap: store.Capacity{CPUMillis: c.cpu, MemoryBytes: c.mem}}
+	r := &machineRoom{id: pm.ID, workspace: pm.WorkspaceID, cpu: c.cpu - pm.UsedCPU, mem: c.mem - pm.UsedMem, cap: store.Capacity{CPUMillis: c.cpu, MemoryBytes: c.mem},
+		clusterWorker: pm.ClusterWorker}
 	for _, g := range c.gpus {
 		if !used[g.id] {
 			r.gpus = append(r.gpus, g)

@@ -3,7 +3,6 @@ package tasks
 import (
 	"context"
 	"errors"
-	"fmt"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -12,7 +11,6 @@ import (
 	agentv1 "github.com/levers9/levers9/api/levers9/agent/v1"
 	v1 "github.com/levers9/levers9/api/levers9/v1"
 	"github.com/levers9/levers9/controlplane/store"
-	"github.com/levers9/levers9/enroll"
 	"github.com/levers9/levers9/internal/errdefs"
 )
 
@@ -31,11 +29,13 @@ const resendBackoff = 250 * time.Millisecond
 // up to maxResends times within controlplane.lostAgentGrace. An agent that
 // stays unreachable loses the attempt (which then uses a retry, as any lost
 // attempt does), and one that refuses it fails the task (another machine
-// would refuse it too).
-func (s *Scheduler) dispatch(ctx context.Context, t store.Task, a store.Attempt) {
+// would refuse it too). An attempt placed on an attached cluster's worker
+// (clusterWorker, from the pass that placed it) gets the worker-wide
+// security instead of the pool's.
+func (s *Scheduler) dispatch(ctx context.Context, t store.Task, a store.Attempt, clusterWorker bool) {
 	ta, err := attemptFor(s.d.config, t, a)
-	if err == nil {
-		err = s.clusterWorkerSecurity(ctx, a.MachineID, ta)
+	if err == nil && clusterWorker {
+		ta.Security = WorkerWideSecurity(s.d.config, ta.Pool)
 	}
 	if err == nil {
 		err = s.attachRegistryAuth(ctx, t, ta)
@@ -159,20 +159,6 @@ func (s *Scheduler) push(ctx context.Context, machineID string, ta *agentv1.Task
 // cancellation (stopping).
 func sessionLost(err error) bool {
 	return status.Code(err) == codes.Unavailable || status.Code(err) == codes.Canceled || errdefs.IsUnavailable(err)
-}
-
-// clusterWorkerSecurity gives an attempt placed on an attached cluster's
-// worker the worker-wide security instead of the pool's. It fails rather
-// than push with a security it could not decide.
-func (s *Scheduler) clusterWorkerSecurity(ctx context.Context, machineID string, ta *agentv1.TaskAttempt) error {
-	m, err := s.d.store.MachineByID(ctx, machineID)
-	if err != nil {
-		return fmt.Errorf("reading machine %s to choose its security: %w", machineID, err)
-	}
-	if m.Labels[enroll.ClusterWorkerLabel] != "" {
-		ta.Security = WorkerWideSecurity(s.d.config, ta.Pool)
-	}
-	return nil
 }
 
 // attachInput hands the task's input (kept apart from its spec) to the

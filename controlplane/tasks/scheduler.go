@@ -236,7 +236,7 @@ func (s *Scheduler) place(ctx context.Context, ten tenancy, id string, rooms []*
 	}
 	s.events.publishState(ctx, t.ID, a.Number, sc)
 	t.Attempts = a.Number
-	s.life.goRun(func(ctx context.Context) { s.dispatch(ctx, t, a) })
+	s.life.goRun(func(ctx context.Context) { s.dispatch(ctx, t, a, best.clusterWorker) })
 	return true
 }
 

@@ -251,6 +251,11 @@ func (s *Store) refPath(ref string) string {
 }
 
 func (s *Store) saveRef(ref, digest string) error {
+	if d, ok := s.lookupRef(ref); ok && d == digest {
+		// Every start of a cached tag resolves it again: most find it
+		// where it was, and a read is cheaper than a write and rename.
+		return nil
+	}
 	b, err := json.Marshal(refEntry{Ref: ref, Digest: digest})
 	if err != nil {
 		return err
