@@ -172,6 +172,7 @@ func (n *Node) Readiness() ReadinessSource {
 func (n *Node) Close() {
 	if n.sandbox != nil {
 		n.sandbox.ReleaseCgroups()
+		n.sandbox.Close()
 	}
 	if n.Egress != nil {
 		n.Egress.Stop()

@@ -92,6 +92,7 @@ func setupSandbox(t *testing.T) bundle {
 		t.Fatalf("reconcile leftovers: %v", err)
 	}
 	t.Cleanup(func() {
+		sb.Close()
 		if err := sb.Reconcile(context.Background()); err != nil {
 			t.Errorf("reconcile: %v", err)
 		}

@@ -48,6 +48,8 @@ type OCI struct {
 
 	// dirs wakes containers' watchers when their files change.
 	dirs dirWatch
+	// holders keeps a holder started ahead of the next container.
+	holders holders
 }
 
 var _ Runtime = (*OCI)(nil)
@@ -74,16 +76,6 @@ const (
 	metaFile   = "meta.json"
 )
 
-// holderScript runs `run` with its output in files and records its exit
-// status; its arguments are the output files, the exit file and then the
-// runtime's command line. It takes no secret (the environment is in the
-// bundle).
-//
-// The status is written in place, one write of digits and a newline (no
-// temporary file and `mv`, a second process at every exit): a reader takes
-// the file only once that newline is there.
-const holderScript = `out=$1 err=$2 exitf=$3; shift 3; "$@" </dev/null >>"$out" 2>>"$err"; echo $? >"$exitf"`
-
 // meta is what a later process needs to drive a container it did not
 // start.
 type meta struct {
@@ -91,6 +83,10 @@ type meta struct {
 	OwnNetwork bool   `json:"ownNetwork"`
 	NetRaw     bool   `json:"netRaw"`
 }
+
+// Close ends the holder kept ready for the next container; containers
+// already started go on.
+func (r *OCI) Close() { r.holders.close() }
 
 // NewOCI returns a Runtime for the binary (looked up on PATH when not
 // absolute) keeping container state under stateDir.
@@ -211,19 +207,26 @@ func (r *OCI) Start(ctx context.Context, id string) error {
 			return err
 		}
 	}
-	// Not CommandContext: the container outlives the call that starts it,
-	// and this process.
-	cmd := exec.Command("/bin/sh", append([]string{"-c", holderScript, "holder",
-		filepath.Join(c.dir, stdoutFile), filepath.Join(c.dir, stderrFile), filepath.Join(c.dir, exitFile), r.binary}, args...)...)
-	cmd.Dir = c.dir
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-	if err := cmd.Start(); err != nil {
-		err = errdefs.WithRetry(fmt.Errorf("start container %s: exec holder for %s: %w", id, r.binary, err), true)
+	// Not a child tied to ctx: the container outlives the call that starts
+	// it, and this process.
+	argv := append([]string{r.binary}, args...)
+	h, err := r.holders.take()
+	if err == nil {
+		if err = h.run(c.dir, argv); err != nil && !errors.Is(err, errInvalidHolderArg) {
+			// The spare died waiting (killed by hand): one afresh.
+			if h, err = spawnHolder(); err == nil {
+				err = h.run(c.dir, argv)
+			}
+		}
+	}
+	if err != nil {
+		err = errdefs.WithRetry(fmt.Errorf("start container %s: holder for %s: %w", id, r.binary, err), !errors.Is(err, errInvalidHolderArg))
 		// Waiters must not hang on a runtime that never ran.
 		c.exit, c.waitErr = ExitStatus{Code: -1}, err
 		close(c.done)
 		return err
 	}
+	cmd := h.cmd
 	_ = os.WriteFile(filepath.Join(c.dir, holderFile), []byte(strconv.Itoa(cmd.Process.Pid)), 0o600)
 	holderDone := make(chan struct{})
 	go func() {
@@ -232,6 +235,7 @@ func (r *OCI) Start(ctx context.Context, id string) error {
 		close(holderDone)
 	}()
 	go r.watch(id, c, 0, 0, holderDone, cmd.Process.Pid)
+	defer r.holders.fill()
 	// Wait for the pid file or the runtime's exit, whichever comes first.
 	tick := time.NewTicker(time.Millisecond)
 	defer tick.Stop()
@@ -320,13 +324,15 @@ func (r *OCI) watch(id string, c *ociContainer, outOff, errOff int64, holderDone
 	} else {
 		r.logger.Debug("container output polled only", "container_id", id, "err", err)
 	}
-	holderGone, woken := false, false
+	holderGone := false
 	var last time.Time
 	for i := 0; ; i++ {
 		last = time.Now()
 		code, ok := readExit(filepath.Join(c.dir, exitFile))
-		out.read()
-		errs.read()
+		// Only a pass that found output spaces the next: the first
+		// output after a quiet spell (a task's first line) is read at
+		// once, even right after the runtime's own writes woke a pass.
+		busy := out.read()+errs.read() > 0
 		if ok {
 			c.exit = exitCode(code)
 			if _, err := os.Stat(filepath.Join(c.dir, "pid")); err != nil {
@@ -348,14 +354,10 @@ func (r *OCI) watch(id string, c *ociContainer, outOff, errOff int64, holderDone
 			holderGone, holderDone = true, nil
 			continue
 		case <-wake:
-			// Only a run of wake-ups is spaced: the first output after a
-			// quiet spell (a task's first line) is read at once.
-			if d := minPass - time.Since(last); d > 0 && woken {
+			if d := minPass - time.Since(last); d > 0 && busy {
 				time.Sleep(d)
 			}
-			woken = true
 		case <-tick.C:
-			woken = false
 		}
 		if holderDone == nil && i%40 == 39 && (holder <= 0 || syscall.Kill(holder, 0) == syscall.ESRCH) {
 			holderGone = true
@@ -395,14 +397,16 @@ type follower struct {
 	buf  []byte
 }
 
-func (f *follower) read() {
+// read copies what was appended since the last read and says how much.
+func (f *follower) read() int64 {
 	if f.f == nil {
 		fh, err := os.Open(f.path)
 		if err != nil {
-			return
+			return 0
 		}
 		f.f, f.buf = fh, make([]byte, 64<<10)
 	}
+	from := f.off
 	for {
 		n, err := f.f.ReadAt(f.buf, f.off)
 		if n > 0 {
@@ -412,7 +416,7 @@ func (f *follower) read() {
 			f.off += int64(n)
 		}
 		if err != nil || n < len(f.buf) {
-			return
+			return f.off - from
 		}
 	}
 }

@@ -91,6 +91,16 @@ func New(cfg Config) (*Sandbox, error) {
 	return s, nil
 }
 
+// Close ends what the sandbox keeps ready for the next container (each
+// runtime's spare holder process); containers already started go on.
+func (s *Sandbox) Close() {
+	for _, rt := range s.runtimes {
+		if c, ok := rt.(interface{ Close() }); ok {
+			c.Close()
+		}
+	}
+}
+
 // Runtime returns the named runtime, for callers that drive containers
 // step by step.
 func (s *Sandbox) Runtime(name RuntimeName) (Runtime, error) {
