@@ -64,6 +64,27 @@ func setupLife(t *testing.T) *lifeBundle {
 	return &lifeBundle{st: st, rdb: rdb, svc: svc, ws: ws.ID, machine: m.ID, agents: ag, pg: cfg.Database.Postgres.ConnString()}
 }
 
+// placed submits a long task and returns its id once its attempt was
+// pushed to the machine.
+func (b *lifeBundle) placed(ctx context.Context, t *testing.T) string {
+	t.Helper()
+	task, _, err := b.svc.Submit(ctx, b.ws, &v1.TaskSpec{Command: []string{"sleep", "600"}}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.After(20 * time.Second)
+	for {
+		select {
+		case m := <-b.agents.pushed:
+			if m == agentv1.Agent_RunTask_FullMethodName {
+				return task.Id
+			}
+		case <-deadline:
+			t.Fatal("the placed attempt was never pushed")
+		}
+	}
+}
+
 // hangingAgents has one machine online whose pushes block until their
 // context ends.
 type hangingAgents struct {
@@ -186,23 +207,7 @@ func TestReportSaysStopWhenNoLongerWanted(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(b.svc.Stop)
-	placed := func() string {
-		t.Helper()
-		task, _, err := b.svc.Submit(ctx, b.ws, &v1.TaskSpec{Command: []string{"sleep", "600"}}, "")
-		if err != nil {
-			t.Fatal(err)
-		}
-		for {
-			select {
-			case m := <-b.agents.pushed:
-				if m == agentv1.Agent_RunTask_FullMethodName {
-					return task.Id
-				}
-			case <-time.After(20 * time.Second):
-				t.Fatal("the placed attempt was never pushed")
-			}
-		}
-	}
+	placed := func() string { return b.placed(ctx, t) }
 	stop := func(machine, id string) bool {
 		t.Helper()
 		resp, err := b.svc.Report(ctx, machine, &agentv1.ReportAttemptRequest{TaskId: id, Attempt: 1})
@@ -254,18 +259,7 @@ func TestRunningStreamsBeforeItsRow(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(b.svc.Stop)
-	task, _, err := b.svc.Submit(ctx, b.ws, &v1.TaskSpec{Command: []string{"sleep", "600"}}, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	deadline := time.Now().Add(20 * time.Second)
-	for m := ""; m != agentv1.Agent_RunTask_FullMethodName; {
-		select {
-		case m = <-b.agents.pushed:
-		case <-time.After(time.Until(deadline)):
-			t.Fatal("the placed attempt was never pushed")
-		}
-	}
+	id := b.placed(ctx, t)
 	conn, err := pgx.Connect(ctx, b.pg)
 	if err != nil {
 		t.Fatal(err)
@@ -288,7 +282,7 @@ func TestRunningStreamsBeforeItsRow(t *testing.T) {
 	line := func(s string) *agentv1.AttemptRecord {
 		return &agentv1.AttemptRecord{Time: now, Record: &agentv1.AttemptRecord_Log{Log: &v1.LogLine{Text: s}}}
 	}
-	req := &agentv1.ReportAttemptRequest{TaskId: task.Id, Attempt: 1, FirstSeq: 1, Records: []*agentv1.AttemptRecord{
+	req := &agentv1.ReportAttemptRequest{TaskId: id, Attempt: 1, FirstSeq: 1, Records: []*agentv1.AttemptRecord{
 		{Time: now, Record: &agentv1.AttemptRecord_Update{Update: &agentv1.AttemptUpdate{State: v1.AttemptState_ATTEMPT_STATE_RUNNING}}},
 		line("one"), line("two")}}
 
@@ -296,10 +290,10 @@ func TestRunningStreamsBeforeItsRow(t *testing.T) {
 	if _, err := b.svc.Report(ctx, b.machine, req); err == nil {
 		t.Fatal("a report whose RUNNING write failed was acknowledged")
 	}
-	if got, _, _ := b.st.GetTask(ctx, b.ws, task.Id); got.State == store.TaskRunning {
+	if got, _, _ := b.st.GetTask(ctx, b.ws, id); got.State == store.TaskRunning {
 		t.Fatal("the row is RUNNING although Postgres refused the write")
 	}
-	if got := followed(ctx, t, b.svc, b.ws, task.Id); got != "RUNNING one two" {
+	if got := followed(ctx, t, b.svc, b.ws, id); got != "RUNNING one two" {
 		t.Fatalf("the stream before the row has %q, want RUNNING one two", got)
 	}
 
@@ -311,10 +305,10 @@ func TestRunningStreamsBeforeItsRow(t *testing.T) {
 	if resp.AckedSeq != 3 {
 		t.Errorf("acknowledged %d, want 3", resp.AckedSeq)
 	}
-	if got, _, err := b.st.GetTask(ctx, b.ws, task.Id); err != nil || got.State != store.TaskRunning {
+	if got, _, err := b.st.GetTask(ctx, b.ws, id); err != nil || got.State != store.TaskRunning {
 		t.Errorf("task state after the resend %q (%v), want RUNNING", got.State, err)
 	}
-	if got := followed(ctx, t, b.svc, b.ws, task.Id); got != "RUNNING one two" {
+	if got := followed(ctx, t, b.svc, b.ws, id); got != "RUNNING one two" {
 		t.Errorf("the stream after the resend has %q, want each record once", got)
 	}
 }
