@@ -45,7 +45,7 @@ type holder struct {
 // starting a process costs 2 to 3 ms on a small VM, and a shell that then
 // starts the runtime would cost it twice on every container's start.
 type holders struct {
-	// mu guards spare and closed.
+	// mu guards the fields below but wg.
 	mu     sync.Mutex
 	spare  *holder
 	closed bool
@@ -152,7 +152,7 @@ func (h *holder) discard() {
 // the runtime's command line from.
 func (h *holder) run(dir string, argv []string) error {
 	for _, a := range argv {
-		if strings.ContainsAny(a, "\n\x00") {
+		if strings.Contains(a, "\n") {
 			h.discard()
 			return fmt.Errorf("runtime argument %q: has a newline: %w", a, errInvalidHolderArg)
 		}

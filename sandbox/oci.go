@@ -24,8 +24,8 @@ import (
 // StateDir/ID holding its state root ("root/"), the runtime's log, pid
 // file, the container's output and its exit status.
 //
-// The runtime's foreground `run` is the child of a holder: a tiny shell in
-// its own session (setsid) that runs `run` with the container's stdout and
+// The runtime's foreground `run` is the child of a holder (holder.go): a
+// tiny shell in its own session (setsid), started ahead, that runs `run` with the container's stdout and
 // stderr going to the files "stdout" and "stderr" of the container
 // directory, and writes `run`'s exit status to "exit" when it returns. So
 // the container is no child of this process and outlives it (a stopped or

@@ -143,7 +143,11 @@ func (in *intake) store(ctx context.Context, machineID string, req *agentv1.Repo
 		case *agentv1.AttemptRecord_Log:
 			ev.Event = &v1.TaskEvent_Log{Log: r.Log}
 		case *agentv1.AttemptRecord_Update:
-			if st, _ := attemptStateOf(r.Update.GetState()); st == store.AttemptRunning && running == nil {
+			if st, _ := attemptStateOf(r.Update.GetState()); st == store.AttemptRunning {
+				// A second RUNNING (never sent) waits for the first.
+				if err := settle(); err != nil {
+					return 0, false, err
+				}
 				applied, err := appliedJSON(r.Update.GetAppliedSecurity())
 				if err != nil {
 					return 0, false, fmt.Errorf("report %s/%d: %w", taskID, n, err)
@@ -216,15 +220,8 @@ func (in *intake) applyUpdate(ctx context.Context, machineID, taskID string, n i
 	case !ok || st == store.AttemptScheduled:
 		return nil, false, fmt.Errorf("report: attempt state %v is not one an agent reports: %w", u.GetState(), errdefs.ErrInvalidArgument)
 	case st == store.AttemptRunning:
-		applied, err := appliedJSON(u.GetAppliedSecurity())
-		if err != nil {
-			return nil, false, fmt.Errorf("report %s/%d: %w", taskID, n, err)
-		}
-		if _, err := in.d.store.MarkRunning(ctx, taskID, n, at, applied); err != nil {
-			return nil, false, err
-		}
-		sc.TaskState = v1.TaskState_TASK_STATE_RUNNING
-		return sc, false, nil
+		// store writes RUNNING beside the stream append.
+		return nil, false, fmt.Errorf("report %s/%d: RUNNING reached the update path", taskID, n)
 	case st == store.AttemptLost:
 		if lost := in.rescuer.loseQuiet(ctx, taskID, n, machineID, u.GetMessage()); lost != nil {
 			return lost, true, nil
