@@ -186,6 +186,11 @@ func (p *prefixConn) Read(b []byte) (int, error) {
 	if len(p.prefix) > 0 {
 		n := copy(b, p.prefix)
 		p.prefix = p.prefix[n:]
+		if len(p.prefix) == 0 {
+			// The connection lives as long as its session: do not keep
+			// the ClientHello's buffer (a few KiB per agent) with it.
+			p.prefix = nil
+		}
 		return n, nil
 	}
 	return p.Conn.Read(b)

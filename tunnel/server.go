@@ -396,7 +396,11 @@ func (s *Server) handleTCP(ctx context.Context, c net.Conn, slot *handshakeSlot)
 		return
 	}
 	tc := tls.Server(&prefixConn{Conn: c, prefix: hello}, s.tls)
-	if err := tc.HandshakeContext(hctx); err != nil {
+	err = tc.HandshakeContext(hctx)
+	// admit serves the session for as long as it lasts: the handshake's
+	// context and timer must not stay with it.
+	cancel()
+	if err != nil {
 		s.handshakeFailed(c.RemoteAddr(), TransportTCP, fmt.Errorf("TLS handshake: %w", err))
 		_ = c.Close()
 		return

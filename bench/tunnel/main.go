@@ -6,6 +6,10 @@
 // -split-cpus=false. The last line prints the figures issue 3 names; NaN
 // marks one that was not measured. Pushes are also reported split into
 // first pushes to an agent (which make its push ClientConn) and the rest.
+// The cost per idle agent is per transport (QUIC on the main fleet, TLS +
+// yamux on a controlplane of its own) and for agents nobody pushed to within
+// the push idle timeout; kib_per_agent_pushed is the cost just after the
+// pushes, with their push ClientConns still open.
 // -only runs some phases; -profile keeps CPU, heap and goroutine profiles
 // and the children's logs in a directory.
 package main
@@ -38,6 +42,8 @@ func main() {
 	n := flag.Int("n", 0, "internal: agents in this process")
 	prefix := flag.String("prefix", "agent", "internal: agent name prefix")
 	busy := flag.Bool("busy", false, "internal: agent 0 streams logs at full speed")
+	tcpOnly := flag.Bool("tcp", false, "internal: agents dial TCP (TLS + yamux) only")
+	pushIdle := flag.Duration("push-idle", 0, "internal: the controlplane's push idle timeout (0: the product's default)")
 	flag.IntVar(&fleet1, "fleet1k", 1000, "agents for the *_1k figures (scale down on a small machine)")
 	flag.IntVar(&fleet5, "fleet5k", 5000, "agents for the *_5k and storm figures")
 	only := flag.String("only", "throughput,fleet,loss", "phases to run: throughput, fleet (push, idle cost, reconnect storm), loss")
@@ -58,9 +64,9 @@ func main() {
 	var err error
 	switch *role {
 	case "cp":
-		err = runCP(*dir, *addr)
+		err = runCP(*dir, *addr, *pushIdle)
 	case "agents":
-		err = runAgents(*dir, *addr, *prefix, *n, *busy)
+		err = runAgents(*dir, *addr, *prefix, *n, *busy, *tcpOnly)
 	case "":
 		var run map[string]bool
 		if run, err = phases(*only); err == nil {
@@ -243,7 +249,8 @@ func orchestrate(quick bool, run map[string]bool) error {
 	nan := math.NaN()
 	fig := map[string]float64{}
 	names := []string{"yamux_vs_tls", "quic_vs_tls", "push_p99_ms_1k", "push_p99_ms_5k", "push_p99_ms_busy",
-		"kib_per_agent", "goroutines_per_agent", "reconnect_s_p99", "reconnect_s_all", "handshake_failures",
+		"kib_per_agent", "goroutines_per_agent", "kib_per_agent_quic", "goroutines_per_agent_quic",
+		"kib_per_agent_yamux", "goroutines_per_agent_yamux", "kib_per_agent_pushed", "reconnect_s_p99", "reconnect_s_all", "handshake_failures",
 		"ctrl_p99_ms_loss1_quic", "ctrl_p99_ms_loss1_yamux"}
 	for _, n := range names {
 		fig[n] = nan
@@ -305,6 +312,9 @@ func measureFleet(quick bool, fig map[string]float64) error {
 	defer cleanup()
 	f := &fleet{dir: dir, quick: quick, fig: fig}
 	defer f.stop()
+	if err := f.measureYamuxIdleCost(); err != nil {
+		return err
+	}
 	if err := f.startControlplane(); err != nil {
 		return err
 	}
@@ -373,18 +383,73 @@ func (f *fleet) stop() {
 	}
 }
 
-// startControlplane spawns the controlplane and learns its address.
+// benchPushIdle is the fleet controlplane's push idle timeout: an agent's
+// push ClientConn is closed after that long without a push. The product
+// waits 2 minutes; the bench waits 3 s so that the cost of agents nobody
+// pushed to lately is measured within a quick run.
+const benchPushIdle = 3 * time.Second
+
+// spawnControlplane starts a controlplane child named name and learns its
+// address.
+func spawnControlplane(dir, name string, args ...string) (*child, string, error) {
+	cp, err := spawn(dir, name, append([]string{"-role", "cp", "-push-idle", benchPushIdle.String()}, args...)...)
+	if err != nil {
+		return nil, "", err
+	}
+	var hello struct{ Addr string }
+	if err := cp.read(&hello); err != nil {
+		cp.kill()
+		return nil, "", err
+	}
+	return cp, hello.Addr, nil
+}
+
+// startControlplane spawns the fleet's controlplane.
 func (f *fleet) startControlplane() error {
-	cp, err := spawn(f.dir, "cp", "-role", "cp")
+	cp, addr, err := spawnControlplane(f.dir, "cp")
 	if err != nil {
 		return err
 	}
-	f.cp = cp
-	var hello struct{ Addr string }
-	if err := cp.read(&hello); err != nil {
+	f.cp, f.addr = cp, addr
+	return nil
+}
+
+// measureYamuxIdleCost measures what an idle TLS + yamux agent costs, on a
+// controlplane of its own (the QUIC figures come from the main fleet).
+func (f *fleet) measureYamuxIdleCost() error {
+	cp, addr, err := spawnControlplane(f.dir, "cp-yamux")
+	if err != nil {
 		return err
 	}
-	f.addr = hello.Addr
+	defer cp.stop()
+	var base cpStats
+	if err := cp.call(command{Cmd: "stats"}, &base); err != nil {
+		return err
+	}
+	agents, err := spawn(f.dir, "agents-yamux", "-role", "agents", "-addr", addr, "-n", fmt.Sprint(fleet1), "-prefix", "y", "-tcp")
+	if err != nil {
+		return err
+	}
+	defer agents.stop()
+	if _, err := waitConnected(cp, fleet1, 60*time.Second); err != nil {
+		return err
+	}
+	var st cpStats
+	if err := cp.call(command{Cmd: "stats"}, &st); err != nil {
+		return err
+	}
+	if st.Agents == 0 {
+		return fmt.Errorf("no TLS + yamux agent connected")
+	}
+	if profileDir != "" {
+		var ignored map[string]string
+		if err := cp.call(command{Cmd: "profiles", Name: "cp-yamux"}, &ignored); err != nil {
+			return err
+		}
+	}
+	f.fig["kib_per_agent_yamux"] = float64(st.RSSKiB-base.RSSKiB) / float64(st.Agents)
+	f.fig["goroutines_per_agent_yamux"] = float64(st.Goroutines-base.Goroutines) / float64(st.Agents)
+	fmt.Printf("idle TLS + yamux: %d agents cost %.1f KiB and %.2f goroutines each\n", st.Agents, f.fig["kib_per_agent_yamux"], f.fig["goroutines_per_agent_yamux"])
 	return nil
 }
 
@@ -468,7 +533,16 @@ func (f *fleet) measurePushes() (int, error) {
 // agent against base.
 func (f *fleet) measureIdleCost(base cpStats) error {
 	cp, fig := f.cp, f.fig
-	idle := 5 * time.Second
+	// Right after the pushes, the agents pushed to still hold a push
+	// ClientConn; the idle window below outlasts benchPushIdle, so the
+	// figures after it are for agents nobody pushed to lately.
+	var pushed cpStats
+	if err := cp.call(command{Cmd: "stats"}, &pushed); err != nil {
+		return err
+	}
+	fig["kib_per_agent_pushed"] = float64(pushed.RSSKiB-base.RSSKiB) / float64(pushed.Agents)
+	fmt.Printf("controlplane with %d agents just after the pushes: rss %d KiB, %d goroutines\n", pushed.Agents, pushed.RSSKiB, pushed.Goroutines)
+	idle := max(5*time.Second, benchPushIdle*3/2)
 	var used struct {
 		CPU float64 `json:"cpu_s"`
 	}
@@ -486,9 +560,11 @@ func (f *fleet) measureIdleCost(base cpStats) error {
 			return err
 		}
 	}
+	// QUIC is the default transport: kib_per_agent is its figure.
 	fig["kib_per_agent"] = float64(st.RSSKiB-base.RSSKiB) / float64(st.Agents)
 	fig["goroutines_per_agent"] = float64(st.Goroutines-base.Goroutines) / float64(st.Agents)
-	fmt.Printf("controlplane with %d agents: rss %d KiB, %d goroutines (baseline %d KiB, %d)\n", st.Agents, st.RSSKiB, st.Goroutines, base.RSSKiB, base.Goroutines)
+	fig["kib_per_agent_quic"], fig["goroutines_per_agent_quic"] = fig["kib_per_agent"], fig["goroutines_per_agent"]
+	fmt.Printf("controlplane with %d idle agents: rss %d KiB, %d goroutines (baseline %d KiB, %d)\n", st.Agents, st.RSSKiB, st.Goroutines, base.RSSKiB, base.Goroutines)
 
 	return nil
 }
@@ -499,15 +575,11 @@ func (f *fleet) measureReconnectStorm(total int) error {
 	quick, fig := f.quick, f.fig
 	f.cp.kill()
 	t0 := time.Now()
-	cp, err := spawn(f.dir, "cp2", "-role", "cp", "-addr", f.addr)
+	cp, _, err := spawnControlplane(f.dir, "cp2", "-addr", f.addr)
 	if err != nil {
 		return err
 	}
 	f.cp = cp
-	var hello struct{ Addr string }
-	if err := cp.read(&hello); err != nil {
-		return err
-	}
 	limit := 60 * time.Second
 	if quick {
 		limit = 20 * time.Second

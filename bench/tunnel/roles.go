@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"crypto/x509"
 	"encoding/json"
@@ -43,6 +44,8 @@ type command struct {
 	Size int    `json:"size,omitempty"`
 	Busy string `json:"busy,omitempty"`
 	T0   int64  `json:"t0,omitempty"`
+	// Name prefixes the profiles' file names (default "cp").
+	Name string `json:"name,omitempty"`
 }
 
 // serveCommands answers commands from stdin until it closes.
@@ -120,7 +123,7 @@ func counterValue(reg *prometheus.Registry, name string, labels map[string]strin
 }
 
 // runCP is the controlplane process: tunnel server, hub, echo service.
-func runCP(dir, addr string) error {
+func runCP(dir, addr string, pushIdle time.Duration) error {
 	ca, err := tunneltest.LoadCA(dir)
 	if err != nil {
 		return err
@@ -140,7 +143,7 @@ func runCP(dir, addr string) error {
 	}
 	gs := grpc.NewServer(tunnel.ServerOptions(tunnel.Limits{})...)
 	tunneltest.RegisterEcho(gs, nil)
-	hub, err := tunnel.NewHub(tunnel.HubConfig{Server: gs})
+	hub, err := tunnel.NewHub(tunnel.HubConfig{Server: gs, PushIdleTimeout: pushIdle})
 	// Agents pushed to before: a first push also makes the agent's push
 	// ClientConn and its HTTP/2 connection, and is reported apart.
 	pushed := make(map[string]bool)
@@ -190,8 +193,9 @@ func runCP(dir, addr string) error {
 		case "profiles":
 			// Goroutine and heap profiles next to the CPU profile, to see
 			// what an idle agent costs.
+			prefix := cmp.Or(c.Name, "cp")
 			for _, name := range []string{"goroutine", "heap"} {
-				f, err := os.Create(filepath.Join(dir, "cp-"+name+".txt"))
+				f, err := os.Create(filepath.Join(dir, prefix+"-"+name+".txt"))
 				if err != nil {
 					return map[string]string{"error": err.Error()}
 				}
@@ -309,7 +313,7 @@ func pct(sorted []float64, p float64) float64 {
 }
 
 // runAgents is a load-generator process holding n agents.
-func runAgents(dir, addr, prefix string, n int, busy bool) error {
+func runAgents(dir, addr, prefix string, n int, busy, tcpOnly bool) error {
 	ca, err := tunneltest.LoadCA(dir)
 	if err != nil {
 		return err
@@ -331,7 +335,7 @@ func runAgents(dir, addr, prefix string, n int, busy bool) error {
 			return err
 		}
 		autos[i], err = tunnel.NewAuto(tunnel.ClientConfig{
-			Addrs: []string{addr}, TLS: ctls, Proxy: noProxy, Metrics: m, Logger: log,
+			Addrs: []string{addr}, TLS: ctls, Proxy: noProxy, Metrics: m, Logger: log, DisableQUIC: tcpOnly,
 		}, func(ctx context.Context, s tunnel.Session) {
 			upAt[i].Store(time.Now().UnixNano())
 			cur[i].Store(&s)
