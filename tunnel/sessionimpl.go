@@ -35,7 +35,12 @@ type session struct {
 	// without the reset reaching us, and Auto dials a new session rather
 	// than wait out HeartbeatTimeout.
 	quiet chan struct{}
-	wg    sync.WaitGroup
+	// polled: the peer's heartbeats are read at each beat instead of by a
+	// goroutine of their own (see pollsHeartbeats); heard is when one last
+	// arrived, touched only by beat.
+	polled bool
+	heard  time.Time
+	wg     sync.WaitGroup
 
 	// mu guards err, closed, streams and hb.
 	mu      sync.Mutex
@@ -63,14 +68,75 @@ func newSession(m mux, side, identity string, ctrl net.Conn, live Liveness, lim 
 		s.quiet = make(chan struct{})
 	}
 	metrics.sessions.WithLabelValues(side, string(m.transport())).Inc()
-	s.wg.Add(1)
-	go s.readHeartbeats()
+	if ctx, ok := pollsHeartbeats(side, m); ok {
+		s.polled, s.heard = true, time.Now()
+		context.AfterFunc(ctx, func() {
+			s.fail(fmt.Errorf("session with %s ended: %w", s.identity, context.Cause(ctx)))
+		})
+	} else {
+		s.wg.Add(1)
+		go s.readHeartbeats()
+	}
 	// Heartbeats are written from a timer, not a goroutine of their own:
 	// an idle agent costs one goroutine less.
 	s.mu.Lock()
 	s.hb = clk.AfterFunc(live.HeartbeatInterval, s.beat)
 	s.mu.Unlock()
 	return s
+}
+
+// pollsHeartbeats says whether a session reads its peer's heartbeats at
+// each beat rather than from a goroutine of its own, and returns the
+// context that ends with the connection. The server's side of a QUIC
+// session does: a controlplane holds thousands of them, and QUIC tells a
+// closed connection (CONNECTION_CLOSE, stateless reset, idle timeout) on
+// its context, without a blocked reader. The client keeps its reader: it
+// acts on a quiet controlplane within quietAfter. TCP keeps it too: yamux
+// says a session ended only on a channel, which would take a goroutine.
+func pollsHeartbeats(side string, m mux) (context.Context, bool) {
+	q, ok := m.(*quicMux)
+	if side != "server" || !ok {
+		return nil, false
+	}
+	return q.c.Context(), true
+}
+
+// heartbeatPollWait is how long a beat waits for the peer's heartbeat
+// when none is buffered (the peer beats at the same interval, so one
+// usually is): short, as it holds the timer's goroutine.
+const heartbeatPollWait = time.Millisecond
+
+// drainHeartbeats reads what the peer sent since the last beat. It fails
+// on anything but heartbeats and on HeartbeatTimeout of silence: checked
+// at each beat, so the session ends within one interval of the timeout
+// (QUIC's idle timeout, HeartbeatTimeout plus an interval, is the same
+// bound).
+func (s *session) drainHeartbeats() error {
+	var buf [4 * heartbeatLen]byte
+	_ = s.ctrl.SetReadDeadline(time.Now().Add(heartbeatPollWait))
+	for {
+		n, err := s.ctrl.Read(buf[:])
+		if n > 0 {
+			s.heard = time.Now()
+		}
+		for _, b := range buf[:n] {
+			if b != heartbeatByte {
+				return fmt.Errorf("control stream: unexpected byte 0x%02x from %s", b, s.identity)
+			}
+		}
+		var ne net.Error
+		switch {
+		case err == nil && n == len(buf):
+			continue // more may be buffered
+		case err == nil, errors.As(err, &ne) && ne.Timeout():
+			if silent := time.Since(s.heard); silent > s.live.HeartbeatTimeout {
+				return fmt.Errorf("session with %s: nothing for %s: %w", s.identity, silent.Round(time.Millisecond), ErrPeerDead)
+			}
+			return nil
+		default:
+			return fmt.Errorf("session with %s ended: %w", s.identity, err)
+		}
+	}
 }
 
 func (s *session) readHeartbeats() {
@@ -138,6 +204,12 @@ func (s *session) beat() {
 	if _, err := s.ctrl.Write(heartbeat[:]); err != nil {
 		s.fail(fmt.Errorf("writing heartbeat to %s: %w", s.identity, err))
 		return
+	}
+	if s.polled {
+		if err := s.drainHeartbeats(); err != nil {
+			s.fail(err)
+			return
+		}
 	}
 	s.mu.Lock()
 	if !s.closed {
