@@ -111,7 +111,11 @@ type yamuxMux struct {
 
 func yamuxConfig(l Liveness, lim Limits, log *slog.Logger) *yamux.Config {
 	c := yamux.DefaultConfig()
-	c.AcceptBacklog = lim.MaxStreams + 1
+	// Streams opened and not yet accepted (the opener's own backlog blocks
+	// it there, so with ours on both ends nothing is reset). The accept
+	// loop takes them at once; each slot costs 8 bytes in every session,
+	// held for its life, so MaxStreams+1 of them would be waste.
+	c.AcceptBacklog = min(lim.MaxStreams+1, 64)
 	// The heartbeat keeps the TCP NAT binding (350 s) warm and decides
 	// liveness; yamux's own keepalive would cost a goroutine per session.
 	c.EnableKeepAlive = false

@@ -70,9 +70,11 @@ func newSession(m mux, side, identity string, ctrl net.Conn, live Liveness, lim 
 	metrics.sessions.WithLabelValues(side, string(m.transport())).Inc()
 	if ctx, ok := pollsHeartbeats(side, m); ok {
 		s.polled, s.heard = true, time.Now()
-		context.AfterFunc(ctx, func() {
-			s.fail(fmt.Errorf("session with %s ended: %w", s.identity, context.Cause(ctx)))
-		})
+		if ctx != nil {
+			context.AfterFunc(ctx, func() {
+				s.fail(fmt.Errorf("session with %s ended: %w", s.identity, context.Cause(ctx)))
+			})
+		}
 	} else {
 		s.wg.Add(1)
 		go s.readHeartbeats()
@@ -86,19 +88,21 @@ func newSession(m mux, side, identity string, ctrl net.Conn, live Liveness, lim 
 }
 
 // pollsHeartbeats says whether a session reads its peer's heartbeats at
-// each beat rather than from a goroutine of its own, and returns the
-// context that ends with the connection. The server's side of a QUIC
-// session does: a controlplane holds thousands of them, and QUIC tells a
-// closed connection (CONNECTION_CLOSE, stateless reset, idle timeout) on
-// its context, without a blocked reader. The client keeps its reader: it
-// acts on a quiet controlplane within quietAfter. TCP keeps it too: yamux
-// says a session ended only on a channel, which would take a goroutine.
+// each beat rather than from a goroutine of its own; for QUIC it also
+// returns the context that ends with the connection. The server's side
+// does: a controlplane holds thousands of sessions. QUIC tells a closed
+// connection (CONNECTION_CLOSE, stateless reset, idle timeout) on that
+// context at once; a closed yamux session fails the next beat's write, and
+// the Hub's accept loop sees it at once. The client keeps its reader: it
+// acts on a quiet controlplane within quietAfter.
 func pollsHeartbeats(side string, m mux) (context.Context, bool) {
-	q, ok := m.(*quicMux)
-	if side != "server" || !ok {
+	if side != "server" {
 		return nil, false
 	}
-	return q.c.Context(), true
+	if q, ok := m.(*quicMux); ok {
+		return q.c.Context(), true
+	}
+	return nil, true
 }
 
 // heartbeatPollWait is how long a beat waits for the peer's heartbeat
