@@ -66,6 +66,9 @@
 // hang; QUIC runs with an idle timeout tied to the heartbeat. Neither runs
 // its own keepalive: the heartbeat is one, and an idle agent then costs a
 // heartbeat and its acknowledgement each way per interval, nothing more.
+// The server reads an agent's heartbeats when it writes its own, not from
+// a goroutine per agent: an idle agent costs the controlplane three
+// goroutines (two of quic-go's or yamux's, and the gRPC accept loop).
 // Both sides must use compatible settings: each side's HeartbeatTimeout must
 // exceed the other side's HeartbeatInterval several times over (use the same
 // Liveness on both). Reads on application streams have no idle deadline of
