@@ -28,14 +28,13 @@ type pushConn struct {
 	ended   bool
 	calls   int // in flight on cc
 	lastUse time.Time
-	reaper  clock.Timer // runs while cc is open
+	// reaper runs while cc is open; it is made with the first cc (an agent
+	// never pushed to needs none).
+	reaper clock.Timer
 }
 
 func newPushConn(identity string, idle time.Duration, clk clock.Clock, dial func(opts ...grpc.DialOption) (*grpc.ClientConn, error)) *pushConn {
-	p := &pushConn{identity: identity, idle: idle, clock: clk, dial: dial}
-	p.reaper = clk.AfterFunc(idle, p.reap)
-	p.reaper.Stop()
-	return p
+	return &pushConn{identity: identity, idle: idle, clock: clk, dial: dial}
 }
 
 func (p *pushConn) get() (*grpc.ClientConn, error) {
@@ -53,7 +52,11 @@ func (p *pushConn) get() (*grpc.ClientConn, error) {
 			return nil, err
 		}
 		p.cc = cc
-		p.reaper.Reset(p.idle)
+		if p.reaper == nil {
+			p.reaper = p.clock.AfterFunc(p.idle, p.reap)
+		} else {
+			p.reaper.Reset(p.idle)
+		}
 	}
 	return p.cc, nil
 }
@@ -83,7 +86,9 @@ func (p *pushConn) end() {
 	p.ended = true
 	cc := p.cc
 	p.cc = nil
-	p.reaper.Stop()
+	if p.reaper != nil {
+		p.reaper.Stop()
+	}
 	p.mu.Unlock()
 	if cc != nil {
 		_ = cc.Close()
