@@ -123,10 +123,8 @@ func (s *session) drainHeartbeats() error {
 		if n > 0 {
 			s.heard = time.Now()
 		}
-		for _, b := range buf[:n] {
-			if b != heartbeatByte {
-				return fmt.Errorf("control stream: unexpected byte 0x%02x from %s", b, s.identity)
-			}
+		if err := s.heartbeatsOnly(buf[:n]); err != nil {
+			return err
 		}
 		var ne net.Error
 		switch {
@@ -141,6 +139,17 @@ func (s *session) drainHeartbeats() error {
 			return fmt.Errorf("session with %s ended: %w", s.identity, err)
 		}
 	}
+}
+
+// heartbeatsOnly fails on anything the peer sent on the control stream
+// that is not a heartbeat.
+func (s *session) heartbeatsOnly(b []byte) error {
+	for _, c := range b {
+		if c != heartbeatByte {
+			return fmt.Errorf("control stream: unexpected byte 0x%02x from %s", c, s.identity)
+		}
+	}
+	return nil
 }
 
 func (s *session) readHeartbeats() {
@@ -160,11 +169,9 @@ func (s *session) readHeartbeats() {
 		if n > 0 {
 			last = time.Now()
 		}
-		for _, b := range buf[:n] {
-			if b != heartbeatByte {
-				s.fail(fmt.Errorf("control stream: unexpected byte 0x%02x from %s", b, s.identity))
-				return
-			}
+		if err := s.heartbeatsOnly(buf[:n]); err != nil {
+			s.fail(err)
+			return
 		}
 		if err != nil {
 			var ne net.Error
