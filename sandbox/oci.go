@@ -65,6 +65,9 @@ type ociContainer struct {
 	waitErr error
 	// started is set by Start and Reattach.
 	started bool
+	// running is closed by the watcher once the runtime wrote the pid
+	// file: the container's process runs.
+	running chan struct{}
 }
 
 // The files of a container directory the holder writes.
@@ -74,6 +77,9 @@ const (
 	exitFile   = "exit"
 	holderFile = "holder"
 	metaFile   = "meta.json"
+	// pidFile is the runtime's (--pid-file): written once the container's
+	// process runs.
+	pidFile = "pid"
 )
 
 // meta is what a later process needs to drive a container it did not
@@ -164,7 +170,7 @@ func (r *OCI) Create(ctx context.Context, id string, opts CreateOpts) error {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.containers[id] = &ociContainer{dir: dir, opts: opts, done: make(chan struct{})}
+	r.containers[id] = &ociContainer{dir: dir, opts: opts, done: make(chan struct{}), running: make(chan struct{})}
 	return nil
 }
 
@@ -191,14 +197,13 @@ func (r *OCI) Start(ctx context.Context, id string) error {
 	}
 	c.started = true
 	r.mu.Unlock()
-	pidFile := filepath.Join(c.dir, "pid")
 	args := append(r.globalArgs(c.dir, c.opts), "run")
 	if r.name == RuntimeRunc {
 		// Keep the stopped container (and its cgroup, whose event counters
 		// say whether a limit killed it) until Delete.
 		args = append(args, "--keep")
 	}
-	args = append(args, "--bundle", c.opts.Bundle, "--pid-file", pidFile, id)
+	args = append(args, "--bundle", c.opts.Bundle, "--pid-file", filepath.Join(c.dir, pidFile), id)
 	for _, f := range []string{stdoutFile, stderrFile} {
 		if err := os.WriteFile(filepath.Join(c.dir, f), nil, 0o600); err != nil {
 			err = errdefs.WithRetry(fmt.Errorf("start container %s: %w", id, err), true)
@@ -237,23 +242,21 @@ func (r *OCI) Start(ctx context.Context, id string) error {
 	go r.watch(id, c, 0, 0, holderDone, cmd.Process.Pid)
 	defer r.holders.fill()
 	// Wait for the pid file or the runtime's exit, whichever comes first.
-	tick := time.NewTicker(time.Millisecond)
-	defer tick.Stop()
-	for {
-		if _, err := os.Stat(pidFile); err == nil {
-			return nil
+	// The watcher looks for the pid file on each of its passes, which the
+	// runtime's own writes in the directory wake: a poll here would wake
+	// this process every millisecond while the runtime starts on the same
+	// CPUs, and slowed it.
+	select {
+	case <-c.running:
+		return nil
+	case <-c.done:
+		if c.waitErr != nil {
+			return c.waitErr
 		}
-		select {
-		case <-c.done:
-			if c.waitErr != nil {
-				return c.waitErr
-			}
-			return nil
-		case <-ctx.Done():
-			_ = r.Kill(context.WithoutCancel(ctx), id, syscall.SIGKILL)
-			return fmt.Errorf("start container %s: %w", id, ctx.Err())
-		case <-tick.C:
-		}
+		return nil
+	case <-ctx.Done():
+		_ = r.Kill(context.WithoutCancel(ctx), id, syscall.SIGKILL)
+		return fmt.Errorf("start container %s: %w", id, ctx.Err())
 	}
 }
 
@@ -288,7 +291,7 @@ func (r *OCI) Reattach(ctx context.Context, id string, opts ReattachOpts) error 
 	}
 	hp, _ := os.ReadFile(filepath.Join(dir, holderFile))
 	holder, _ := strconv.Atoi(strings.TrimSpace(string(hp)))
-	c := &ociContainer{dir: dir, started: true, done: make(chan struct{}),
+	c := &ociContainer{dir: dir, started: true, done: make(chan struct{}), running: make(chan struct{}),
 		opts: CreateOpts{Bundle: m.Bundle, OwnNetwork: m.OwnNetwork, NetRaw: m.NetRaw, Stdout: opts.Stdout, Stderr: opts.Stderr}}
 	r.mu.Lock()
 	if _, ok := r.containers[id]; ok {
@@ -325,9 +328,16 @@ func (r *OCI) watch(id string, c *ociContainer, outOff, errOff int64, holderDone
 		r.logger.Debug("container output polled only", "container_id", id, "err", err)
 	}
 	holderGone := false
+	running := c.running
 	var last time.Time
 	for i := 0; ; i++ {
 		last = time.Now()
+		if running != nil {
+			if _, err := os.Stat(filepath.Join(c.dir, pidFile)); err == nil {
+				close(running)
+				running = nil
+			}
+		}
 		code, ok := readExit(filepath.Join(c.dir, exitFile))
 		// Only a pass that found output spaces the next: the first
 		// output after a quiet spell (a task's first line) is read at
@@ -335,7 +345,7 @@ func (r *OCI) watch(id string, c *ociContainer, outOff, errOff int64, holderDone
 		busy := out.read()+errs.read() > 0
 		if ok {
 			c.exit = exitCode(code)
-			if _, err := os.Stat(filepath.Join(c.dir, "pid")); err != nil {
+			if _, err := os.Stat(filepath.Join(c.dir, pidFile)); err != nil {
 				// The runtime failed before the container had a process.
 				c.waitErr = errdefs.WithRetry(fmt.Errorf("container %s: %s run failed (exit %d): %s", id, r.name, code, r.logTail(c.dir)), false)
 			}
@@ -517,7 +527,7 @@ func (r *OCI) Delete(ctx context.Context, id string) error {
 	if started {
 		select {
 		case <-c.done:
-			if _, err := os.Stat(filepath.Join(c.dir, "pid")); r.name == RuntimeRunc && err == nil {
+			if _, err := os.Stat(filepath.Join(c.dir, pidFile)); r.name == RuntimeRunc && err == nil {
 				// Run kept the stopped container: remove it and its cgroup.
 				if _, err := r.exec(ctx, c.dir, c.opts, "delete", "--force", id); err != nil && !errdefs.IsNotFound(err) {
 					return fmt.Errorf("delete container %s: %w", id, err)
