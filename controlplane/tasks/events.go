@@ -155,7 +155,11 @@ func (e *Events) Follow(ctx context.Context, workspaceID, taskID, cursor string,
 	// read that found nothing and the wait.
 	grew, done := e.watch(taskID)
 	defer done()
-	quiet := false
+	// checkRow is whether a quiet stream sends the follower to the row:
+	// at first (a stream that expired) and after followPoll without
+	// growth (a last event lost), not after each burst of a live stream,
+	// which would cost a Postgres read per batch of lines per follower.
+	quiet, checkRow := false, true
 	for {
 		if quiet {
 			t := e.d.clock.NewTimer(followPoll)
@@ -166,6 +170,7 @@ func (e *Events) Follow(ctx context.Context, workspaceID, taskID, cursor string,
 			case <-grew:
 				t.Stop()
 			case <-t.C():
+				checkRow = true
 			}
 		}
 		n, end, err := e.sendAfter(ctx, taskID, &last, send)
@@ -173,10 +178,14 @@ func (e *Events) Follow(ctx context.Context, workspaceID, taskID, cursor string,
 			return err
 		}
 		if quiet = n == 0; !quiet {
+			checkRow = false
 			continue
 		}
 		if noWait {
 			return e.caughtUp(ctx, workspaceID, taskID, last, send)
+		}
+		if !checkRow {
+			continue
 		}
 		select {
 		case <-grew:

@@ -332,3 +332,91 @@ func followed(ctx context.Context, t *testing.T, svc *tasks.Service, ws, id stri
 	}
 	return strings.Join(got, " ")
 }
+
+// TestFollowerStreamsWhilePostgresStalls: a follower of a live stream reads
+// the task's row only when the stream has been quiet (at first, and after
+// a quiet spell), not after each batch of lines, so lines keep reaching it
+// while Postgres stalls (here the tasks table is locked) — and a
+// follower no longer costs a Postgres read per batch.
+func TestFollowerStreamsWhilePostgresStalls(t *testing.T) {
+	b := setupLife(t)
+	ctx := context.Background()
+	if err := b.svc.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(b.svc.Stop)
+	id := b.placed(ctx, t)
+	now := timestamppb.Now()
+	seq := uint64(1)
+	report := func(recs ...*agentv1.AttemptRecord) {
+		t.Helper()
+		resp, err := b.svc.Report(ctx, b.machine, &agentv1.ReportAttemptRequest{TaskId: id, Attempt: 1, FirstSeq: seq, Records: recs})
+		if err != nil || resp.AckedSeq != seq+uint64(len(recs))-1 {
+			t.Fatalf("report from %d: %v %v", seq, resp, err)
+		}
+		seq += uint64(len(recs))
+	}
+	line := func(s string) *agentv1.AttemptRecord {
+		return &agentv1.AttemptRecord{Time: now, Record: &agentv1.AttemptRecord_Log{Log: &v1.LogLine{Text: s}}}
+	}
+	report(&agentv1.AttemptRecord{Time: now, Record: &agentv1.AttemptRecord_Update{Update: &agentv1.AttemptUpdate{State: v1.AttemptState_ATTEMPT_STATE_RUNNING}}})
+
+	fctx, cancel := context.WithCancel(ctx)
+	lines := make(chan string, 16)
+	followed := make(chan error, 1)
+	go func() {
+		followed <- b.svc.Follow(fctx, b.ws, id, "", false, func(ev *v1.TaskEvent) error {
+			switch {
+			case ev.GetLog() != nil:
+				lines <- ev.GetLog().GetText()
+			case ev.GetState().GetAttemptState() == v1.AttemptState_ATTEMPT_STATE_RUNNING:
+				lines <- "RUNNING"
+			}
+			return nil
+		})
+	}()
+	defer func() {
+		cancel()
+		if err := <-followed; err != nil && !errors.Is(err, context.Canceled) {
+			t.Errorf("follow: %v", err)
+		}
+	}()
+	expect := func(want string) {
+		t.Helper()
+		select {
+		case got := <-lines:
+			if got != want {
+				t.Fatalf("follower got %q, want %q", got, want)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("follower did not get %q within 5s", want)
+		}
+	}
+	expect("RUNNING")
+	// Let the follower settle on its quiet wait (its row read done).
+	time.Sleep(100 * time.Millisecond)
+
+	conn, err := pgx.Connect(ctx, b.pg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, `LOCK TABLE tasks IN ACCESS EXCLUSIVE MODE`); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	for _, batch := range [][]string{{"one", "two"}, {"three"}, {"four", "five"}} {
+		var recs []*agentv1.AttemptRecord
+		for _, s := range batch {
+			recs = append(recs, line(s))
+		}
+		report(recs...)
+		for _, s := range batch {
+			expect(s)
+		}
+	}
+}
