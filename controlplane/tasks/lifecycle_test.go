@@ -64,6 +64,23 @@ func setupLife(t *testing.T) *lifeBundle {
 	return &lifeBundle{st: st, rdb: rdb, svc: svc, ws: ws.ID, machine: m.ID, agents: ag, pg: cfg.Database.Postgres.ConnString()}
 }
 
+// startLife is setupLife with the Service started (stopped at cleanup).
+func startLife(t *testing.T) (*lifeBundle, context.Context) {
+	t.Helper()
+	b := setupLife(t)
+	ctx := context.Background()
+	if err := b.svc.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(b.svc.Stop)
+	return b, ctx
+}
+
+// lineRecord is an agent's record of one output line.
+func lineRecord(at *timestamppb.Timestamp, text string) *agentv1.AttemptRecord {
+	return &agentv1.AttemptRecord{Time: at, Record: &agentv1.AttemptRecord_Log{Log: &v1.LogLine{Text: text}}}
+}
+
 // placed submits a long task and returns its id once its attempt was
 // pushed to the machine.
 func (b *lifeBundle) placed(ctx context.Context, t *testing.T) string {
@@ -201,12 +218,7 @@ func storeAndRedis(ctx context.Context, t *testing.T, cfg *config.Config, name s
 // replica no longer asks Postgres on every report of a placed attempt. A
 // report from a machine that does not run the attempt is told to stop.
 func TestReportSaysStopWhenNoLongerWanted(t *testing.T) {
-	b := setupLife(t)
-	ctx := context.Background()
-	if err := b.svc.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(b.svc.Stop)
+	b, ctx := startLife(t)
 	placed := func() string { return b.placed(ctx, t) }
 	stop := func(machine, id string) bool {
 		t.Helper()
@@ -253,12 +265,7 @@ func TestReportSaysStopWhenNoLongerWanted(t *testing.T) {
 // write (a trigger): the lines are followed all the same, the report
 // fails, and its resend writes the row and streams no record twice.
 func TestRunningStreamsBeforeItsRow(t *testing.T) {
-	b := setupLife(t)
-	ctx := context.Background()
-	if err := b.svc.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(b.svc.Stop)
+	b, ctx := startLife(t)
 	id := b.placed(ctx, t)
 	conn, err := pgx.Connect(ctx, b.pg)
 	if err != nil {
@@ -279,12 +286,9 @@ func TestRunningStreamsBeforeItsRow(t *testing.T) {
 		}
 	}
 	now := timestamppb.Now()
-	line := func(s string) *agentv1.AttemptRecord {
-		return &agentv1.AttemptRecord{Time: now, Record: &agentv1.AttemptRecord_Log{Log: &v1.LogLine{Text: s}}}
-	}
 	req := &agentv1.ReportAttemptRequest{TaskId: id, Attempt: 1, FirstSeq: 1, Records: []*agentv1.AttemptRecord{
 		{Time: now, Record: &agentv1.AttemptRecord_Update{Update: &agentv1.AttemptUpdate{State: v1.AttemptState_ATTEMPT_STATE_RUNNING}}},
-		line("one"), line("two")}}
+		lineRecord(now, "one"), lineRecord(now, "two")}}
 
 	refuse(true)
 	if _, err := b.svc.Report(ctx, b.machine, req); err == nil {
@@ -339,12 +343,7 @@ func followed(ctx context.Context, t *testing.T, svc *tasks.Service, ws, id stri
 // while Postgres stalls (here the tasks table is locked) — and a
 // follower no longer costs a Postgres read per batch.
 func TestFollowerStreamsWhilePostgresStalls(t *testing.T) {
-	b := setupLife(t)
-	ctx := context.Background()
-	if err := b.svc.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(b.svc.Stop)
+	b, ctx := startLife(t)
 	id := b.placed(ctx, t)
 	now := timestamppb.Now()
 	seq := uint64(1)
@@ -355,9 +354,6 @@ func TestFollowerStreamsWhilePostgresStalls(t *testing.T) {
 			t.Fatalf("report from %d: %v %v", seq, resp, err)
 		}
 		seq += uint64(len(recs))
-	}
-	line := func(s string) *agentv1.AttemptRecord {
-		return &agentv1.AttemptRecord{Time: now, Record: &agentv1.AttemptRecord_Log{Log: &v1.LogLine{Text: s}}}
 	}
 	report(&agentv1.AttemptRecord{Time: now, Record: &agentv1.AttemptRecord_Update{Update: &agentv1.AttemptUpdate{State: v1.AttemptState_ATTEMPT_STATE_RUNNING}}})
 
@@ -412,7 +408,7 @@ func TestFollowerStreamsWhilePostgresStalls(t *testing.T) {
 	for _, batch := range [][]string{{"one", "two"}, {"three"}, {"four", "five"}} {
 		var recs []*agentv1.AttemptRecord
 		for _, s := range batch {
-			recs = append(recs, line(s))
+			recs = append(recs, lineRecord(now, s))
 		}
 		report(recs...)
 		for _, s := range batch {
