@@ -356,10 +356,12 @@ func TestLostAgentRetriesElsewhere(t *testing.T) {
 	t.Parallel()
 	b := start(t, config1s(t))
 	first := controlplanetest.StartScriptedMachine(t, b.in, b.ctx, "default", 2, 0)
-	task := b.submit(t, &v1.TaskSpec{Command: []string{"sleep", "500ms"}, Retries: 1}, "")
+	// Long enough that the attempt cannot end on the first machine before
+	// it stops, however slow a loaded run is (500 ms once was not).
+	task := b.submit(t, &v1.TaskSpec{Command: []string{"sleep", "3s"}, Retries: 1}, "")
 	waitState(t, b, task.Id, v1.TaskState_TASK_STATE_RUNNING)
-	second := controlplanetest.StartScriptedMachine(t, b.in, b.ctx, "default", 2, 0)
 	first.Stop() // its tunnel is gone; after the 1 s grace the attempt is lost
+	second := controlplanetest.StartScriptedMachine(t, b.in, b.ctx, "default", 2, 0)
 	done := waitState(t, b, task.Id, v1.TaskState_TASK_STATE_SUCCEEDED)
 	if len(done.Attempts) != 2 || done.Attempts[0].State != v1.AttemptState_ATTEMPT_STATE_LOST ||
 		done.Attempts[0].MachineId != first.ID || done.Attempts[1].MachineId != second.ID {
