@@ -6,11 +6,14 @@ import (
 	"crypto/tls"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -59,13 +62,39 @@ func newBox(t *testing.T) *box {
 	return &box{ns: b.NS, hostIP: b.HostIP, boxIP: b.BoxIP}
 }
 
-func freePort(t *testing.T) int {
+// freePorts returns n distinct ports free for both TCP and UDP on ip (the
+// tunnel listens on both with one number). They are probed on ip itself,
+// where the replica binds them: a port free on 127.0.0.1 can be the other
+// replica's on ip, and the kernel hands out neighbouring ports to probes
+// made moments apart. Each probe stays open until all n are found, so no
+// port comes twice.
+func freePorts(t *testing.T, ip string, n int) []int {
 	t.Helper()
-	p, err := devstack.FreeTCPUDPPort()
-	if err != nil {
-		t.Fatal(err)
+	var held []io.Closer
+	defer func() {
+		for _, c := range held {
+			c.Close()
+		}
+	}()
+	var ports []int
+	for tries := 0; len(ports) < n; tries++ {
+		if tries == 50*n {
+			t.Fatalf("no %d ports free for both TCP and UDP on %s", n, ip)
+		}
+		l, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, l)
+		p := l.Addr().(*net.TCPAddr).Port
+		u, err := net.ListenPacket("udp", net.JoinHostPort(ip, strconv.Itoa(p)))
+		if err != nil {
+			continue
+		}
+		held = append(held, u)
+		ports = append(ports, p)
 	}
-	return p
+	return ports
 }
 
 // replica is one levers9-controlplane process; kill and start again keep
@@ -83,11 +112,12 @@ type replica struct {
 func newReplica(t *testing.T, name string, base *config.Config, host, logs string) *replica {
 	t.Helper()
 	c := *base
+	ports := freePorts(t, host, 3)
 	r := &replica{name: name,
-		grpc:    fmt.Sprintf("%s:%d", host, freePort(t)),
-		rest:    fmt.Sprintf("%s:%d", host, freePort(t)),
-		tunnel:  fmt.Sprintf("%s:%d", host, freePort(t)),
-		metrics: fmt.Sprintf("127.0.0.1:%d", freePort(t)),
+		grpc:    net.JoinHostPort(host, strconv.Itoa(ports[0])),
+		rest:    net.JoinHostPort(host, strconv.Itoa(ports[1])),
+		tunnel:  net.JoinHostPort(host, strconv.Itoa(ports[2])),
+		metrics: net.JoinHostPort("127.0.0.1", strconv.Itoa(freePorts(t, "127.0.0.1", 1)[0])),
 	}
 	c.Controlplane.GRPCAddr, c.Controlplane.RESTAddr, c.Controlplane.TunnelAddr = r.grpc, r.rest, r.tunnel
 	c.Controlplane.Metrics.Addr = r.metrics
