@@ -17,6 +17,7 @@ type Metrics struct {
 	bytes         *prometheus.CounterVec // side, direction
 	streamsOpened *prometheus.CounterVec // side
 	streamsClosed *prometheus.CounterVec // side
+	udpRefused    *prometheus.CounterVec // side
 }
 
 // Handshake results.
@@ -60,10 +61,14 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Namespace: "levers9", Subsystem: "tunnel", Name: "streams_closed_total",
 			Help: "Tunnel streams closed (locally or by session end), by side.",
 		}, []string{"side"}),
+		udpRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "levers9", Subsystem: "tunnel", Name: "udp_sends_refused_total",
+			Help: "QUIC datagrams this host refused to send (EPERM: a firewall DROP in OUTPUT, a full conntrack table), by side; each counts as a lost packet, not a failed session.",
+		}, []string{"side"}),
 	}
 	if reg != nil {
 		var errs []error
-		for _, c := range []prometheus.Collector{m.sessions, m.handshakes, m.reconnects, m.bytes, m.streamsOpened, m.streamsClosed} {
+		for _, c := range []prometheus.Collector{m.sessions, m.handshakes, m.reconnects, m.bytes, m.streamsOpened, m.streamsClosed, m.udpRefused} {
 			if err := reg.Register(c); err != nil {
 				errs = append(errs, err)
 			}

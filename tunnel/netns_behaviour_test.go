@@ -143,3 +143,59 @@ func TestNetnsBlackholeDetectedAtDefaults(t *testing.T) {
 		})
 	}
 }
+
+// A host firewall that drops some of the QUIC datagrams on their way out
+// (OUTPUT: sendmsg fails with EPERM, as it does when the conntrack table is
+// full) loses packets; it must not end the session. Both sides drop.
+func TestNetnsSessionSurvivesRefusedSends(t *testing.T) {
+	t.Parallel()
+	live := tunnel.Liveness{HeartbeatInterval: 500 * time.Millisecond, HeartbeatTimeout: 5 * time.Second, HandshakeTimeout: 5 * time.Second}
+	p, e := setupNetnsCP(t, live)
+	a := setupAgent(t, e, "m-eperm", func(c *tunnel.ClientConfig) { c.DisableTCP = true; p.clientSockets(c); c.Liveness = live })
+	e.waitPush(t, 10*time.Second, "m-eperm", "x")
+	s := a.last()
+	p.both(t, "-A", "OUTPUT", "-p", "udp", "-m", "statistic", "--mode", "random", "--probability", "0.1", "-j", "DROP")
+	payload := strings.Repeat("e", 16<<10)
+	for i := range 30 {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		got, err := e.push(ctx, "m-eperm", payload)
+		if err == nil && got != "agent:m-eperm:"+payload {
+			err = errBadAnswer
+		}
+		if err == nil {
+			_, err = tunneltest.Echo(ctx, a.cc, []byte(payload))
+		}
+		cancel()
+		if err != nil {
+			t.Fatalf("round %d under refused sends: %v", i, err)
+		}
+	}
+	if a.last() != s || s.Err() != nil {
+		t.Fatalf("the session ended under refused sends (err %v); it should have lost packets only", s.Err())
+	}
+	if n := counterOf(t, a, "levers9_tunnel_udp_sends_refused_total"); n == 0 {
+		t.Error("the agent counted no refused sends under a 10% OUTPUT drop")
+	}
+	if n := e.counter("levers9_tunnel_udp_sends_refused_total", "side", "server"); n == 0 {
+		t.Error("the server counted no refused sends under a 10% OUTPUT drop")
+	}
+}
+
+// A host that refuses every UDP send (OUTPUT DROP) before the first session
+// fails the QUIC dial at once: the agent is on TCP well within the race.
+func TestNetnsUDPRefusedLocallyFallsBackToTCP(t *testing.T) {
+	t.Parallel()
+	p, e := setupNetnsCP(t, fast)
+	p.iptables(t, p.cli, "-A", "OUTPUT", "-p", "udp", "-j", "DROP")
+	start := time.Now()
+	a := setupAgent(t, e, "m-noudp", func(c *tunnel.ClientConfig) {
+		p.clientSockets(c)
+		c.QUICHeadStart, c.DialTimeout = 0, 0
+	})
+	testenv.Eventually(t, 10*time.Second, "agent on TCP", func() bool {
+		s := a.last()
+		return s != nil && s.Transport() == tunnel.TransportTCP
+	})
+	t.Logf("on TCP after %s with UDP refused locally", time.Since(start))
+	e.waitPush(t, 2*time.Second, "m-noudp", "over tcp")
+}

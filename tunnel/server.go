@@ -195,6 +195,12 @@ func (s *Server) Start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// The server has no dial to fail fast: a refused send is a lost one
+	// from the start.
+	udp, refusals := tolerateRefusals(udp, s.cfg.Metrics.udpRefused.WithLabelValues("server"))
+	if refusals != nil {
+		refusals.tolerant.Store(true)
+	}
 	qtr := &quic.Transport{Conn: udp, ConnContext: s.quicConnContext, VerifySourceAddress: s.needsRetry}
 	if k := s.cfg.QUICStatelessResetKey; k != nil {
 		rk := quic.StatelessResetKey(*k)
