@@ -330,46 +330,55 @@ type Placement struct {
 // task twice, and a scheduler's mistake never puts a task on another
 // workspace's machine. ErrNotPlaced means one of those checks failed.
 func (s *Store) PlaceAttempt(ctx context.Context, p Placement) (Attempt, error) {
-	var a Attempt
 	gpuDevices := p.GPUDevices
 	if gpuDevices == nil {
 		gpuDevices = []string{} // NULL would break gpu_devices' NOT NULL
 	}
-	err := s.tx(ctx, func(tx pgx.Tx) error {
-		var deleted bool
-		var owner string
-		if err := tx.QueryRow(ctx, `SELECT deleted_at IS NOT NULL, workspace_id FROM machines WHERE id = $1 FOR UPDATE`, p.MachineID).Scan(&deleted, &owner); err != nil {
-			return wrap("lock machine "+p.MachineID, err)
-		}
-		if deleted || (owner != p.WorkspaceID && !p.Shared) {
-			return ErrNotPlaced
-		}
-		var usedCPU, usedMem int64
-		var clash bool
-		if err := tx.QueryRow(ctx, `SELECT coalesce(sum(cpu_millis), 0)::bigint, coalesce(sum(memory_bytes), 0)::bigint,
-				coalesce(bool_or(gpu_devices && $2::text[]), false)
-			FROM task_attempts WHERE machine_id = $1 AND state IN `+sqlActiveAttempts, p.MachineID, gpuDevices).Scan(&usedCPU, &usedMem, &clash); err != nil {
-			return wrap("sum the machine's attempts", err)
-		}
-		if clash || usedCPU+p.CPUMillis > p.Capacity.CPUMillis || usedMem+p.MemoryBytes > p.Capacity.MemoryBytes {
-			return ErrNotPlaced
-		}
-		// The task row's own workspace is what counts, not the caller's word.
-		var n int
-		err := tx.QueryRow(ctx, `UPDATE tasks SET state = $2, attempts = attempts + 1, updated_at = now()
-			WHERE id = $1 AND state = ANY($3) AND NOT cancel_requested AND workspace_id = $4 RETURNING attempts`,
-			p.TaskID, TaskScheduled, TaskScheduled.sources(), p.WorkspaceID).Scan(&n)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return ErrNotPlaced
-		}
-		if err != nil {
-			return wrap("schedule task "+p.TaskID, err)
-		}
-		a, err = scanAttempt(tx.QueryRow(ctx, `INSERT INTO task_attempts (task_id, number, machine_id, state, cpu_millis, memory_bytes, gpu_devices)
-			VALUES ($1, $2, $3, $7, $4, $5, $6) RETURNING `+attemptColumns, p.TaskID, n, p.MachineID, p.CPUMillis, p.MemoryBytes, gpuDevices, AttemptScheduled))
-		return wrap("insert attempt", err)
-	})
-	return a, err
+	// One round trip, one implicit transaction (a placement is on the path
+	// of every task's start): the first statement takes the machine's
+	// lock, and the second, which under READ COMMITTED reads a snapshot
+	// taken after the lock was granted, sees every attempt an earlier
+	// holder committed. It places nothing when a check fails.
+	b := &pgx.Batch{}
+	var found int
+	b.Queue(`SELECT 1 FROM machines WHERE id = $1 FOR UPDATE`, p.MachineID).
+		QueryRow(func(r pgx.Row) error { return r.Scan(&found) })
+	var a Attempt
+	var placed bool
+	b.Queue(`WITH m AS (
+			SELECT 1 FROM machines WHERE id = $1 AND deleted_at IS NULL AND (workspace_id = $2 OR $3::bool)),
+		used AS (
+			SELECT coalesce(sum(cpu_millis), 0)::bigint AS cpu, coalesce(sum(memory_bytes), 0)::bigint AS mem,
+				coalesce(bool_or(gpu_devices && $4::text[]), false) AS clash
+			FROM task_attempts WHERE machine_id = $1 AND state IN `+sqlActiveAttempts+`),
+		t AS (
+			UPDATE tasks SET state = $5, attempts = attempts + 1, updated_at = now()
+			WHERE id = $6 AND state = ANY($7) AND NOT cancel_requested AND workspace_id = $2
+				AND EXISTS (SELECT 1 FROM m)
+				AND (SELECT NOT clash AND cpu + $8 <= $9 AND mem + $10 <= $11 FROM used)
+			RETURNING attempts)
+		INSERT INTO task_attempts (task_id, number, machine_id, state, cpu_millis, memory_bytes, gpu_devices)
+		SELECT $6, attempts, $1, $12, $8, $10, $4 FROM t RETURNING `+attemptColumns,
+		p.MachineID, p.WorkspaceID, p.Shared, gpuDevices, TaskScheduled, p.TaskID, TaskScheduled.sources(),
+		p.CPUMillis, p.Capacity.CPUMillis, p.MemoryBytes, p.Capacity.MemoryBytes, AttemptScheduled).
+		QueryRow(func(r pgx.Row) error {
+			var err error
+			if a, err = scanAttempt(r); errors.Is(err, pgx.ErrNoRows) {
+				return nil
+			}
+			placed = err == nil
+			return err
+		})
+	err := s.pool.SendBatch(ctx, b).Close()
+	switch {
+	case errors.Is(err, pgx.ErrNoRows) && found == 0:
+		return Attempt{}, wrap("lock machine "+p.MachineID, err)
+	case err != nil:
+		return Attempt{}, wrap("place task "+p.TaskID, err)
+	case !placed:
+		return Attempt{}, ErrNotPlaced
+	}
+	return a, nil
 }
 
 // MarkRunning records that an attempt's container started, and the

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/levers9/levers9/controlplane/store"
 	"github.com/levers9/levers9/internal/errdefs"
 	"github.com/levers9/levers9/internal/ids"
@@ -240,6 +242,60 @@ func TestPlaceAttemptConcurrently(t *testing.T) {
 	active, err := b.st.ActiveAttempts(b.ctx, "")
 	if err != nil || len(active) != 9 {
 		t.Errorf("ActiveAttempts = %d, %v; want 9", len(active), err)
+	}
+}
+
+// TestPlaceAttemptWaitsForTheMachineLock: a placement waits while another
+// transaction holds its machine, then counts what that one committed there.
+// (A placement that read the machine's attempts before it held the lock
+// would overbook it here.)
+func TestPlaceAttemptWaitsForTheMachineLock(t *testing.T) {
+	t.Parallel()
+	st, url := env.NewStore(t)
+	ws := newWorkspace(t, st)
+	m := newMachine(t, st, ws.ID, "default")
+	b := &taskBundle{ctx: context.Background(), st: st, ws: ws, m: m}
+	held, waiting := newTask(t, st, ws.ID, "default", nil), newTask(t, st, ws.ID, "default", nil)
+	conn, err := pgx.Connect(b.ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(b.ctx)
+	tx, err := conn.Begin(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(b.ctx) //nolint:errcheck // a no-op after commit
+	if _, err := tx.Exec(b.ctx, `SELECT 1 FROM machines WHERE id = $1 FOR UPDATE`, m.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(b.ctx, `INSERT INTO task_attempts (task_id, number, machine_id, state, cpu_millis, memory_bytes, gpu_devices)
+		VALUES ($1, 1, $2, 'SCHEDULED', 900, 1048576, '{}')`, held.ID, m.ID); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := st.PlaceAttempt(b.ctx, b.placement(waiting.ID, m.ID, 300, 1<<20, nil))
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		t.Fatalf("placed while another transaction held the machine: %v", err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	if err := tx.Commit(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if !errors.Is(err, store.ErrNotPlaced) {
+			t.Fatalf("placing 300 mCPU beside a committed 900 of 1000: %v, want ErrNotPlaced", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("placement still waiting after the lock was released")
+	}
+	if tk, atts := b.task(t, waiting.ID); tk.State != store.TaskPending || len(atts) != 0 {
+		t.Errorf("task %s is %s with %d attempts, want PENDING with none", waiting.ID, tk.State, len(atts))
 	}
 }
 

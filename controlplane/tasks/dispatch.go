@@ -31,8 +31,9 @@ const resendBackoff = 250 * time.Millisecond
 // attempt does), and one that refuses it fails the task (another machine
 // would refuse it too). An attempt placed on an attached cluster's worker
 // (clusterWorker, from the pass that placed it) gets the worker-wide
-// security instead of the pool's.
-func (s *Scheduler) dispatch(ctx context.Context, t store.Task, a store.Attempt, clusterWorker bool) {
+// security instead of the pool's. Nothing goes to the agent, nor to the
+// followers, before announced is closed (the attempt's SCHEDULED is out).
+func (s *Scheduler) dispatch(ctx context.Context, t store.Task, a store.Attempt, clusterWorker bool, announced <-chan struct{}) {
 	ta, err := attemptFor(s.d.config, t, a)
 	if err == nil && clusterWorker {
 		ta.Security = WorkerWideSecurity(s.d.config, ta.Pool)
@@ -52,6 +53,7 @@ func (s *Scheduler) dispatch(ctx context.Context, t store.Task, a store.Attempt,
 	if err == nil {
 		err = s.attachInput(ctx, t, ta)
 	}
+	<-announced
 	if err == nil {
 		err = s.pushWithResends(ctx, t, a, ta)
 	}

@@ -131,10 +131,6 @@ func (s *Scheduler) schedulePool(ctx context.Context, pool string) {
 	if len(rooms) == 0 {
 		return
 	}
-	active, err := s.d.store.ActiveByWorkspace(ctx, pool)
-	if err != nil {
-		return
-	}
 	byWS := map[string][]string{}
 	var order []string
 	for _, e := range head {
@@ -142,6 +138,14 @@ func (s *Scheduler) schedulePool(ctx context.Context, pool string) {
 			order = append(order, e.workspaceID)
 		}
 		byWS[e.workspaceID] = append(byWS[e.workspaceID], e.taskID)
+	}
+	// Fair share needs the workspaces' placed tasks only when more than
+	// one is queued (a Postgres query the common pass does without).
+	active := map[string]int{}
+	if len(order) > 1 {
+		if active, err = s.d.store.ActiveByWorkspace(ctx, pool); err != nil {
+			return
+		}
 	}
 	tenancies := map[string]tenancy{}
 	for ctx.Err() == nil {
@@ -227,16 +231,25 @@ func (s *Scheduler) place(ctx context.Context, ten tenancy, id string, rooms []*
 	}
 	best.take(t.CPUMillis, t.MemoryBytes, devs)
 	s.d.placed.remember(best.id, t.ID, a.Number, s.d.now())
-	s.q.remove(ctx, pool, ws, id)
 	sc := &v1.StateChange{TaskState: v1.TaskState_TASK_STATE_SCHEDULED, AttemptState: v1.AttemptState_ATTEMPT_STATE_SCHEDULED,
 		MachineId: best.id, NewAttempt: a.Number > 1, Message: "placed on machine " + best.id}
 	if a.Number > 1 && len(atts) > 0 {
 		prev := atts[len(atts)-1]
 		sc.Message = fmt.Sprintf("attempt %d on machine %s (attempt %d %s: %s)", a.Number, best.id, prev.Number, strings.ToLower(string(prev.State)), prev.Message)
 	}
-	s.events.publishState(ctx, t.ID, a.Number, sc)
 	t.Attempts = a.Number
-	s.life.goRun(func(ctx context.Context) { s.dispatch(ctx, t, a, best.clusterWorker) })
+	s.life.goRun(func(ctx context.Context) {
+		// Off the queue and SCHEDULED to the followers beside the
+		// dispatch's own reads; the push waits for both, so SCHEDULED
+		// comes before anything the agent reports.
+		announced := make(chan struct{})
+		go func() {
+			defer close(announced)
+			s.q.remove(ctx, pool, ws, id)
+			s.events.publishState(ctx, t.ID, a.Number, sc)
+		}()
+		s.dispatch(ctx, t, a, best.clusterWorker, announced)
+	})
 	return true
 }
 
