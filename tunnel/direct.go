@@ -353,7 +353,7 @@ func (d *Direct) dialQUIC(ctx context.Context, addr string) (mux, error) {
 	if err != nil {
 		return nil, fmt.Errorf("quic %s: local udp socket: %w", addr, err)
 	}
-	pc, refusals := tolerateRefusals(pc, d.cfg.Metrics.udpRefused.WithLabelValues("client"))
+	pc, refusals := tolerateRefusals(pc, d.cfg.Metrics.udpRefused.WithLabelValues("client"), false)
 	tr := &quic.Transport{Conn: pc}
 	c, err := tr.Dial(ctx, ua, d.tlsFor(addr), quicConfig(d.cfg.Liveness, d.cfg.Limits))
 	if err == nil && refusals != nil {

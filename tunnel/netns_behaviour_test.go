@@ -24,19 +24,7 @@ func TestNetnsUDPBlockedFallsBackToTCPAndMovesBack(t *testing.T) {
 	p, e := setupNetnsCP(t, fast)
 	// A middlebox that silently drops UDP towards the controlplane.
 	p.iptables(t, p.srv, "-A", "INPUT", "-p", "udp", "-j", "DROP")
-	start := time.Now()
-	a := setupAgent(t, e, "m-udp", func(c *tunnel.ClientConfig) {
-		p.clientSockets(c)
-		// Defaults for the race, so the 10 s bound is the real one.
-		c.QUICHeadStart, c.DialTimeout = 0, 0
-		c.ReprobeInterval = time.Second
-	})
-	testenv.Eventually(t, 10*time.Second, "agent on TCP", func() bool {
-		s := a.last()
-		return s != nil && s.Transport() == tunnel.TransportTCP
-	})
-	t.Logf("on TCP after %s with UDP blocked", time.Since(start))
-	e.waitPush(t, 2*time.Second, "m-udp", "over tcp")
+	a := agentOnTCP(t, p, e, "m-udp", time.Second)
 
 	p.iptables(t, p.srv, "-D", "INPUT", "-p", "udp", "-j", "DROP")
 	testenv.Eventually(t, 10*time.Second, "agent back on QUIC", func() bool {
@@ -187,15 +175,25 @@ func TestNetnsUDPRefusedLocallyFallsBackToTCP(t *testing.T) {
 	t.Parallel()
 	p, e := setupNetnsCP(t, fast)
 	p.iptables(t, p.cli, "-A", "OUTPUT", "-p", "udp", "-j", "DROP")
+	agentOnTCP(t, p, e, "m-noudp", 0)
+}
+
+// agentOnTCP starts agent cn in p's client namespace with the race's
+// defaults (so the 10 s bound is the real one) and waits until it is on TCP
+// and answers a push there.
+func agentOnTCP(t *testing.T, p *nsPair, e *cpEnv, cn string, reprobe time.Duration) *agentEnv {
+	t.Helper()
 	start := time.Now()
-	a := setupAgent(t, e, "m-noudp", func(c *tunnel.ClientConfig) {
+	a := setupAgent(t, e, cn, func(c *tunnel.ClientConfig) {
 		p.clientSockets(c)
 		c.QUICHeadStart, c.DialTimeout = 0, 0
+		c.ReprobeInterval = reprobe
 	})
 	testenv.Eventually(t, 10*time.Second, "agent on TCP", func() bool {
 		s := a.last()
 		return s != nil && s.Transport() == tunnel.TransportTCP
 	})
-	t.Logf("on TCP after %s with UDP refused locally", time.Since(start))
-	e.waitPush(t, 2*time.Second, "m-noudp", "over tcp")
+	t.Logf("%s on TCP after %s", cn, time.Since(start))
+	e.waitPush(t, 2*time.Second, cn, "over tcp")
+	return a
 }

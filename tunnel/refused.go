@@ -23,13 +23,15 @@ type refusedAsLost struct {
 }
 
 // tolerateRefusals wraps pc when it is a UDP socket (quic-go sees the same
-// OOB-capable socket); other sockets come back as they are, with nil.
-func tolerateRefusals(pc net.PacketConn, refused prometheus.Counter) (net.PacketConn, *refusedAsLost) {
+// OOB-capable socket), tolerant from the start or not; other sockets come
+// back as they are, with nil.
+func tolerateRefusals(pc net.PacketConn, refused prometheus.Counter, tolerant bool) (net.PacketConn, *refusedAsLost) {
 	u, ok := pc.(*net.UDPConn)
 	if !ok {
 		return pc, nil
 	}
 	r := &refusedAsLost{UDPConn: u, refused: refused}
+	r.tolerant.Store(tolerant)
 	return r, r
 }
 

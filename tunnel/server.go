@@ -197,10 +197,7 @@ func (s *Server) Start(ctx context.Context) error {
 	}
 	// The server has no dial to fail fast: a refused send is a lost one
 	// from the start.
-	udp, refusals := tolerateRefusals(udp, s.cfg.Metrics.udpRefused.WithLabelValues("server"))
-	if refusals != nil {
-		refusals.tolerant.Store(true)
-	}
+	udp, _ = tolerateRefusals(udp, s.cfg.Metrics.udpRefused.WithLabelValues("server"), true)
 	qtr := &quic.Transport{Conn: udp, ConnContext: s.quicConnContext, VerifySourceAddress: s.needsRetry}
 	if k := s.cfg.QUICStatelessResetKey; k != nil {
 		rk := quic.StatelessResetKey(*k)

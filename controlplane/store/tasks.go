@@ -340,9 +340,8 @@ func (s *Store) PlaceAttempt(ctx context.Context, p Placement) (Attempt, error) 
 	// taken after the lock was granted, sees every attempt an earlier
 	// holder committed. It places nothing when a check fails.
 	b := &pgx.Batch{}
-	var found int
 	b.Queue(`SELECT 1 FROM machines WHERE id = $1 FOR UPDATE`, p.MachineID).
-		QueryRow(func(r pgx.Row) error { return r.Scan(&found) })
+		QueryRow(func(r pgx.Row) error { return r.Scan(nil) })
 	var a Attempt
 	var placed bool
 	b.Queue(`WITH m AS (
@@ -371,7 +370,9 @@ func (s *Store) PlaceAttempt(ctx context.Context, p Placement) (Attempt, error) 
 		})
 	err := s.pool.SendBatch(ctx, b).Close()
 	switch {
-	case errors.Is(err, pgx.ErrNoRows) && found == 0:
+	case errors.Is(err, pgx.ErrNoRows):
+		// Only the lock's row can be missing: the placement's own
+		// missing row is !placed.
 		return Attempt{}, wrap("lock machine "+p.MachineID, err)
 	case err != nil:
 		return Attempt{}, wrap("place task "+p.TaskID, err)

@@ -11,6 +11,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -34,18 +35,44 @@ func FreePort() (int, error) {
 // FreeTCPUDPPort finds a port free for both TCP and UDP on 127.0.0.1 (the
 // tunnel listens on both with one number).
 func FreeTCPUDPPort() (int, error) {
-	for range 50 {
-		p, err := FreePort()
-		if err != nil {
-			return 0, err
-		}
-		u, err := net.ListenPacket("udp", net.JoinHostPort("127.0.0.1", strconv.Itoa(p)))
-		if err == nil {
-			u.Close()
-			return p, nil
-		}
+	p, err := FreeTCPUDPPorts("127.0.0.1", 1)
+	if err != nil {
+		return 0, err
 	}
-	return 0, fmt.Errorf("no port free for both TCP and UDP")
+	return p[0], nil
+}
+
+// FreeTCPUDPPorts finds n distinct ports free for both TCP and UDP on ip.
+// They are probed on ip itself, where the caller binds them (a port free
+// on 127.0.0.1 can be taken on another address), and each probe stays
+// open until all n are found: the kernel hands out neighbouring ports to
+// probes made moments apart, so closing each at once could give one twice.
+func FreeTCPUDPPorts(ip string, n int) ([]int, error) {
+	var held []io.Closer
+	defer func() {
+		for _, c := range held {
+			_ = c.Close()
+		}
+	}()
+	var ports []int
+	for tries := 0; len(ports) < n; tries++ {
+		if tries == 50*n {
+			return nil, fmt.Errorf("no %d ports free for both TCP and UDP on %s", n, ip)
+		}
+		l, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
+		if err != nil {
+			return nil, fmt.Errorf("find a free port on %s: %w", ip, err)
+		}
+		held = append(held, l)
+		p := l.Addr().(*net.TCPAddr).Port
+		u, err := net.ListenPacket("udp", net.JoinHostPort(ip, strconv.Itoa(p)))
+		if err != nil {
+			continue
+		}
+		held = append(held, u)
+		ports = append(ports, p)
+	}
+	return ports, nil
 }
 
 // serviceUser is who runs the servers: Postgres refuses to run as root, so

@@ -6,7 +6,6 @@ import (
 	"crypto/tls"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"os"
@@ -62,39 +61,14 @@ func newBox(t *testing.T) *box {
 	return &box{ns: b.NS, hostIP: b.HostIP, boxIP: b.BoxIP}
 }
 
-// freePorts returns n distinct ports free for both TCP and UDP on ip (the
-// tunnel listens on both with one number). They are probed on ip itself,
-// where the replica binds them: a port free on 127.0.0.1 can be the other
-// replica's on ip, and the kernel hands out neighbouring ports to probes
-// made moments apart. Each probe stays open until all n are found, so no
-// port comes twice.
+// freePorts is n ports free for TCP and UDP on ip, or the end of the test.
 func freePorts(t *testing.T, ip string, n int) []int {
 	t.Helper()
-	var held []io.Closer
-	defer func() {
-		for _, c := range held {
-			c.Close()
-		}
-	}()
-	var ports []int
-	for tries := 0; len(ports) < n; tries++ {
-		if tries == 50*n {
-			t.Fatalf("no %d ports free for both TCP and UDP on %s", n, ip)
-		}
-		l, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		held = append(held, l)
-		p := l.Addr().(*net.TCPAddr).Port
-		u, err := net.ListenPacket("udp", net.JoinHostPort(ip, strconv.Itoa(p)))
-		if err != nil {
-			continue
-		}
-		held = append(held, u)
-		ports = append(ports, p)
+	p, err := devstack.FreeTCPUDPPorts(ip, n)
+	if err != nil {
+		t.Fatal(err)
 	}
-	return ports
+	return p
 }
 
 // replica is one levers9-controlplane process; kill and start again keep
