@@ -146,10 +146,12 @@ func TestTaskResultOfTheLastAttempt(t *testing.T) {
 	t.Parallel()
 	b := start(t, config1s(t))
 	first := controlplanetest.StartScriptedMachine(t, b.in, b.ctx, "default", 2, 0)
-	task := b.submit(t, &v1.TaskSpec{Command: []string{"upper", "1s"}, Input: []byte("again"), Retries: 1}, "")
+	// As in TestLostAgentRetriesElsewhere: the attempt must not end on the
+	// first machine before it stops (1 s once did, in a loaded CI run).
+	task := b.submit(t, &v1.TaskSpec{Command: []string{"upper", "3s"}, Input: []byte("again"), Retries: 1}, "")
 	waitState(t, b, task.Id, v1.TaskState_TASK_STATE_RUNNING)
-	second := controlplanetest.StartScriptedMachine(t, b.in, b.ctx, "default", 2, 0)
 	first.Stop()
+	second := controlplanetest.StartScriptedMachine(t, b.in, b.ctx, "default", 2, 0)
 	done := waitState(t, b, task.Id, v1.TaskState_TASK_STATE_SUCCEEDED)
 	if len(done.Attempts) != 2 || done.Attempts[0].State != v1.AttemptState_ATTEMPT_STATE_LOST {
 		t.Fatalf("attempts: %v", done.Attempts)
