@@ -42,6 +42,7 @@ type Metrics struct {
 	// TaskStartPhaseSeconds is worker_task_start_phase_seconds{pool,phase}:
 	// the parts of a start that succeeded (each prestart hook: image,
 	// volumes, network, io, logs; the sandbox's prepare, create and start).
+	// The image, volumes and network phases overlap: they run side by side.
 	TaskStartPhaseSeconds *prometheus.HistogramVec
 	// TunnelConnected is worker_tunnel_connected{transport}: 1 while a
 	// session over that transport is up.

@@ -134,42 +134,108 @@ func (a *attempt) run(ctx, shutdown context.Context) (Result, error) {
 	return a.result(), err
 }
 
+// prestart runs the hooks' Prestart and merges their responses in hook
+// order. The hooks that read neither the image nor its rootfs
+// (besideImage) run beside the image hook: a pull overlaps a volume mount
+// and the network attachment. The rest run after them, one by one.
 func (a *attempt) prestart(ctx context.Context) (*PrestartResponse, error) {
 	req := &PrestartRequest{Task: a.task, ContainerID: a.cid}
-	merged := &PrestartResponse{}
+	var first, rest []Prestarter
 	for _, h := range a.hooks {
 		p, ok := h.(Prestarter)
 		if !ok {
 			continue
 		}
+		if _, free := h.(besideImage); free || h == Hook(a.image) {
+			first = append(first, p)
+			continue
+		}
+		rest = append(rest, p)
+	}
+	resps, err := a.prestartTogether(ctx, req, first)
+	if err != nil {
+		return nil, err
+	}
+	merged := &PrestartResponse{}
+	for i := range resps {
+		merge(merged, req, &resps[i])
+	}
+	for _, p := range rest {
 		var resp PrestartResponse
 		began := a.r.cfg.Clock.Now()
 		if err := p.Prestart(ctx, req, &resp); err != nil {
-			return nil, fmt.Errorf("prestart %s: %w", h.Name(), err)
+			return nil, fmt.Errorf("prestart %s: %w", p.Name(), err)
 		}
-		a.phases = append(a.phases, Phase{h.Name(), a.r.cfg.Clock.Since(began)})
-		if resp.Image != nil {
-			merged.Image, req.Image = resp.Image, resp.Image
-		}
-		if resp.Rootfs != "" {
-			merged.Rootfs, req.Rootfs = resp.Rootfs, resp.Rootfs
-		}
-		if resp.NetNSPath != "" {
-			merged.NetNSPath = resp.NetNSPath
-		}
-		if resp.EgressMode != "" {
-			merged.EgressMode = resp.EgressMode
-		}
-		merged.Mounts = append(merged.Mounts, resp.Mounts...)
-		if resp.Stdout != nil {
-			merged.Stdout, merged.Stderr = resp.Stdout, resp.Stderr
-		}
+		a.phases = append(a.phases, Phase{p.Name(), a.r.cfg.Clock.Since(began)})
+		merge(merged, req, &resp)
 	}
 	if merged.Image == nil || merged.Rootfs == "" {
 		return nil, errors.New("prestart: no hook provided the image rootfs")
 	}
 	a.res.ImageDigest = merged.Image.Digest
 	return merged, nil
+}
+
+// prestartTogether runs hooks' Prestart at once, each with its own copy of
+// req, and returns once all have: the first failure cancels the others
+// and is the one returned. Each hook's phase is its own time.
+func (a *attempt) prestartTogether(ctx context.Context, req *PrestartRequest, hooks []Prestarter) ([]PrestartResponse, error) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	resps := make([]PrestartResponse, len(hooks))
+	took := make([]time.Duration, len(hooks))
+	var (
+		wg       sync.WaitGroup
+		mu       sync.Mutex
+		firstErr error
+	)
+	for i, p := range hooks {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := *req
+			began := a.r.cfg.Clock.Now()
+			err := p.Prestart(ctx, &r, &resps[i])
+			took[i] = a.r.cfg.Clock.Since(began)
+			if err != nil {
+				mu.Lock()
+				if firstErr == nil {
+					firstErr = fmt.Errorf("prestart %s: %w", p.Name(), err)
+					cancel(firstErr)
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	if firstErr != nil {
+		return nil, firstErr
+	}
+	for i, p := range hooks {
+		a.phases = append(a.phases, Phase{p.Name(), took[i]})
+	}
+	return resps, nil
+}
+
+// merge folds one hook's response into merged; later hooks see the image
+// and rootfs in req.
+func merge(merged *PrestartResponse, req *PrestartRequest, resp *PrestartResponse) {
+	if resp.Image != nil {
+		merged.Image, req.Image = resp.Image, resp.Image
+	}
+	if resp.Rootfs != "" {
+		merged.Rootfs, req.Rootfs = resp.Rootfs, resp.Rootfs
+	}
+	if resp.NetNSPath != "" {
+		merged.NetNSPath = resp.NetNSPath
+	}
+	if resp.EgressMode != "" {
+		merged.EgressMode = resp.EgressMode
+	}
+	merged.Mounts = append(merged.Mounts, resp.Mounts...)
+	if resp.Stdout != nil {
+		merged.Stdout, merged.Stderr = resp.Stdout, resp.Stderr
+	}
 }
 
 // spec builds the sandbox task from the image and the hooks' responses.

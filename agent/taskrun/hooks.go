@@ -20,12 +20,21 @@ type Hook interface {
 	Name() string
 }
 
-// Prestarter runs before the container is created, in hook order. It may
-// block (an image pull). An error fails the attempt; the Stop phase still
-// runs for every hook.
+// Prestarter runs before the container is created, in hook order (but
+// see besideImage). It may block (an image pull). An error fails the
+// attempt; the Stop phase still runs for every hook.
 type Prestarter interface {
 	Hook
 	Prestart(ctx context.Context, req *PrestartRequest, resp *PrestartResponse) error
+}
+
+// besideImage marks a Prestarter of this package that reads neither
+// PrestartRequest.Image nor Rootfs: its Prestart runs at the same time as
+// the image hook's, on its own copy of the request, so that a pull, a
+// volume mount and the network attachment overlap instead of adding up.
+type besideImage interface {
+	Prestarter
+	besideImage()
 }
 
 // PrestartRequest is what a prestart hook sees: the task, the container ID

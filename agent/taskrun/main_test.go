@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -50,6 +51,8 @@ type bundle struct {
 
 type setupOpts struct {
 	cfg func(*Config)
+	// transport wraps the image cache's HTTP transport.
+	transport func(http.RoundTripper) http.RoundTripper
 }
 
 // setup starts a registry with the busybox image, a sandbox, an image
@@ -80,8 +83,12 @@ func setup(t *testing.T, o setupOpts) *bundle {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = os.RemoveAll(b.root) })
+	var rt http.RoundTripper
+	if o.transport != nil {
+		rt = o.transport(http.DefaultTransport.(*http.Transport).Clone())
+	}
 	b.store, err = image.New(image.Config{Root: b.root, Registry: b.reg.Host, InsecureRegistries: []string{b.reg.Host},
-		MountSource: testMountSource, Logger: logger})
+		MountSource: testMountSource, Logger: logger, Transport: rt})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -22,9 +22,12 @@ type networkHook struct {
 }
 
 var (
-	_ Prestarter = (*networkHook)(nil)
-	_ Stopper    = (*networkHook)(nil)
+	_ Prestarter  = (*networkHook)(nil)
+	_ besideImage = (*networkHook)(nil)
+	_ Stopper     = (*networkHook)(nil)
 )
+
+func (*networkHook) besideImage() {}
 
 func newNetworkHook(node *egress.Node) *networkHook { return &networkHook{node: node} }
 

@@ -54,9 +54,12 @@ type volumeHook struct {
 }
 
 var (
-	_ Prestarter = (*volumeHook)(nil)
-	_ Stopper    = (*volumeHook)(nil)
+	_ Prestarter  = (*volumeHook)(nil)
+	_ besideImage = (*volumeHook)(nil)
+	_ Stopper     = (*volumeHook)(nil)
 )
+
+func (*volumeHook) besideImage() {}
 
 func (h *volumeHook) Name() string { return "volumes" }
 

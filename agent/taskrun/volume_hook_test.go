@@ -2,8 +2,13 @@ package taskrun
 
 import (
 	"context"
+	"errors"
+	"net/http"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/levers9/levers9/internal/errdefs"
 	"github.com/levers9/levers9/sandbox"
@@ -104,4 +109,71 @@ func TestVolumeHookWithoutMounter(t *testing.T) {
 	if !errdefs.IsFailedPrecondition(err) {
 		t.Fatalf("Prestart = %v, want failed precondition", err)
 	}
+}
+
+// gateMounter is a VolumeMounter that hands out dir for every volume and
+// counts holders; began is closed at the first Acquire.
+type gateMounter struct {
+	dir   string
+	began chan struct{}
+	once  sync.Once
+	mu    sync.Mutex
+	held  int
+}
+
+func (m *gateMounter) Acquire(context.Context, Volume) (string, error) {
+	m.once.Do(func() { close(m.began) })
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.held++
+	return m.dir, nil
+}
+
+func (m *gateMounter) Release(context.Context, Volume) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.held--
+	return nil
+}
+
+// roundTripFunc is an http.RoundTripper from a function.
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// TestPullOverlapsVolumeMount: the image's pull and the volume's mount run
+// at the same time. The registry's manifest is served only once the mount
+// has begun, so hooks run one after the other (the pull first) would wait
+// the manifest out and fail the attempt.
+func TestPullOverlapsVolumeMount(t *testing.T) {
+	m := &gateMounter{dir: t.TempDir(), began: make(chan struct{})}
+	b := setup(t, setupOpts{
+		cfg: func(c *Config) { c.Volumes = m },
+		transport: func(next http.RoundTripper) http.RoundTripper {
+			return roundTripFunc(func(r *http.Request) (*http.Response, error) {
+				if strings.Contains(r.URL.Path, "/manifests/") {
+					select {
+					case <-m.began:
+					case <-time.After(5 * time.Second):
+						return nil, errors.New("the volume's mount had not begun 5s into the pull")
+					}
+				}
+				return next.RoundTrip(r)
+			})
+		},
+	})
+	tk := b.task("overlap", "echo mounted")
+	tk.Volumes = []Volume{vol("v1", "ws_a", "ws_a", "/data")}
+	var rec recorder
+	res, err := b.runner.Run(testCtx(t), tk, rec.output())
+	if err != nil || res.State != StateSucceeded || !slices.Equal(rec.texts(Stdout), []string{"mounted"}) {
+		t.Fatalf("Run = %s, %v, output %q; want SUCCEEDED printing \"mounted\"", res.State, err, rec.texts(Stdout))
+	}
+	checkPhases(t, rec.running().Phases)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if n := m.held; n != 0 {
+		t.Errorf("volume still held %d times after the attempt", n)
+	}
+	b.assertClean(t, tk)
 }

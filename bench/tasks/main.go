@@ -94,11 +94,19 @@ func run(rounds, burst int) error {
 				for i, p := range tr.Phases {
 					phases[i] = append(phases[i], p)
 				}
-				var inAgent time.Duration
+				// The image, volumes and network phases run side by
+				// side: the longest of them is the agent's time.
+				var inAgent, beside time.Duration
 				for name, d := range tr.Agent {
 					agentPhases[name] = append(agentPhases[name], d)
-					inAgent += d
+					switch name {
+					case "image", "volumes", "network":
+						beside = max(beside, d)
+					default:
+						inAgent += d
+					}
 				}
+				inAgent += beside
 				agentPhases["outside"] = append(agentPhases["outside"], tr.Phases[2]-inAgent)
 			case "runc":
 				d, err = runcFirst(r)
