@@ -573,6 +573,7 @@ func (f *fleet) measureIdleCost(base cpStats) error {
 // same address at once, and measures how long the agents take to return.
 func (f *fleet) measureReconnectStorm(total int) error {
 	quick, fig := f.quick, f.fig
+	genBefore := f.generatorsCPU()
 	f.cp.kill()
 	t0 := time.Now()
 	cp, _, err := spawnControlplane(f.dir, "cp2", "-addr", f.addr)
@@ -620,5 +621,67 @@ func (f *fleet) measureReconnectStorm(total int) error {
 	}
 	fig["handshake_failures"] = st.Failed
 	fmt.Printf("reconnect storm (%d agents): p99 %.2f s, all %.2f s, %d missing, %v refused (handshake cap or retry-after), %v failed handshakes, %v abandoned (race losers)\n", total, fig["reconnect_s_p99"], fig["reconnect_s_all"], missing, st.Refused, st.Failed, st.Abandoned)
+	// Each agent's handshake costs its side about what it costs the
+	// controlplane: a storm figure is the controlplane's own only while the
+	// load generators had CPU to spare.
+	wall := time.Since(t0).Seconds()
+	cpCPU, _ := processCPU(cp.cmd.Process.Pid)
+	gen := f.generatorsCPU() - genBefore
+	fmt.Printf("CPU during the storm (%.1f s): controlplane %.0f%% of its %d CPUs, load generators %.0f%% of their %d\n",
+		wall, 100*cpCPU/wall/float64(cpuCount("cp")), cpuCount("cp"), 100*gen/wall/float64(cpuCount("agents")), cpuCount("agents"))
 	return nil
+}
+
+// generatorsCPU is the CPU seconds the agents' processes used so far.
+func (f *fleet) generatorsCPU() float64 {
+	var sum float64
+	for _, c := range f.children {
+		if s, err := processCPU(c.cmd.Process.Pid); err == nil {
+			sum += s
+		}
+	}
+	return sum
+}
+
+// processCPU is the user and system CPU seconds process pid used so far
+// (its threads included), from /proc/PID/stat.
+func processCPU(pid int) (float64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	// The command name, in parentheses, may hold spaces: count fields
+	// after its closing one (utime and stime are fields 14 and 15).
+	i := strings.LastIndexByte(string(b), ')')
+	if i < 0 {
+		return 0, fmt.Errorf("/proc/%d/stat: no command name", pid)
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 13 {
+		return 0, fmt.Errorf("/proc/%d/stat: %d fields after the name", pid, len(f))
+	}
+	var utime, stime float64
+	if _, err := fmt.Sscan(f[11], &utime); err != nil {
+		return 0, fmt.Errorf("/proc/%d/stat utime: %w", pid, err)
+	}
+	if _, err := fmt.Sscan(f[12], &stime); err != nil {
+		return 0, fmt.Errorf("/proc/%d/stat stime: %w", pid, err)
+	}
+	return (utime + stime) / clockTicks, nil
+}
+
+// clockTicks is USER_HZ, the unit of /proc's CPU times: 100 on every Linux
+// architecture Go builds for.
+const clockTicks = 100
+
+// cpuCount is how many CPUs a child of role runs on.
+func cpuCount(role string) int {
+	n := runtime.NumCPU()
+	if !splitCPUs {
+		return n
+	}
+	if role == "cp" {
+		return max(n/2, 1)
+	}
+	return max(n-n/2, 1)
 }
