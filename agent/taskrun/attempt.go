@@ -136,8 +136,9 @@ func (a *attempt) run(ctx, shutdown context.Context) (Result, error) {
 
 // prestart runs the hooks' Prestart and merges their responses in hook
 // order. The hooks that read neither the image nor its rootfs
-// (besideImage) run beside the image hook: a pull overlaps a volume mount
-// and the network attachment. The rest run after them, one by one.
+// (besideImage: the image hook, which makes them, among them) run at the
+// same time: a pull overlaps a volume mount and the network attachment.
+// The rest run after them, one by one.
 func (a *attempt) prestart(ctx context.Context) (*PrestartResponse, error) {
 	req := &PrestartRequest{Task: a.task, ContainerID: a.cid}
 	var first, rest []Prestarter
@@ -146,7 +147,7 @@ func (a *attempt) prestart(ctx context.Context) (*PrestartResponse, error) {
 		if !ok {
 			continue
 		}
-		if _, free := h.(besideImage); free || h == Hook(a.image) {
+		if _, free := h.(besideImage); free {
 			first = append(first, p)
 			continue
 		}

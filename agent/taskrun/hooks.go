@@ -29,9 +29,10 @@ type Prestarter interface {
 }
 
 // besideImage marks a Prestarter of this package that reads neither
-// PrestartRequest.Image nor Rootfs: its Prestart runs at the same time as
-// the image hook's, on its own copy of the request, so that a pull, a
-// volume mount and the network attachment overlap instead of adding up.
+// PrestartRequest.Image nor Rootfs (the image hook, which provides them,
+// is one): these run their Prestart at the same time, each on its own copy
+// of the request, so that a pull, a volume mount and the network
+// attachment overlap instead of adding up.
 type besideImage interface {
 	Prestarter
 	besideImage()

@@ -23,10 +23,13 @@ type imageHook struct {
 }
 
 var (
-	_ Prestarter = (*imageHook)(nil)
-	_ Exiter     = (*imageHook)(nil)
-	_ Stopper    = (*imageHook)(nil)
+	_ Prestarter  = (*imageHook)(nil)
+	_ besideImage = (*imageHook)(nil)
+	_ Exiter      = (*imageHook)(nil)
+	_ Stopper     = (*imageHook)(nil)
 )
+
+func (*imageHook) besideImage() {}
 
 func newImageHook(store *image.Store) *imageHook { return &imageHook{store: store} }
 

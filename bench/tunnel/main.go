@@ -31,6 +31,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/levers9/levers9/internal/procstat"
 	"github.com/levers9/levers9/tunnel/tunneltest"
 )
 
@@ -88,14 +89,19 @@ var (
 	splitCPUs      bool
 )
 
-// cpuList is the taskset list for a child of role: the first half of the
-// CPUs for the controlplane, the rest for the load generators.
-func cpuList(role string) string {
+// cpuRange is the CPUs a child of role runs on, lo to hi: the first half
+// for the controlplane, the rest for the load generators.
+func cpuRange(role string) (lo, hi int) {
 	n := runtime.NumCPU()
-	lo, hi := 0, n/2-1
-	if role != "cp" {
-		lo, hi = n/2, n-1
+	if role == "cp" {
+		return 0, n/2 - 1
 	}
+	return n / 2, n - 1
+}
+
+// cpuList is cpuRange as a taskset list.
+func cpuList(role string) string {
+	lo, hi := cpuRange(role)
 	if lo == hi {
 		return fmt.Sprint(lo)
 	}
@@ -643,45 +649,18 @@ func (f *fleet) generatorsCPU() float64 {
 	return sum
 }
 
-// processCPU is the user and system CPU seconds process pid used so far
-// (its threads included), from /proc/PID/stat.
+// processCPU is the CPU seconds process pid used so far (its threads
+// included).
 func processCPU(pid int) (float64, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0, err
-	}
-	// The command name, in parentheses, may hold spaces: count fields
-	// after its closing one (utime and stime are fields 14 and 15).
-	i := strings.LastIndexByte(string(b), ')')
-	if i < 0 {
-		return 0, fmt.Errorf("/proc/%d/stat: no command name", pid)
-	}
-	f := strings.Fields(string(b[i+1:]))
-	if len(f) < 13 {
-		return 0, fmt.Errorf("/proc/%d/stat: %d fields after the name", pid, len(f))
-	}
-	var utime, stime float64
-	if _, err := fmt.Sscan(f[11], &utime); err != nil {
-		return 0, fmt.Errorf("/proc/%d/stat utime: %w", pid, err)
-	}
-	if _, err := fmt.Sscan(f[12], &stime); err != nil {
-		return 0, fmt.Errorf("/proc/%d/stat stime: %w", pid, err)
-	}
-	return (utime + stime) / clockTicks, nil
+	st, err := procstat.Read(pid)
+	return st.CPU().Seconds(), err
 }
-
-// clockTicks is USER_HZ, the unit of /proc's CPU times: 100 on every Linux
-// architecture Go builds for.
-const clockTicks = 100
 
 // cpuCount is how many CPUs a child of role runs on.
 func cpuCount(role string) int {
-	n := runtime.NumCPU()
 	if !splitCPUs {
-		return n
+		return runtime.NumCPU()
 	}
-	if role == "cp" {
-		return max(n/2, 1)
-	}
-	return max(n-n/2, 1)
+	lo, hi := cpuRange(role)
+	return hi - lo + 1
 }

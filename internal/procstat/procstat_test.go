@@ -14,17 +14,19 @@ func TestParse(t *testing.T) {
 		in      string
 		state   byte
 		start   uint64
+		cpu     uint64
 		wantErr bool
 	}{
-		{"42 (sleep) S" + rest, 'S', 12345, false},
-		{"42 (a) b) (c) Z" + rest, 'Z', 12345, false},
-		{"42 (x y) R" + rest, 'R', 12345, false},
-		{"42 sleep S" + rest, 0, 0, true},
-		{"42 (sleep) S 1 1", 0, 0, true},
-		{"42 (sleep) SS" + rest, 0, 0, true},
+		{"42 (sleep) S" + rest, 'S', 12345, 3, false},
+		{"42 (a) b) (c) Z" + rest, 'Z', 12345, 3, false},
+		{"42 (x y) R" + rest, 'R', 12345, 3, false},
+		{"42 sleep S" + rest, 0, 0, 0, true},
+		{"42 (sleep) S 1 1", 0, 0, 0, true},
+		{"42 (sleep) SS" + rest, 0, 0, 0, true},
+		{"42 (sleep) S 1 1 1 0 -1 4194560 100 0 0 0 x 2 0 0 20 0 1 0 12345 1000 10", 0, 0, 0, true},
 	} {
 		got, err := parse(42, tt.in)
-		if (err != nil) != tt.wantErr || got.State != tt.state || got.StartTime != tt.start {
+		if (err != nil) != tt.wantErr || got.State != tt.state || got.StartTime != tt.start || got.CPUTicks != tt.cpu {
 			t.Errorf("parse(%q) = %+v, %v", tt.in, got, err)
 		}
 	}
@@ -62,5 +64,22 @@ func TestReadLiveAndZombie(t *testing.T) {
 			t.Fatalf("killed sleep never exited: %+v", st)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// This process's CPU time grows by what it spends spinning.
+func TestReadCPU(t *testing.T) {
+	before, err := Read(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for spin := time.Now(); time.Since(spin) < 300*time.Millisecond; {
+	}
+	after, err := Read(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if used := after.CPU() - before.CPU(); used < 100*time.Millisecond || used > 5*time.Second {
+		t.Errorf("300 ms of spinning counted as %v of CPU", used)
 	}
 }
