@@ -371,6 +371,9 @@ type reporter struct {
 	// onShipped, when set, records how far the acknowledged records reach
 	// (for an agent that restarts while the attempt runs).
 	onShipped func(taskrun.Shipped)
+	// gather, when set, replaces gatherRunning (tests that must not depend
+	// on a 3 ms timer on a loaded machine).
+	gather time.Duration
 }
 
 // gatherRunning holds a RUNNING update that would go alone for up to
@@ -383,7 +386,11 @@ func (r *reporter) gatherRunning(ctx context.Context) bool {
 	if !r.q.runningAlone() {
 		return true
 	}
-	t := time.NewTimer(gatherRunning)
+	wait := gatherRunning
+	if r.gather > 0 {
+		wait = r.gather
+	}
+	t := time.NewTimer(wait)
 	defer t.Stop()
 	// A wake-up can be the RUNNING push's own: look again after each.
 	for r.q.runningAlone() {

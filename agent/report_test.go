@@ -244,17 +244,20 @@ func TestReporterRetries(t *testing.T) {
 // only that moment late.
 func TestRunningGathersFirstLines(t *testing.T) {
 	for _, tc := range []struct {
-		name  string
-		lines []string
-		want  []string
+		name   string
+		gather time.Duration
+		lines  []string
+		want   []string
 	}{
-		{"a line soon after", []string{"hi"}, []string{"RUN", "hi"}},
-		{"no output", nil, []string{"RUN"}},
+		// The window is long so that a loaded machine cannot let it pass
+		// before the line is pushed; the line ends the wait at once.
+		{"a line soon after", time.Minute, []string{"hi"}, []string{"RUN", "hi"}},
+		{"no output", gatherRunning, nil, []string{"RUN"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			st := &store{}
 			q := newReportQueue(ReportConfig{})
-			r := &reporter{taskID: "t", attempt: 1, q: q, send: st.report, clock: clock.Real(), log: slog.New(slog.DiscardHandler)}
+			r := &reporter{taskID: "t", attempt: 1, q: q, send: st.report, clock: clock.Real(), log: slog.New(slog.DiscardHandler), gather: tc.gather}
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
 			done := make(chan struct{})
