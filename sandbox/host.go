@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"bufio"
 	"context"
 	"fmt"
 	"os"
@@ -30,8 +31,12 @@ type Host struct {
 	// AppArmorProfiles are the loaded profile names.
 	AppArmorProfiles []string `json:"appArmorProfiles"`
 	// NofileHard is the agent's own hard RLIMIT_NOFILE.
-	NofileHard uint64       `json:"nofileHard"`
-	GPUs       GPUInventory `json:"gpus"`
+	NofileHard uint64 `json:"nofileHard"`
+	// X32 is whether the kernel carries out x32-ABI syscalls (amd64; most
+	// distributions build that ABI out or leave it off at boot). Without
+	// it the seccomp filter leaves the x32 architecture out.
+	X32  bool         `json:"x32"`
+	GPUs GPUInventory `json:"gpus"`
 }
 
 // DetectHost reads the node's facts. GPU discovery failing is not an error
@@ -65,6 +70,7 @@ func DetectHost(ctx context.Context, gpus GPUDiscovery) (Host, error) {
 		return h, fmt.Errorf("detect host: getrlimit nofile: %w", err)
 	}
 	h.NofileHard = rl.Max
+	h.X32 = kernelRunsX32()
 	if gpus != nil {
 		inv, err := gpus.Discover(ctx)
 		if err != nil {
@@ -73,4 +79,21 @@ func DetectHost(ctx context.Context, gpus GPUDiscovery) (Host, error) {
 		h.GPUs = inv
 	}
 	return h, nil
+}
+
+// seccompUnfiltered reports whether a /proc/PID/status says "Seccomp: 0";
+// false when it cannot be read or says otherwise.
+func seccompUnfiltered(path string) bool {
+	f, err := os.Open(path)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "Seccomp:"); ok {
+			return strings.TrimSpace(v) == "0"
+		}
+	}
+	return false
 }

@@ -242,6 +242,62 @@ func TestSeccompMatchesMoby(t *testing.T) {
 	}
 }
 
+// TestSeccompArchitectures: the x32 architecture, one more filter for runc
+// to compile at each start, is listed only where the kernel runs x32
+// syscalls; the 32-bit x86 one always stays.
+func TestSeccompArchitectures(t *testing.T) {
+	for _, tc := range []struct {
+		arch string
+		x32  bool
+		want []specs.Arch
+	}{
+		{"amd64", false, []specs.Arch{specs.ArchX86_64, specs.ArchX86}},
+		{"amd64", true, []specs.Arch{specs.ArchX86_64, specs.ArchX86, specs.ArchX32}},
+		{"arm64", false, []specs.Arch{specs.ArchAARCH64, specs.ArchARM}},
+	} {
+		h := goldenHost()
+		h.Arch, h.X32 = tc.arch, tc.x32
+		for _, mode := range []SeccompMode{SeccompEnforce, SeccompLog} {
+			sc, err := seccompFor(mode, defaultCaps, false, h)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(sc.Architectures, tc.want) {
+				t.Errorf("%s x32=%v %s: architectures %v, want %v", tc.arch, tc.x32, mode, sc.Architectures, tc.want)
+			}
+		}
+	}
+	// Dropping x32 leaves moby's own profile alone.
+	if p := mobyseccomp.DefaultProfile(); !slices.ContainsFunc(p.ArchMap, func(m mobyseccomp.Architecture) bool {
+		return m.Arch == specs.ArchX86_64 && slices.Contains(m.SubArches, specs.ArchX32)
+	}) {
+		t.Error("moby's default profile lost x32 from amd64's sub-architectures")
+	}
+}
+
+func TestSeccompUnfiltered(t *testing.T) {
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		status string
+		want   bool
+	}{
+		{"Name:\tagent\nSeccomp:\t0\nSeccomp_filters:\t0\n", true},
+		{"Name:\tagent\nSeccomp:\t2\nSeccomp_filters:\t1\n", false},
+		{"Name:\tagent\n", false},
+	} {
+		path := filepath.Join(dir, "status")
+		if err := os.WriteFile(path, []byte(tc.status), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if got := seccompUnfiltered(path); got != tc.want {
+			t.Errorf("%q: unfiltered=%v, want %v", tc.status, got, tc.want)
+		}
+	}
+	if seccompUnfiltered(filepath.Join(dir, "missing")) {
+		t.Error("an unreadable status counts as unfiltered")
+	}
+}
+
 func TestBuildSpecNoNewPrivilegesExceptions(t *testing.T) {
 	host := goldenHost()
 	for _, tc := range []struct {

@@ -206,6 +206,8 @@ func (c *child) kill() {
 type cpStats struct {
 	Agents     int     `json:"agents"`
 	RSSKiB     int64   `json:"rss_kib"`
+	HeapKiB    int64   `json:"heap_kib"`
+	StackKiB   int64   `json:"stack_kib"`
 	Goroutines int     `json:"goroutines"`
 	Failed     float64 `json:"failed"`
 	Refused    float64 `json:"refused"`
@@ -456,6 +458,7 @@ func (f *fleet) measureYamuxIdleCost() error {
 	f.fig["kib_per_agent_yamux"] = float64(st.RSSKiB-base.RSSKiB) / float64(st.Agents)
 	f.fig["goroutines_per_agent_yamux"] = float64(st.Goroutines-base.Goroutines) / float64(st.Agents)
 	fmt.Printf("idle TLS + yamux: %d agents cost %.1f KiB and %.2f goroutines each\n", st.Agents, f.fig["kib_per_agent_yamux"], f.fig["goroutines_per_agent_yamux"])
+	printBreakdown("TLS + yamux", base, st)
 	return nil
 }
 
@@ -534,6 +537,17 @@ func (f *fleet) measurePushes() (int, error) {
 	return total, nil
 }
 
+// printBreakdown splits an idle agent's RSS into the Go heap in use, the
+// goroutine stacks and the rest (the runtime's own structures, freed pages
+// not yet returned), to show where a kib_per_agent figure comes from.
+func printBreakdown(transport string, base, st cpStats) {
+	n := float64(st.Agents)
+	heap := float64(st.HeapKiB-base.HeapKiB) / n
+	stack := float64(st.StackKiB-base.StackKiB) / n
+	rss := float64(st.RSSKiB-base.RSSKiB) / n
+	fmt.Printf("idle %s agent: %.1f KiB = heap %.1f + stacks %.1f + other %.1f\n", transport, rss, heap, stack, rss-heap-stack)
+}
+
 // measureIdleCost measures what holding the idle fleet costs the
 // controlplane: CPU over a quiet interval, and memory and goroutines per
 // agent against base.
@@ -571,6 +585,7 @@ func (f *fleet) measureIdleCost(base cpStats) error {
 	fig["goroutines_per_agent"] = float64(st.Goroutines-base.Goroutines) / float64(st.Agents)
 	fig["kib_per_agent_quic"], fig["goroutines_per_agent_quic"] = fig["kib_per_agent"], fig["goroutines_per_agent"]
 	fmt.Printf("controlplane with %d idle agents: rss %d KiB, %d goroutines (baseline %d KiB, %d)\n", st.Agents, st.RSSKiB, st.Goroutines, base.RSSKiB, base.Goroutines)
+	printBreakdown("QUIC", base, st)
 
 	return nil
 }

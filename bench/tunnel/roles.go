@@ -174,8 +174,11 @@ func runCP(dir, addr string, pushIdle time.Duration) error {
 		case "stats":
 			runtime.GC()
 			debug.FreeOSMemory()
+			var ms runtime.MemStats
+			runtime.ReadMemStats(&ms)
 			return map[string]any{
 				"agents": len(hub.Agents()), "rss_kib": rssKiB(), "goroutines": runtime.NumGoroutine(),
+				"heap_kib": ms.HeapInuse / 1024, "stack_kib": ms.StackInuse / 1024,
 				"failed":  counterValue(reg, "levers9_tunnel_handshakes_total", map[string]string{"result": "failed"}),
 				"refused": counterValue(reg, "levers9_tunnel_handshakes_total", map[string]string{"result": "refused"}),
 				// Race losers the agents hung up on; not failures.
