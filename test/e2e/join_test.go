@@ -52,22 +52,25 @@ func setupJoinWorldWith(t *testing.T, mutate func(*config.Config)) *joinWorld {
 	b := newBox(t)
 	cert, key := controlplanetest.SelfSignedTLS(t, b.hostIP)
 	cfg := env.Config(t)
-	port := func() int {
-		p, err := devstack.FreePort()
-		if err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
-	cfg.Controlplane.GRPCAddr = fmt.Sprintf("%s:%d", b.hostIP, port())
-	cfg.Controlplane.RESTAddr = fmt.Sprintf("%s:%d", b.hostIP, port())
-	cfg.Controlplane.TunnelAddr = fmt.Sprintf("%s:%d", b.hostIP, port())
 	cfg.Controlplane.PublicHost = b.hostIP
 	cfg.Controlplane.TLS.CertFile, cfg.Controlplane.TLS.KeyFile = cert, key
 	cfg.Controlplane.AgentBinariesDir = bin
 	if mutate != nil {
 		mutate(cfg)
 	}
+	// The ports are picked only now, just before the controlplane binds
+	// them, and on the box's address where it binds them: what mutate
+	// starts (SeaweedFS, registries) dials out from that address, and one
+	// of its ephemeral ports once took a port picked before it on
+	// 127.0.0.1 ("bind: address already in use"). The tunnel's port is
+	// free for UDP (QUIC) too.
+	ports, err := devstack.FreeTCPUDPPorts(b.hostIP, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Controlplane.GRPCAddr = fmt.Sprintf("%s:%d", b.hostIP, ports[0])
+	cfg.Controlplane.RESTAddr = fmt.Sprintf("%s:%d", b.hostIP, ports[1])
+	cfg.Controlplane.TunnelAddr = fmt.Sprintf("%s:%d", b.hostIP, ports[2])
 	in := controlplanetest.Start(t, cfg, true)
 	controlplanetest.WaitTunnelEndpoint(t, in)
 	w := &joinWorld{box: b, in: in, home: filepath.Join(t.TempDir(), "home"), cert: cert}

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/levers9/levers9/agent"
 	"github.com/levers9/levers9/controlplane/config"
 	"github.com/levers9/levers9/controlplane/controlplanetest"
 	"github.com/levers9/levers9/internal/testenv"
@@ -260,6 +261,20 @@ func TestTasksEndToEnd(t *testing.T) {
 				}
 			}
 			return false
+		})
+		// It also finishes the attempt it found and detaches that
+		// attempt's network: no namespace of the machine's is left. (This
+		// subtest's end stops the agent, and every child in its process
+		// group, mid-cleanup otherwise.)
+		prefix := agent.NodeConfig{MachineID: victim}.WithDefaults().Prefix
+		controlplanetest.Eventually(t, 60*time.Second, "the lost attempt's network namespace removed", func() bool {
+			ents, _ := os.ReadDir("/run/netns")
+			for _, e := range ents {
+				if strings.HasPrefix(e.Name(), prefix+"-") {
+					return false
+				}
+			}
+			return true
 		})
 	})
 
