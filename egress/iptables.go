@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os/exec"
 	"regexp"
@@ -176,6 +177,30 @@ type applyResult struct {
 // converges from whatever a killed apply left: anything not hooked is
 // garbage.
 func (x *ipt) apply(ctx context.Context, rs ruleSet) (applyResult, error) {
+	// A killed agent's iptables-restore outlives it and may still commit
+	// after this apply read the rules: the restore below then names a
+	// chain that is gone (or deletes one that is). It fails whole, so
+	// reading again and retrying converges.
+	for try := 1; ; try++ {
+		res, err := x.applyOnce(ctx, rs)
+		var re *restoreError
+		if err == nil || !errors.As(err, &re) || try == applyTries || ctx.Err() != nil {
+			return res, err
+		}
+	}
+}
+
+// applyTries bounds apply's read-and-restore rounds.
+const applyTries = 3
+
+// restoreError is a failed iptables-restore of apply's transaction.
+type restoreError struct{ err error }
+
+func (e *restoreError) Error() string { return e.err.Error() }
+func (e *restoreError) Unwrap() error { return e.err }
+
+// applyOnce is one round of apply: read the rules, restore the difference.
+func (x *ipt) applyOnce(ctx context.Context, rs ruleSet) (applyResult, error) {
 	st, err := x.inspect(ctx, "")
 	if err != nil {
 		return applyResult{}, err
@@ -244,7 +269,7 @@ func (x *ipt) apply(ctx context.Context, rs ruleSet) (applyResult, error) {
 		return res, nil
 	}
 	if err := x.runRestore(ctx, in.Bytes()); err != nil {
-		return applyResult{}, fmt.Errorf("%s install rules: %w", x.fam, err)
+		return applyResult{}, &restoreError{fmt.Errorf("%s install rules: %w", x.fam, err)}
 	}
 	return res, nil
 }
