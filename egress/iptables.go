@@ -27,6 +27,9 @@ type ipt struct {
 	restore string
 	save    string
 	chainRE *regexp.Regexp
+	// beforeRestore, when set, runs just before apply's restore (tests
+	// change the rules there, as a late restore of a killed agent would).
+	beforeRestore func()
 }
 
 func newIPT(fam family, prefix string) (*ipt, error) {
@@ -267,6 +270,9 @@ func (x *ipt) applyOnce(ctx context.Context, rs ruleSet) (applyResult, error) {
 	}
 	if res.created == 0 && !res.swapped && !res.moved && !changed {
 		return res, nil
+	}
+	if x.beforeRestore != nil {
+		x.beforeRestore()
 	}
 	if err := x.runRestore(ctx, in.Bytes()); err != nil {
 		return applyResult{}, &restoreError{fmt.Errorf("%s install rules: %w", x.fam, err)}

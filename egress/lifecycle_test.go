@@ -360,3 +360,47 @@ func TestKilledMidApplyConverges(t *testing.T) {
 		t.Errorf("not pristine after uninstall:\n%s", got)
 	}
 }
+
+// TestApplyRetriesAStaleRead: a chain of ours that goes away between
+// apply's read and its restore (a killed agent's restore committing late)
+// makes that restore fail; apply reads again and converges instead of
+// failing.
+func TestApplyRetriesAStaleRead(t *testing.T) {
+	w := newWorld(t)
+	ctx := context.Background()
+	n, err := NewNode(w.config(ModeEnforce), nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Setup(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = n.Uninstall(ctx) })
+	x := n.ipts[0]
+	ipt := func(args ...string) {
+		run(t, append([]string{"ip", "netns", "exec", filepath.Base(w.nodeNS), map[family]string{v4: "iptables", v6: "ip6tables"}[x.fam]}, args...)...)
+	}
+	// Unhooked, so apply deletes it; it is gone before that restore runs.
+	garbage := w.prefix + "-F-abcdef"
+	ipt("-N", garbage)
+	restores := 0
+	x.beforeRestore = func() {
+		restores++
+		if restores == 1 {
+			ipt("-X", garbage)
+		}
+	}
+	err = n.ns.do(func() error {
+		_, err := x.apply(ctx, buildRules(n.plan, x.fam, nil))
+		return err
+	})
+	if err != nil {
+		t.Fatalf("apply after a stale read: %v (restores: %d)", err, restores)
+	}
+	if restores != 1 {
+		t.Errorf("%d restores, want 1 (the failed one; the second read finds nothing to change)", restores)
+	}
+	if got := saveRules(t, w.nodeNS); strings.Contains(got, garbage) {
+		t.Errorf("%s still installed:\n%s", garbage, got)
+	}
+}

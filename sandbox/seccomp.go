@@ -99,7 +99,7 @@ func seccompFor(mode SeccompMode, bounding []string, gpu bool, h Host) (*specs.L
 		// a 64 ms `runc run` here). On a kernel without the x32 ABI its
 		// syscalls fail anyway; without the architecture the filter kills
 		// the thread instead of letting the kernel answer ENOSYS.
-		sc.Architectures = slices.DeleteFunc(slices.Clone(sc.Architectures), func(a specs.Arch) bool { return a == specs.ArchX32 })
+		sc.Architectures = slices.DeleteFunc(sc.Architectures, func(a specs.Arch) bool { return a == specs.ArchX32 })
 	}
 	if gpu {
 		sc.Syscalls = append(sc.Syscalls, specs.LinuxSyscall{
