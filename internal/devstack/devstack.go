@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -22,14 +23,13 @@ import (
 	"time"
 )
 
-// FreePort asks the kernel for a free TCP port on 127.0.0.1.
+// FreePort finds a free TCP port on 127.0.0.1 (see freePorts).
 func FreePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	p, err := freePorts("127.0.0.1", 1, false)
 	if err != nil {
-		return 0, fmt.Errorf("find a free port: %w", err)
+		return 0, err
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	return p[0], nil
 }
 
 // FreeTCPUDPPort finds a port free for both TCP and UDP on 127.0.0.1 (the
@@ -44,10 +44,21 @@ func FreeTCPUDPPort() (int, error) {
 
 // FreeTCPUDPPorts finds n distinct ports free for both TCP and UDP on ip.
 // They are probed on ip itself, where the caller binds them (a port free
-// on 127.0.0.1 can be taken on another address), and each probe stays
-// open until all n are found: the kernel hands out neighbouring ports to
-// probes made moments apart, so closing each at once could give one twice.
-func FreeTCPUDPPorts(ip string, n int) ([]int, error) {
+// on 127.0.0.1 can be taken on another address).
+func FreeTCPUDPPorts(ip string, n int) ([]int, error) { return freePorts(ip, n, true) }
+
+// lowestPort is the bottom of the range freePorts picks from.
+const lowestPort = 10000
+
+// freePorts finds n distinct ports free on ip for TCP (and UDP). They come
+// from below the kernel's ephemeral range (net.ipv4.ip_local_port_range):
+// a port from that range, free when probed, can become the local end of
+// any outgoing connection (a Postgres or SeaweedFS client) before the
+// caller binds it, and tests failed with "address already in use". Where
+// the range leaves no room below it, the kernel picks (port 0). Each probe
+// stays open until all n are found, so none is given twice.
+func freePorts(ip string, n int, udp bool) ([]int, error) {
+	top := ephemeralStart()
 	var held []io.Closer
 	defer func() {
 		for _, c := range held {
@@ -55,24 +66,47 @@ func FreeTCPUDPPorts(ip string, n int) ([]int, error) {
 		}
 	}()
 	var ports []int
+	var lastErr error
 	for tries := 0; len(ports) < n; tries++ {
 		if tries == 50*n {
-			return nil, fmt.Errorf("no %d ports free for both TCP and UDP on %s", n, ip)
+			return nil, fmt.Errorf("find %d free ports on %s: %w", n, ip, lastErr)
 		}
-		l, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
+		want := 0
+		if top > lowestPort {
+			want = lowestPort + rand.IntN(top-lowestPort)
+		}
+		l, err := net.Listen("tcp", net.JoinHostPort(ip, strconv.Itoa(want)))
 		if err != nil {
-			return nil, fmt.Errorf("find a free port on %s: %w", ip, err)
+			lastErr = err
+			continue
 		}
 		held = append(held, l)
 		p := l.Addr().(*net.TCPAddr).Port
-		u, err := net.ListenPacket("udp", net.JoinHostPort(ip, strconv.Itoa(p)))
-		if err != nil {
-			continue
+		if udp {
+			u, err := net.ListenPacket("udp", net.JoinHostPort(ip, strconv.Itoa(p)))
+			if err != nil {
+				lastErr = err
+				continue
+			}
+			held = append(held, u)
 		}
-		held = append(held, u)
 		ports = append(ports, p)
 	}
 	return ports, nil
+}
+
+// ephemeralStart is the first port of the kernel's ephemeral range, or 0
+// when it cannot be read.
+func ephemeralStart() int {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 0
+	}
+	var lo, hi int
+	if _, err := fmt.Sscan(string(b), &lo, &hi); err != nil {
+		return 0
+	}
+	return lo
 }
 
 // serviceUser is who runs the servers: Postgres refuses to run as root, so

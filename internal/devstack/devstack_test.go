@@ -2,6 +2,7 @@ package devstack
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"os"
 	"testing"
@@ -54,5 +55,45 @@ func TestPostgresAndRedisStartStop(t *testing.T) {
 	}
 	if err := pg.StartServer(ctx); err != nil {
 		t.Fatalf("restart: %v", err)
+	}
+}
+
+// TestFreePortsBelowEphemeral: picked ports are distinct, free for TCP and
+// UDP, and below the kernel's ephemeral range, where no outgoing
+// connection can take one before the caller binds it.
+func TestFreePortsBelowEphemeral(t *testing.T) {
+	top := ephemeralStart()
+	if top <= lowestPort {
+		t.Skipf("ephemeral range starts at %d: no room below it", top)
+	}
+	ports, err := FreeTCPUDPPorts("127.0.0.1", 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[int]bool{}
+	for _, p := range ports {
+		if p < lowestPort || p >= top || seen[p] {
+			t.Errorf("port %d: outside [%d, %d) or given twice (%v)", p, lowestPort, top, ports)
+		}
+		seen[p] = true
+		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p))
+		if err != nil {
+			t.Errorf("port %d not free for TCP: %v", p, err)
+			continue
+		}
+		u, err := net.ListenPacket("udp", fmt.Sprintf("127.0.0.1:%d", p))
+		if err != nil {
+			t.Errorf("port %d not free for UDP: %v", p, err)
+		} else {
+			u.Close()
+		}
+		l.Close()
+	}
+	p, err := FreePort()
+	if err != nil || p < lowestPort || p >= top {
+		t.Errorf("FreePort: %d %v", p, err)
+	}
+	if _, err := FreeTCPUDPPorts("192.0.2.1", 1); err == nil {
+		t.Error("ports on an address this host does not have")
 	}
 }
